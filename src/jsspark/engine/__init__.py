@@ -1,0 +1,1 @@
+"""The stream engine: JetStream streams kept as Delta tables. Never imports pyspark."""

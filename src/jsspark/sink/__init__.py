@@ -1,0 +1,1 @@
+"""Structured Streaming sinks: into lake streams (exactly once) and into NATS."""

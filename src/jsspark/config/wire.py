@@ -1,0 +1,86 @@
+"""The JSON shape JetStream uses: Go's ``encoding/json`` with ``omitempty`` tags.
+
+Every config model lists, in ``_always``, the fields the server always writes (no
+``omitempty`` in its Go struct); any other field is left out when it holds its zero value
+(``""``, ``0``, ``False``, ``[]``, ``{}``, an enum's first member) or, for pointer fields, when it is ``None``. Fields the
+model does not know are kept as they came and written back after the known ones, so a config
+from a newer server survives a round trip.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Any, ClassVar, Self
+
+from pydantic import BaseModel, ConfigDict
+
+from jsspark.config.timestamps import UTCTime
+
+
+class WireModel(BaseModel):
+    """Base of every config model: wire field names, zero-value defaults, extras preserved."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, validate_default=True)
+
+    _always: ClassVar[frozenset[str]] = frozenset()
+
+    def to_json(self) -> dict[str, Any]:
+        """The dict exactly as the server writes it (same keys present and omitted)."""
+        out: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if name not in self._always and _is_empty(value):
+                continue
+            out[name] = _encode(value)
+        out.update(self.model_extra or {})
+        return out
+
+    def to_json_str(self) -> str:
+        """``to_json()`` as compact JSON text, ready to send as a request body."""
+        return json.dumps(self.to_json(), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | str | bytes) -> Self:
+        """Parse the server's JSON (a dict or its text); durations may also be Go strings."""
+        if isinstance(data, str | bytes):
+            data = json.loads(data)
+        return cls.model_validate(data)
+
+
+def _is_empty(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, WireModel):
+        return False  # a pointer to a struct: present unless None
+    if isinstance(value, Enum):
+        return value is next(iter(type(value)))  # Go's iota zero, e.g. priority_policy "none"
+    return value in ("", 0, False) or (isinstance(value, list | dict) and not value)
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, WireModel):
+        return value.to_json()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, UTCTime):
+        return value.to_rfc3339nano()
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _encode(v) for k, v in value.items()}
+    return value
+
+
+def nats_py_to_wire(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """nats-py keyword arguments to wire fields: ``None`` means unset, nested nats-py
+    dataclasses become their wire dicts via ``as_dict()``."""
+
+    def conv(value: Any) -> Any:
+        if hasattr(value, "as_dict") and not isinstance(value, WireModel):
+            return value.as_dict()
+        if isinstance(value, list):
+            return [conv(v) for v in value]
+        return value
+
+    return {k: conv(v) for k, v in kwargs.items() if v is not None}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from subjects_vectors import COLLIDE, MATCHES
 
 from jsspark.errors import SubjectError
 from jsspark.subjects import (
@@ -40,23 +41,6 @@ LITERALS = {
     "foo.*.>": False, "foo.*.bar": False, "foo.bar.>": False,
 }
 
-# TestSublistMatchLiterals (literal, filter, expected)
-MATCHES = [
-    ("foo", "foo", True), ("foo", "bar", False), ("foo", "*", True), ("foo", ">", True),
-    ("foo.bar", ">", True), ("foo.bar", "foo.>", True), ("foo.bar", "bar.>", False),
-    ("stats.test.22", "stats.>", True), ("stats.test.22", "stats.*.*", True), ("foo.bar", "foo", False),
-    ("stats.test.foos", "stats.test.foos", True), ("stats.test.foos", "stats.test.foo", False),
-    ("stats.test", "stats.test.*", False), ("stats.test.foos", "stats.*", False),
-    ("stats.test.foos", "stats.*.*.foos", False),
-    ("*bar", "*bar", True), ("foo*", "foo*", True), ("foo*bar", "foo*bar", True),
-    ("foo.***.bar", "foo.***.bar", True), (">bar", ">bar", True), ("foo>", "foo>", True),
-    ("foo>bar", "foo>bar", True), ("foo.>>>.bar", "foo.>>>.bar", True),
-    # `foo.>` needs at least one more token; `*bar` is not a wildcard for delivery
-    ("foo", "foo.>", False), ("foo.xbar", "foo.*bar", False),
-    # TestSublistMatchWithEmptyTokens: subjects with empty tokens match nothing, not even `>`
-    (".foo", ">", False), ("..foo", ">", False), ("foo..", ">", False), ("foo.", ">", False),
-    ("foo..bar", ">", False), ("foo...bar", ">", False),
-]
 
 # TestIsSubsetMatch plus the reference's examples and the `*`-prefix quirk
 SUBSETS = [
@@ -66,13 +50,6 @@ SUBSETS = [
     ("foo", "foo.>", False), ("foo.bar", "foo.*x", True), ("foo.*", "foo.*x", False), ("foo.>", "foo.*", False),
 ]
 
-# TestSublistSubjectCollide plus reference examples
-COLLIDE = [
-    ("foo.*", "foo.*.bar.>", False), ("foo.*.bar.>", "foo.*", False), ("foo.*", "foo.foo", True),
-    ("foo.*", "*.foo", True), ("foo.bar.>", "*.bar.foo", True), ("foo", "foo", True), ("foo", "bar", False),
-    ("foo.>", "foo", False), ("foo.*", "bar.*", False), ("foo.*.*", "foo.>", True), ("*.*", "*.*.*", False),
-    ("foo.>", "*.bar.>", True), ("a.*x", "a.*", True), ("a.b", "a.*x", False),
-]
 
 
 @pytest.mark.parametrize(("subject", "expected"), VALID_SUBJECTS.items())

@@ -21,7 +21,7 @@ from jsspark.subjects.mapping import (
     compile_mapping,
     validate_mapping,
 )
-from jsspark.subjects.tokens import FWC, TSEP, is_valid_literal_subject, subject_is_subset_match
+from jsspark.subjects.tokens import FWC, TSEP, is_valid_literal_subject, is_valid_subject, subject_is_subset_match
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -139,8 +139,10 @@ class SubjectTransform:
         self.identity = self.filter == FWC and dest in ("", FWC)
         if dest:
             self.src_tokens, self.dest_tokens = compile_mapping(src, dest, strict)
-        else:
+        elif is_valid_subject(self.filter):
             self.src_tokens, self.dest_tokens = self.filter.split(TSEP), []
+        else:  # every server context checks the source on its own (10145, 10151, 10155)
+            raise SubjectTransformError(INVALID_SUBJECT)
 
     def __repr__(self) -> str:
         return f"SubjectTransform({self.src!r}, {self.dest!r})"

@@ -1,0 +1,154 @@
+"""Return shapes of the lake context, named and shaped after nats-py's ``nats.js.api``.
+
+A script can run the same scenario against a server and a lake and compare field by field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from jsspark.engine.headers import HeaderPairs, encode
+
+
+def ns_to_datetime(ns: int) -> datetime:
+    """UTC datetime (microsecond precision; keep ``ts_ns`` for the full nanoseconds)."""
+    return datetime.fromtimestamp(ns // 1_000_000_000, tz=UTC).replace(microsecond=(ns % 1_000_000_000) // 1000)
+
+
+def rfc3339nano(ns: int) -> str:
+    """The server's time format: RFC3339 with up to 9 fractional digits, trailing zeros cut."""
+    base = datetime.fromtimestamp(ns // 1_000_000_000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    frac = f"{ns % 1_000_000_000:09d}".rstrip("0")
+    return f"{base}.{frac}Z" if frac else f"{base}Z"
+
+
+@dataclass
+class PubAck:
+    stream: str
+    seq: int
+    domain: str | None = None
+    duplicate: bool | None = None
+
+
+@dataclass
+class BatchAck:
+    """Result of ``publish_batch``: one commit, ``seqs[i]`` is input row i's sequence (the
+    original one for a duplicate)."""
+
+    stream: str
+    seqs: np.ndarray
+    duplicates: np.ndarray
+    stored: int
+
+    @property
+    def count(self) -> int:
+        return len(self.seqs)
+
+    @property
+    def first_seq(self) -> int:
+        return int(self.seqs.min()) if len(self.seqs) else 0
+
+    @property
+    def last_seq(self) -> int:
+        return int(self.seqs.max()) if len(self.seqs) else 0
+
+    def acks(self) -> list[PubAck]:
+        return [
+            PubAck(self.stream, int(s), duplicate=True if d else None)
+            for s, d in zip(self.seqs, self.duplicates, strict=True)
+        ]
+
+
+@dataclass
+class StreamState:
+    messages: int
+    bytes: int
+    first_seq: int
+    last_seq: int
+    consumer_count: int
+    first_ts_ns: int = 0
+    last_ts_ns: int = 0
+    num_subjects: int = 0
+    num_deleted: int = 0
+    subjects: dict[str, int] | None = None
+
+    @property
+    def first_ts(self) -> datetime:
+        return ns_to_datetime(self.first_ts_ns)
+
+    @property
+    def last_ts(self) -> datetime:
+        return ns_to_datetime(self.last_ts_ns)
+
+    def to_json(self) -> dict[str, Any]:
+        """As the server writes ``state`` in a stream info response."""
+        out: dict[str, Any] = {
+            "messages": self.messages,
+            "bytes": self.bytes,
+            "first_seq": self.first_seq,
+            "first_ts": rfc3339nano(self.first_ts_ns) if self.first_ts_ns else "0001-01-01T00:00:00Z",
+            "last_seq": self.last_seq,
+            "last_ts": rfc3339nano(self.last_ts_ns) if self.last_ts_ns else "0001-01-01T00:00:00Z",
+            "consumer_count": self.consumer_count,
+        }
+        if self.num_subjects:
+            out["num_subjects"] = self.num_subjects
+        if self.num_deleted:
+            out["num_deleted"] = self.num_deleted
+        if self.subjects:
+            out["subjects"] = dict(self.subjects)
+        return out
+
+
+@dataclass
+class StreamInfo:
+    config: Any
+    state: StreamState
+    created_ns: int = 0
+    sources: list[Any] | None = None
+    mirror: Any | None = None
+
+    @property
+    def created(self) -> datetime:
+        return ns_to_datetime(self.created_ns)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": self.config.to_json(),
+            "created": rfc3339nano(self.created_ns),
+            "state": self.state.to_json(),
+        }
+
+
+@dataclass
+class RawStreamMsg:
+    """A stored message, as nats-py's ``RawStreamMsg`` (plus ``ts_ns`` and header pairs)."""
+
+    subject: str
+    seq: int
+    data: bytes
+    stream: str
+    ts_ns: int
+    header_pairs: HeaderPairs | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def time(self) -> datetime:
+        return ns_to_datetime(self.ts_ns)
+
+    @property
+    def headers(self) -> dict[str, str] | None:
+        """Like nats-py: a dict, the last value winning for a repeated key."""
+        return dict(self.header_pairs) if self.header_pairs else None
+
+    @property
+    def hdrs(self) -> bytes | None:
+        return encode(self.header_pairs) or None
+
+    @property
+    def sequence(self) -> int:
+        return self.seq

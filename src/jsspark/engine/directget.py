@@ -1,0 +1,220 @@
+"""Direct get on a lake stream: the server's ``$JS.API.DIRECT.GET`` request forms and replies.
+
+Which messages answer a request is decided on the in-memory index (sequence, subject, time);
+only those rows are then read from the Delta table, with the ``seq`` predicate pruning files
+and row groups. Errors are the server's status replies (``DirectGetError``: 404 Message Not
+Found, 408 Bad Request, ...), replies carry the server's headers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from jsspark.engine import headers as H
+from jsspark.engine.api import RawStreamMsg, rfc3339nano
+from jsspark.engine.index import MessageIndex
+from jsspark.engine.stream import LakeStream
+from jsspark.errors import DirectGetError, api_error
+from jsspark.subjects import match_filter
+
+MAX_MULTI_RESULTS = 1024
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # the server's max_pending default
+
+_KNOWN = {"seq", "last_by_subj", "next_by_subj", "batch", "max_bytes", "start_time", "multi_last",
+          "up_to_seq", "up_to_time", "no_hdr"}
+
+
+@dataclass
+class DirectReply:
+    """Messages in reply order, and for batch/multi requests the headers of the 204 EOB."""
+
+    messages: list[RawStreamMsg]
+    eob: dict[str, str] | None = None
+    reply_headers: list[dict[str, str]] = field(default_factory=list)
+
+
+def _time_ns(value: Any) -> int:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, datetime):
+        return int(value.timestamp()) * 1_000_000_000 + value.microsecond * 1000
+    from jsspark.config.timestamps import UTCTime
+
+    t = UTCTime.parse(str(value))
+    return int(t.timestamp()) * 1_000_000_000 + t.nanosecond
+
+
+class DirectGet:
+    def __init__(self, stream: LakeStream) -> None:
+        self.stream = stream
+
+    # -- nats-py get_msg -----------------------------------------------------------------------
+    def get_msg(self, seq: int | None = None, subject: str | None = None, next: bool = False) -> RawStreamMsg:
+        req: dict[str, Any] = {}
+        if seq is not None:
+            req["seq"] = seq
+        if subject is not None:
+            req["next_by_subj" if next else "last_by_subj"] = subject
+        try:
+            reply = self.request(req)
+        except DirectGetError as e:
+            if e.status == 404:
+                raise api_error("JSNoMessageFoundErr") from None
+            raise
+        return reply.messages[0]
+
+    # -- the full request ----------------------------------------------------------------------
+    def request(self, req: dict[str, Any] | None) -> DirectReply:
+        req = dict(req or {})
+        if not req:
+            raise DirectGetError(408, "Empty Request")
+        if set(req) - _KNOWN:
+            raise DirectGetError(408, "Malformed Request")
+        seq = int(req.get("seq") or 0)
+        last = req.get("last_by_subj") or ""
+        nxt = req.get("next_by_subj") or ""
+        batch = int(req.get("batch") or 0)
+        multi = req.get("multi_last") or []
+        start_time = req.get("start_time")
+        up_to_seq = int(req.get("up_to_seq") or 0)
+        up_to_time = req.get("up_to_time")
+        if not (seq or last or nxt or multi or start_time):
+            raise DirectGetError(408, "Empty Request")
+        conflicts = [
+            seq and last, seq and start_time, start_time and last, last and nxt, last and batch,
+            last and multi, nxt and multi, up_to_seq and up_to_time,
+        ]
+        if any(conflicts):
+            raise DirectGetError(408, "Bad Request")
+        no_hdr = bool(req.get("no_hdr"))
+        index = self.stream.index()
+        if multi:
+            return self._multi(index, multi, batch, up_to_seq, up_to_time, int(req.get("max_bytes") or 0), no_hdr)
+        if start_time:
+            seq = self._seq_from_time(index, _time_ns(start_time))
+        if batch > 0:
+            return self._batch(index, seq or 1, nxt or ">", batch, int(req.get("max_bytes") or 0), no_hdr)
+        if last:
+            found = self._last_by(index, last)
+        elif nxt:
+            found = self._next_by(index, nxt, seq or 1)
+        else:
+            found = seq if pc.any(pc.equal(index.rows["seq"], seq)).as_py() else 0
+        if not found:
+            raise DirectGetError(404, "Message Not Found")
+        msg = self._load([found], no_hdr)[0]
+        return DirectReply([msg], None, [self._headers(msg)])
+
+    # -- selection on the index ----------------------------------------------------------------
+    @staticmethod
+    def _seq_from_time(index: MessageIndex, ts: int) -> int:
+        """First seq with time >= ts; past the end, last seq + 1 (as ``GetSeqFromTime``)."""
+        rows = index.rows
+        hit = rows["seq"].filter(pc.greater_equal(rows["ts_ns"], ts))
+        if len(hit):
+            return int(hit[0].as_py())
+        return int(rows["seq"][-1].as_py()) + 1 if rows.num_rows else 1
+
+    @staticmethod
+    def _matching(index: MessageIndex, subject: str) -> pa.Table:
+        rows = index.rows
+        return rows if subject == ">" else rows.filter(match_filter(rows["subject"], subject))
+
+    def _last_by(self, index: MessageIndex, subject: str) -> int:
+        hit = self._matching(index, subject)
+        return int(hit["seq"][-1].as_py()) if hit.num_rows else 0
+
+    def _next_by(self, index: MessageIndex, subject: str, start: int) -> int:
+        hit = self._matching(index, subject)
+        hit = hit.filter(pc.greater_equal(hit["seq"], start))
+        return int(hit["seq"][0].as_py()) if hit.num_rows else 0
+
+    def _batch(self, index: MessageIndex, start: int, subject: str, batch: int, max_bytes: int,
+               no_hdr: bool) -> DirectReply:
+        hit = self._matching(index, subject)
+        hit = hit.filter(pc.greater_equal(hit["seq"], start))
+        if not hit.num_rows:
+            raise DirectGetError(404, "Message Not Found")
+        total = hit.num_rows
+        reply = self._emit(hit["seq"].to_numpy()[:batch], total, no_hdr, max_bytes)
+        prev = reply.messages[-1].seq if reply.messages else 0
+        reply.eob = {"Nats-Num-Pending": str(total - len(reply.messages)), "Nats-Last-Sequence": str(prev)}
+        return reply
+
+    def _multi(self, index: MessageIndex, subjects: list[str], batch: int, up_to_seq: int, up_to_time: Any,
+               max_bytes: int, no_hdr: bool) -> DirectReply:
+        rows = index.rows
+        if up_to_time:
+            up_to_seq = self._seq_from_time(index, _time_ns(up_to_time)) - 1
+        if up_to_seq:
+            rows = rows.filter(pc.less_equal(rows["seq"], up_to_seq))
+        upto = up_to_seq or (int(rows["seq"][-1].as_py()) if rows.num_rows else 0)
+        mask = match_filter(rows["subject"], subjects)
+        hit = rows.filter(mask)
+        if not hit.num_rows:
+            raise DirectGetError(404, "No Results")
+        last = hit.group_by("subject", use_threads=False).aggregate([("seq", "max")])
+        seqs = np.sort(last["seq_max"].to_numpy())
+        if len(seqs) > MAX_MULTI_RESULTS:
+            raise DirectGetError(413, "Too Many Results")
+        reply = self._emit(seqs[:batch] if batch > 0 else seqs, len(seqs), no_hdr, max_bytes)
+        remaining = len(last) - len(reply.messages)
+        reply.eob = {
+            "Nats-Num-Pending": str(remaining),
+            "Nats-Last-Sequence": str(reply.messages[-1].seq if reply.messages else 0),
+            "Nats-UpTo-Sequence": str(upto),
+        }
+        return reply
+
+    def _emit(self, seqs: np.ndarray, total: int, no_hdr: bool, max_bytes: int) -> DirectReply:
+        """Load ``seqs`` and stamp each with the batch headers, stopping at ``max_bytes``
+        (at least one message always goes); ``total`` is how many matched in all."""
+        msgs = self._load(list(seqs), no_hdr)
+        limit = max_bytes or DEFAULT_MAX_BYTES
+        reply = DirectReply([], None, [])
+        used, prev = 0, 0
+        for i, m in enumerate(msgs):
+            size = len(m.data) + len(H.encode(m.header_pairs)) + len(m.subject)
+            if reply.messages and used + size > limit:
+                break
+            used += size
+            h = self._headers(m)
+            h["Nats-Num-Pending"] = str(total - i - 1)
+            h["Nats-Last-Sequence"] = str(prev)
+            prev = m.seq
+            reply.messages.append(m)
+            reply.reply_headers.append(h)
+        return reply
+
+    # -- loading -------------------------------------------------------------------------------
+    def _load(self, seqs: list[int], no_hdr: bool) -> list[RawStreamMsg]:
+        if not seqs:
+            return []
+        cols = ["seq", "ts_ns", "subject", "data"] + ([] if no_hdr else ["headers"])
+        flt = ds.field("seq") == int(seqs[0]) if len(seqs) == 1 else ds.field("seq").isin([int(s) for s in seqs])
+        table = self.stream.read(filter=flt, columns=cols).sort_by("seq")
+        name = self.stream.name
+        out = []
+        for r in table.to_pylist():
+            out.append(
+                RawStreamMsg(
+                    subject=r["subject"], seq=r["seq"], data=r["data"] or b"", stream=name, ts_ns=r["ts_ns"],
+                    header_pairs=None if no_hdr else H.from_arrow(r["headers"]),
+                )
+            )
+        return out
+
+    def _headers(self, m: RawStreamMsg) -> dict[str, str]:
+        return {
+            "Nats-Stream": self.stream.name,
+            "Nats-Subject": m.subject,
+            "Nats-Sequence": str(m.seq),
+            "Nats-Time-Stamp": rfc3339nano(m.ts_ns),
+        }

@@ -1,0 +1,181 @@
+"""NATS message headers: the wire block, the stored form, and lookups the server does.
+
+A lake message keeps its headers as an ordered list of ``(name, value)`` pairs (Arrow
+``list<struct<name, value>>``), so repeated keys and their order survive exactly as on the
+wire. Lookups follow nats-server's ``sliceHeader``: exact, case-sensitive key, first
+occurrence, leading spaces of the value skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+HEADER_LINE = b"NATS/1.0"
+HeaderPairs = list[tuple[str, str]]
+HeadersLike = Mapping[str, str | Sequence[str]] | Iterable[tuple[str, str]] | bytes | None
+
+HEADER_TYPE = pa.list_(pa.struct([pa.field("name", pa.string()), pa.field("value", pa.string())]))
+
+# Headers the server strips or reacts to.
+MSG_ID = "Nats-Msg-Id"
+EXPECTED_STREAM = "Nats-Expected-Stream"
+EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"
+EXPECTED_LAST_SUBJ_SEQ = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_SUBJ_SEQ_SUBJ = "Nats-Expected-Last-Subject-Sequence-Subject"
+EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
+STREAM_SOURCE = "Nats-Stream-Source"
+TTL = "Nats-TTL"
+EXPECTED_PREFIX = "Nats-Expected-"
+
+
+def normalize(headers: HeadersLike) -> HeaderPairs | None:
+    """Any accepted header form as ordered pairs; ``None`` when there are none.
+
+    Accepts a dict (a list value means repeated keys, as nats-py sends them), pairs, or a raw
+    ``NATS/1.0`` block.
+    """
+    if headers is None:
+        return None
+    if isinstance(headers, bytes | bytearray | memoryview):
+        return decode(bytes(headers))[0] or None
+    pairs: HeaderPairs = []
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    for key, value in items:
+        if isinstance(value, str):
+            pairs.append((str(key), value))
+        else:
+            pairs.extend((str(key), str(v)) for v in value)
+    return pairs or None
+
+
+def encode(pairs: HeaderPairs | None, status: str = "") -> bytes:
+    """The wire block (``NATS/1.0[ status]\\r\\nK: V\\r\\n...\\r\\n``)."""
+    if not pairs and not status:
+        return b""
+    out = [HEADER_LINE + (b" " + status.encode() if status else b"") + b"\r\n"]
+    out.extend(f"{k}: {v}\r\n".encode() for k, v in pairs or ())
+    out.append(b"\r\n")
+    return b"".join(out)
+
+
+def decode(block: bytes) -> tuple[HeaderPairs, str]:
+    """Pairs and the status text (``"404 Message Not Found"``, or ``""``) of a wire block."""
+    if not block:
+        return [], ""
+    lines = block.decode("utf-8", errors="replace").split("\r\n")
+    first = lines[0]
+    if not first.startswith("NATS/1.0"):
+        raise ValueError(f"not a NATS header block: {first[:40]!r}")
+    status = first[len("NATS/1.0") :].strip()
+    pairs: HeaderPairs = []
+    for line in lines[1:]:
+        if not line:
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            pairs.append((key, value.lstrip(" ")))
+    return pairs, status
+
+
+def encoded_len(pairs: HeaderPairs | None) -> int:
+    """``len(encode(pairs))`` without building it: the server's byte accounting needs it."""
+    if not pairs:
+        return 0
+    return 12 + sum(len(k.encode()) + len(v.encode()) + 4 for k, v in pairs)
+
+
+def get(pairs: HeaderPairs | None, key: str) -> str | None:
+    """The server's lookup: first exact match, leading spaces skipped."""
+    for k, v in pairs or ():
+        if k == key:
+            return v.lstrip(" ")
+    return None
+
+
+def without(pairs: HeaderPairs | None, drop: Iterable[str] = (), drop_prefixes: Iterable[str] = ()) -> HeaderPairs | None:
+    """Pairs without the given keys or key prefixes (mirror/source ingest strips some)."""
+    drop = set(drop)
+    prefixes = tuple(drop_prefixes)
+    kept = [(k, v) for k, v in pairs or () if k not in drop and not (prefixes and k.startswith(prefixes))]
+    return kept or None
+
+
+def to_arrow(rows: Sequence[HeaderPairs | None]) -> pa.Array:
+    return pa.array(
+        [None if not r else [{"name": k, "value": v} for k, v in r] for r in rows], type=HEADER_TYPE
+    )
+
+
+def from_arrow(value: Sequence[Mapping[str, str]] | None) -> HeaderPairs | None:
+    """One stored headers cell (as ``to_pylist`` gives it) back to pairs."""
+    if not value:
+        return None
+    return [(e["name"], e["value"]) for e in value]
+
+
+def column_encoded_len(headers: pa.Array) -> np.ndarray:
+    """Vectorised ``encoded_len`` over a headers column (int64 per row, 0 for null)."""
+    headers = _flat_chunks(headers)
+    n = len(headers)
+    out = np.zeros(n, dtype=np.int64)
+    if n == 0 or headers.null_count == n:
+        return out
+    entries = pc.list_flatten(headers)
+    if len(entries) == 0:
+        return out
+    parents = pc.list_parent_indices(headers).to_numpy()
+    names = pc.binary_length(pc.struct_field(entries, "name").cast(pa.binary())).to_numpy(zero_copy_only=False)
+    values = pc.binary_length(pc.struct_field(entries, "value").cast(pa.binary())).to_numpy(zero_copy_only=False)
+    per_entry = np.nan_to_num(names).astype(np.int64) + np.nan_to_num(values).astype(np.int64) + 4
+    np.add.at(out, parents, per_entry)
+    has = out > 0
+    out[has] += 12
+    return out
+
+
+def column_lookup(headers: pa.Array, key: str) -> pa.Array:
+    """Vectorised ``get``: the first value of ``key`` per row (null where absent)."""
+    headers = _flat_chunks(headers)
+    n = len(headers)
+    result = np.full(n, None, dtype=object)
+    if n == 0 or headers.null_count == n:
+        return pa.array(result, type=pa.string())
+    entries = pc.list_flatten(headers)
+    if len(entries) == 0:
+        return pa.array(result, type=pa.string())
+    names = pc.struct_field(entries, "name")
+    hit = pc.fill_null(pc.equal(names, key), False).to_numpy(zero_copy_only=False)
+    if not hit.any():
+        return pa.nulls(n, pa.string())
+    parents = pc.list_parent_indices(headers).to_numpy()
+    idx = np.nonzero(hit)[0]
+    rows = parents[idx]
+    first = np.unique(rows, return_index=True)[1]
+    values = pc.struct_field(entries, "value").take(pa.array(idx[first])).to_pylist()
+    result[rows[first]] = [v.lstrip(" ") if v is not None else None for v in values]
+    return pa.array(result, type=pa.string())
+
+
+def column_has_prefix(headers: pa.Array, prefix: str) -> np.ndarray:
+    """Per row: does any header key start with ``prefix``?"""
+    headers = _flat_chunks(headers)
+    n = len(headers)
+    out = np.zeros(n, dtype=bool)
+    if n == 0 or headers.null_count == n:
+        return out
+    entries = pc.list_flatten(headers)
+    if len(entries) == 0:
+        return out
+    hit = pc.fill_null(pc.starts_with(pc.struct_field(entries, "name"), prefix), False).to_numpy(
+        zero_copy_only=False
+    )
+    out[pc.list_parent_indices(headers).to_numpy()[hit]] = True
+    return out
+
+
+def _flat_chunks(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr

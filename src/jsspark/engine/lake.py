@@ -1,0 +1,243 @@
+"""``jsspark.connect(location)``: a JetStream context and manager over lake streams.
+
+Method names, arguments and return shapes follow nats-py's ``JetStreamContext`` and
+``JetStreamManager`` so one script can run a scenario against a server and against a lake.
+Layout under ``location`` (a local path or any URI delta-rs supports):
+
+    <location>/_catalog/          Delta table: stream and consumer configs (catalog.py)
+    <location>/streams/<NAME>/    Delta table: the stream's messages (table.py, schema.py)
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from jsspark.config import StreamConfig, check_stream_config, report_ignored_fields
+from jsspark.engine import headers as H
+from jsspark.engine.api import BatchAck, PubAck, RawStreamMsg, StreamInfo
+from jsspark.engine.catalog import Catalog, Change, Key, Record
+from jsspark.engine.directget import DirectGet
+from jsspark.engine.partitioning import DEFAULT_PARTITION_KEY
+from jsspark.engine.stream import Incoming, LakeStream, NoRespondersError
+from jsspark.engine.table import MessageTable
+from jsspark.errors import APIError, api_error
+from jsspark.subjects import subject_matches, subjects_collide, validate_asset_name
+
+STREAM = "stream"
+CONSUMER = "consumer"
+
+
+def connect(location: str | Path, storage_options: dict[str, str] | None = None) -> Lake:
+    """Open (creating on first write) the lake streams under ``location``."""
+    return Lake(str(location), storage_options)
+
+
+class Lake:
+    def __init__(self, location: str, storage_options: dict[str, str] | None = None) -> None:
+        self.location = location.rstrip("/")
+        self.storage_options = storage_options
+        self.catalog = Catalog(f"{self.location}/_catalog", storage_options)
+        self._streams: dict[str, tuple[int, LakeStream]] = {}
+
+    # -- streams -------------------------------------------------------------------------------
+    def stream_uri(self, name: str) -> str:
+        return f"{self.location}/streams/{validate_asset_name(name, 'stream')}"
+
+    def _coerce_config(self, config: StreamConfig | dict[str, Any] | str | None, params: dict[str, Any]) -> StreamConfig:
+        if config is None:
+            cfg = StreamConfig.from_kwargs(**params)
+        elif isinstance(config, StreamConfig):
+            cfg = config.model_copy(update=StreamConfig.from_kwargs(**params).model_dump(exclude_unset=True)) if params else config
+        else:
+            cfg = StreamConfig.from_json(config)
+            if params:
+                cfg = cfg.model_copy(update=StreamConfig.from_kwargs(**params).model_dump(exclude_unset=True))
+        return cfg
+
+    def add_stream(self, config: StreamConfig | dict[str, Any] | str | None = None, **params: Any) -> StreamInfo:
+        """Create a stream (nats-py ``add_stream``); the same config again is a no-op, as on the server."""
+        cfg = check_stream_config(self._coerce_config(config, params))
+        name = cfg.name
+        uri = self.stream_uri(name)
+        body = {"config": cfg.to_json(), "created_ns": time.time_ns(), "partition_key": DEFAULT_PARTITION_KEY}
+
+        def plan(records: dict[Key, Record]) -> list[Change]:
+            existing = records.get((STREAM, name, ""))
+            if existing is not None:
+                if existing.body["config"] == body["config"]:
+                    return []
+                raise api_error("JSStreamNameExistErr")
+            self._check_overlap(records, cfg)
+            return [Change(STREAM, name, "", body)]
+
+        changes = self.catalog.transact(plan)
+        if changes:
+            MessageTable.create(uri, self.storage_options, name=name)
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                report_ignored_fields(cfg)
+        return self.stream_info(name)
+
+    def _check_overlap(self, records: dict[Key, Record], cfg: StreamConfig) -> None:
+        mine = cfg.subjects or []
+        for (kind, other, _), rec in records.items():
+            if kind != STREAM or other == cfg.name:
+                continue
+            theirs = rec.body["config"].get("subjects") or []
+            if any(subjects_collide(a, b) for a in mine for b in theirs):
+                raise api_error("JSStreamSubjectOverlapErr")
+
+    def update_stream(self, config: StreamConfig | dict[str, Any] | str | None = None, **params: Any) -> StreamInfo:
+        cfg = check_stream_config(self._coerce_config(config, params))
+        name = cfg.name
+
+        def plan(records: dict[Key, Record]) -> list[Change]:
+            existing = records.get((STREAM, name, ""))
+            if existing is None:
+                raise api_error("JSStreamNotFoundErr")
+            self._check_overlap(records, cfg)
+            return [Change(STREAM, name, "", {**existing.body, "config": cfg.to_json()})]
+
+        self.catalog.transact(plan)
+        return self.stream_info(name)
+
+    def delete_stream(self, name: str) -> bool:
+        uri = self.stream_uri(name)
+
+        def plan(records: dict[Key, Record]) -> list[Change]:
+            if (STREAM, name, "") not in records:
+                raise api_error("JSStreamNotFoundErr")
+            return [Change(kind, s, n, None) for (kind, s, n) in records if s == name]
+
+        self.catalog.transact(plan)
+        self._streams.pop(name, None)
+        _remove_tree(uri, self.storage_options)
+        return True
+
+    def stream(self, name: str) -> LakeStream:
+        """The engine of one stream, its config refreshed from the catalog."""
+        rec = self.catalog.get(STREAM, validate_asset_name(name, "stream"))
+        if rec is None:
+            raise api_error("JSStreamNotFoundErr")
+        cached = self._streams.get(name)
+        if cached and cached[0] == rec.rev:
+            return cached[1]
+        cfg = StreamConfig.from_json(rec.body["config"])
+        if cached:
+            engine = cached[1]
+            engine.config = cfg
+        else:
+            engine = LakeStream(
+                cfg,
+                MessageTable(self.stream_uri(name), self.storage_options),
+                partition_key=rec.body.get("partition_key", DEFAULT_PARTITION_KEY),
+                interest_filters=lambda: self._interest_filters(name),
+                created_ns=rec.body["created_ns"],
+            )
+        self._streams[name] = (rec.rev, engine)
+        return engine
+
+    def _interest_filters(self, stream: str) -> list[list[str]]:
+        out = []
+        for rec in self.catalog.list(CONSUMER, stream):
+            c = rec.body["config"]
+            out.append(c.get("filter_subjects") or ([c["filter_subject"]] if c.get("filter_subject") else []))
+        return out
+
+    def stream_info(self, name: str, subjects_filter: str | None = None) -> StreamInfo:
+        engine = self.stream(name)
+        state = engine.state(consumer_count=len(self.catalog.list(CONSUMER, name)))
+        if subjects_filter:
+            stats = engine.index().subject_stats().to_pylist()
+            state.subjects = {
+                r["subject"]: r["msgs"] for r in stats if subject_matches(subjects_filter, r["subject"])
+            }
+        return StreamInfo(engine.config, state, engine.created_ns)
+
+    def streams_info(self, offset: int = 0) -> list[StreamInfo]:
+        return [self.stream_info(r.stream) for r in self.catalog.list(STREAM)][offset:]
+
+    def stream_names(self) -> list[str]:
+        return [r.stream for r in self.catalog.list(STREAM)]
+
+    def find_stream_name_by_subject(self, subject: str) -> str:
+        for rec in self.catalog.list(STREAM):
+            subjects = rec.body["config"].get("subjects") or [rec.stream]
+            if any(subject_matches(f, subject) for f in subjects):
+                return rec.stream
+        raise api_error("JSStreamNotFoundErr")
+
+    # -- publishing ----------------------------------------------------------------------------
+    def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        timeout: float | None = None,
+        stream: str | None = None,
+        headers: H.HeadersLike = None,
+    ) -> PubAck:
+        """nats-py's ``js.publish``: routed by subject; ``stream`` adds ``Nats-Expected-Stream``."""
+        pairs = H.normalize(headers) or []
+        if stream is not None:
+            pairs = [*pairs, (H.EXPECTED_STREAM, stream)]
+        try:
+            name = self.find_stream_name_by_subject(subject)
+        except APIError:
+            raise NoRespondersError(f"no responders: no stream listens on subject {subject!r}") from None
+        ack = self.stream(name).publish_batch(Incoming.one(subject, payload, pairs or None))
+        return ack.acks()[0]
+
+    def publish_batch(self, stream: str, batch: pa.Table | pa.RecordBatch | list[pa.RecordBatch]) -> BatchAck:
+        """Store many messages (columns ``subject``, ``data``, optional ``headers``) in one commit."""
+        if isinstance(batch, list):
+            batch = pa.Table.from_batches(batch)
+        return self.stream(stream).publish_batch(Incoming.from_table(batch))
+
+    # -- maintenance ---------------------------------------------------------------------------
+    def purge_stream(self, name: str, seq: int | None = None, subject: str | None = None, keep: int | None = None) -> bool:
+        self.stream(name).purge(subject=subject, seq=seq, keep=keep)
+        return True
+
+    def purge(self, name: str, seq: int | None = None, subject: str | None = None, keep: int | None = None) -> int:
+        """Like ``purge_stream`` but returns ``purged`` as the server's response carries it."""
+        return self.stream(name).purge(subject=subject, seq=seq, keep=keep)
+
+    def delete_msg(self, stream_name: str, seq: int) -> bool:
+        self.stream(stream_name).delete_msg(seq)
+        return True
+
+    def enforce_limits(self, name: str) -> int:
+        """Apply ``max_age`` and the other limits now (jobs schedule this); returns removed count."""
+        return self.stream(name).enforce_limits()
+
+    # -- reads ---------------------------------------------------------------------------------
+    def direct(self, name: str) -> DirectGet:
+        return DirectGet(self.stream(name))
+
+    def get_msg(
+        self, stream_name: str, seq: int | None = None, subject: str | None = None, direct: bool = False,
+        next: bool = False,
+    ) -> RawStreamMsg:
+        """nats-py's ``get_msg``: by sequence, last by subject, or next by subject from ``seq``."""
+        return self.direct(stream_name).get_msg(seq=seq, subject=subject, next=next)
+
+    def direct_get(self, name: str, request: dict[str, Any]) -> list[RawStreamMsg]:
+        """The full direct-get request (``seq``, ``last_by_subj``, ``next_by_subj``, ``batch``,
+        ``max_bytes``, ``start_time``, ``multi_last``, ``up_to_seq``, ``up_to_time``)."""
+        return self.direct(name).request(request)
+
+
+def _remove_tree(uri: str, storage_options: dict[str, str] | None) -> None:
+    if "://" not in uri or uri.startswith("file://"):
+        shutil.rmtree(uri.removeprefix("file://"), ignore_errors=True)
+        return
+    from pyarrow import fs
+
+    filesystem, path = fs.FileSystem.from_uri(uri)
+    filesystem.delete_dir(path)

@@ -1,0 +1,96 @@
+"""Which messages the stream's limits remove, computed over whole columns.
+
+Given every live message after a publish (the index plus the new rows) this returns the
+sequences that ``max_msgs_per_subject``, ``max_msgs``, ``max_bytes`` and ``max_age`` remove
+under discard-old, in the server's order: per-subject first (keep the newest N of each
+subject), then oldest-first for the totals, and age on its own. Discard-new rejections are
+decided by the publisher before it gets here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def per_subject_excess(rows: pa.Table, max_per_subject: int) -> np.ndarray:
+    """Boolean mask over ``rows`` (sorted by seq): beyond the newest ``max_per_subject`` of its subject."""
+    n = rows.num_rows
+    if max_per_subject <= 0 or n == 0:
+        return np.zeros(n, dtype=bool)
+    codes = pc.dictionary_encode(rows["subject"]).combine_chunks().indices.to_numpy()
+    # Walk newest-first: a message's rank is how many newer ones share its subject.
+    rev_codes = codes[::-1]
+    order = np.argsort(rev_codes, kind="stable")
+    sorted_codes = rev_codes[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_codes)) + 1]
+    group_start = np.repeat(starts, np.diff(np.r_[starts, len(sorted_codes)]))
+    rank_sorted = np.arange(len(sorted_codes)) - group_start
+    rank_rev = np.empty(n, dtype=np.int64)
+    rank_rev[order] = rank_sorted
+    return (rank_rev >= max_per_subject)[::-1]
+
+
+def totals_excess(sizes: np.ndarray, max_msgs: int, max_bytes: int) -> np.ndarray:
+    """Mask of the oldest messages to drop so the rest fit ``max_msgs`` and ``max_bytes``."""
+    n = len(sizes)
+    drop = np.zeros(n, dtype=bool)
+    cut = 0
+    if max_msgs >= 0 and n > max_msgs:
+        cut = n - max_msgs
+    if max_bytes >= 0 and n:
+        suffix = np.cumsum(sizes[::-1])[::-1]  # bytes of message i and everything newer
+        over = np.flatnonzero(suffix > max_bytes)
+        if len(over):
+            cut = max(cut, int(over[-1]) + 1)
+    drop[:cut] = True
+    return drop
+
+
+def expired(ts_ns: np.ndarray, max_age_ns: int, now_ns: int) -> np.ndarray:
+    if max_age_ns <= 0:
+        return np.zeros(len(ts_ns), dtype=bool)
+    return ts_ns <= now_ns - max_age_ns
+
+
+def removal_mask(
+    rows: pa.Table,
+    *,
+    max_msgs: int,
+    max_bytes: int,
+    max_per_subject: int,
+    max_age_ns: int,
+    now_ns: int,
+    discard_old: bool,
+) -> np.ndarray:
+    """All limit removals over ``rows`` (sorted by seq), as one mask."""
+    n = rows.num_rows
+    drop = np.zeros(n, dtype=bool)
+    if n == 0:
+        return drop
+    # Per-subject limits discard the subject's oldest under either discard policy (the
+    # publisher has already rejected what discard_new_per_subject forbids).
+    drop |= per_subject_excess(rows, max_per_subject)
+    if discard_old and (max_msgs >= 0 or max_bytes >= 0):
+        alive = np.flatnonzero(~drop)
+        sizes = rows["size"].to_numpy()[alive]
+        drop[alive[totals_excess(sizes, max_msgs, max_bytes)]] = True
+    drop |= expired(rows["ts_ns"].to_numpy(), max_age_ns, now_ns)
+    return drop
+
+
+def seq_ranges_predicate(all_seqs: np.ndarray, removed: np.ndarray) -> str | None:
+    """A Delta predicate selecting exactly ``removed`` among ``all_seqs`` (both sorted), as
+    few ``seq`` ranges as there are runs of consecutive live messages being removed."""
+    if len(removed) == 0:
+        return None
+    pos = np.searchsorted(all_seqs, removed)
+    breaks = np.flatnonzero(np.diff(pos) != 1) + 1
+    starts = np.r_[0, breaks]
+    ends = np.r_[breaks - 1, len(pos) - 1]
+    parts = []
+    for s, e in zip(starts, ends, strict=True):
+        lo, hi = int(removed[s]), int(removed[e])
+        parts.append(f"seq = {lo}" if lo == hi else f"(seq >= {lo} AND seq <= {hi})")
+    return " OR ".join(parts)

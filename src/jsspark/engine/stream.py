@@ -1,0 +1,558 @@
+"""One lake stream: the server's publish, limits, retention, purge and delete semantics.
+
+A publish is planned on a pinned snapshot and its in-memory index, then committed as one
+Delta commit (see ``table.py``). If another writer committed first, the plan is thrown away
+and made again on the new state, so every check (dedup, expectations, limits) is decided on
+the state the commit actually follows.
+
+Batches are atomic: ``publish_batch`` stores all of its messages or none and raises the
+first message's error as the server would have answered it for that message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from jsspark.engine import headers as H
+from jsspark.engine.api import BatchAck, StreamState
+from jsspark.engine.index import MessageIndex
+from jsspark.engine.limits import removal_mask, seq_ranges_predicate
+from jsspark.engine.partitioning import PartitionKey
+from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, column_stored_size
+from jsspark.engine.table import ConcurrentCommit, MessageTable, Snapshot
+from jsspark.errors import APIError, JSSparkError, api_error
+from jsspark.subjects import SubjectTransform, match_filter, subject_matches
+
+MAX_HEADER_BYTES = 65535
+MAX_ATTEMPTS = 100
+
+
+class NoRespondersError(JSSparkError):
+    """No stream listens on the subject: what a NATS client sees as "no responders"."""
+
+
+def _v(x: Any) -> Any:
+    return x.value if isinstance(x, Enum) else x
+
+
+@dataclass
+class Incoming:
+    """Messages to publish, as Arrow columns of equal length."""
+
+    subject: pa.Array
+    data: pa.Array
+    headers: pa.Array
+
+    def __len__(self) -> int:
+        return len(self.subject)
+
+    @classmethod
+    def from_table(cls, table: pa.Table | pa.RecordBatch) -> Incoming:
+        names = table.schema.names
+        if "subject" not in names:
+            raise ValueError("publish_batch needs a 'subject' column")
+        n = table.num_rows
+        subject = _col(table, "subject").cast(pa.string())
+        data = _col(table, "data").cast(pa.binary()) if "data" in names else pa.array([b""] * n, pa.binary())
+        if "headers" in names:
+            hcol = _col(table, "headers")
+            headers = hcol if hcol.type == H.HEADER_TYPE else H.to_arrow([H.normalize(v) for v in hcol.to_pylist()])
+        else:
+            headers = pa.nulls(n, H.HEADER_TYPE)
+        return cls(subject, data, headers)
+
+    @classmethod
+    def one(cls, subject: str, payload: bytes, headers: H.HeadersLike) -> Incoming:
+        return cls(
+            pa.array([subject], pa.string()),
+            pa.array([bytes(payload)], pa.binary()),
+            H.to_arrow([H.normalize(headers)]),
+        )
+
+
+def _col(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
+    col = table.column(name)
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+@dataclass
+class Plan:
+    rows: pa.Table  # to store (full MESSAGE_SCHEMA)
+    removed: np.ndarray  # existing seqs a limit removes
+    last_seq: int
+    seqs: np.ndarray  # per input row
+    duplicates: np.ndarray
+    state: dict[str, Any]
+
+
+class LakeStream:
+    """A stream's semantics over its ``MessageTable``; one instance per process and stream."""
+
+    def __init__(
+        self,
+        config: Any,
+        table: MessageTable,
+        *,
+        partition_key: str,
+        interest_filters: Callable[[], list[list[str]]],
+        created_ns: int,
+    ) -> None:
+        self.config = config
+        self.table = table
+        self.partition = PartitionKey(partition_key)
+        self.interest_filters = interest_filters
+        self.created_ns = created_ns
+        self._index: MessageIndex | None = None
+        self._last_ts_ns = 0
+        # Msg ids this process accepted, kept for the dedup window even when a limit, a purge
+        # or interest retention removed the message, as the server's dedup map does. Like the
+        # server after a restart, another process knows only the ids of stored messages.
+        self._recent_ids: dict[str, tuple[int, int]] = {}
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    # -- state ---------------------------------------------------------------------------------
+    def _load(self) -> tuple[Snapshot, MessageIndex]:
+        snap = self.table.snapshot()
+        if self._index is None or self._index.version != snap.version:
+            rows = self.table.read(snap, columns=INDEX_COLUMNS)
+            self._index = MessageIndex(rows, snap.version)
+            recorded = self.table.recorded_state(snap)
+            last_ts = int(pc.max(rows["ts_ns"]).as_py() or 0) if rows.num_rows else 0
+            self._last_ts_ns = max(last_ts, int(recorded["last_ts_ns"]) if recorded else 0)
+        return snap, self._index
+
+    def state(self, consumer_count: int = 0) -> StreamState:
+        """State from the newest commit's record; the index only if another engine wrote last."""
+        snap = self.table.snapshot()
+        recorded = self.table.recorded_state(snap)
+        if recorded is None:
+            snap, index = self._load()
+            recorded = self._state_of(index, snap.last_seq, self._last_ts_ns)
+        return StreamState(consumer_count=consumer_count, **recorded)
+
+    @staticmethod
+    def _state_of(index: MessageIndex, last_seq: int, last_ts_ns: int) -> dict[str, Any]:
+        first = index.first()
+        msgs = index.msgs
+        first_seq, first_ts = first if first else (last_seq + 1, 0)
+        return {
+            "messages": msgs,
+            "bytes": index.bytes,
+            "first_seq": first_seq,
+            "first_ts_ns": first_ts,
+            "last_seq": last_seq,
+            "last_ts_ns": last_ts_ns,
+            "num_subjects": index.num_subjects,
+            "num_deleted": (last_seq - first_seq + 1 - msgs) if msgs else 0,
+        }
+
+    # -- publish -------------------------------------------------------------------------------
+    def publish_batch(self, batch: Incoming, *, now_ns: int | None = None) -> BatchAck:
+        """Store ``batch`` atomically with the server's per-message semantics."""
+        self._check_routable(batch)
+        for _ in range(MAX_ATTEMPTS):
+            snap, index = self._load()
+            now = now_ns or time.time_ns()
+            plan = self._plan(snap, index, batch, now)
+            if plan.last_seq == snap.last_seq and not len(plan.removed):
+                # all duplicates: nothing to commit
+                return BatchAck(self.name, plan.seqs, plan.duplicates, 0)
+            try:
+                version = self.table.commit(
+                    snap,
+                    plan.rows,
+                    last_seq=plan.last_seq,
+                    remove_predicate=seq_ranges_predicate(index.rows["seq"].to_numpy(), plan.removed),
+                    state=plan.state,
+                )
+            except ConcurrentCommit:
+                continue
+            self._after_commit(index, snap, version, plan.rows, plan.removed, plan.state)
+            self._remember_ids(batch, plan, now)
+            return BatchAck(self.name, plan.seqs, plan.duplicates, plan.rows.num_rows)
+        raise RuntimeError(f"stream {self.name}: gave up publishing after {MAX_ATTEMPTS} concurrent commits")
+
+    def _after_commit(
+        self, index: MessageIndex, snap: Snapshot, version: int, added: pa.Table | None,
+        removed: np.ndarray | None, state: dict[str, Any],
+    ) -> None:
+        if version == snap.version + 1:
+            index.apply(added, removed, version)
+            self._last_ts_ns = state["last_ts_ns"]
+        else:  # someone else's commit slipped in between: rebuild on next use
+            self._index = None
+
+    def _known_ids(self, index: MessageIndex, since_ns: int) -> dict[str, int]:
+        self._recent_ids = {k: v for k, v in self._recent_ids.items() if v[1] >= since_ns}
+        known = {k: seq for k, (seq, _) in self._recent_ids.items()}
+        known.update(index.msg_ids_since(since_ns))
+        return known
+
+    def _remember_ids(self, batch: Incoming, plan: Plan, now: int) -> None:
+        if not int(self.config.duplicate_window or 0):
+            return
+        ids = H.column_lookup(batch.headers, H.MSG_ID)
+        if ids.null_count == len(ids):
+            return
+        for mid, seq, dup in zip(ids.to_pylist(), plan.seqs, plan.duplicates, strict=True):
+            if mid is not None and not dup:
+                self._recent_ids[mid] = (int(seq), now)
+
+    def _check_routable(self, batch: Incoming) -> None:
+        if self.config.mirror is not None:
+            raise NoRespondersError(f"stream {self.name} is a mirror and takes no direct publishes")
+        subjects = self.config.subjects or [self.name]
+        ok = match_filter(batch.subject, subjects)
+        if not pc.all(ok).as_py():
+            bad = batch.subject.filter(pc.invert(ok))[0].as_py()
+            raise NoRespondersError(f"no responders: stream {self.name} does not listen on subject {bad!r}")
+
+    def _plan(self, snap: Snapshot, index: MessageIndex, batch: Incoming, now: int) -> Plan:
+        cfg = self.config
+        if cfg.sealed:
+            raise api_error("JSStreamSealedErr")
+        subjects = batch.subject
+        if cfg.subject_transform is not None and cfg.subject_transform.dest:
+            subjects = SubjectTransform(cfg.subject_transform.src or ">", cfg.subject_transform.dest).apply_array(
+                subjects, keep_unmatched=True
+            )
+        n = len(batch)
+        msg_ids = H.column_lookup(batch.headers, H.MSG_ID)
+        hdr_len = H.column_encoded_len(batch.headers)
+        data_len = pc.fill_null(pc.binary_length(batch.data), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        window = int(cfg.duplicate_window or 0)
+        known_ids = self._known_ids(index, now - window) if window > 0 else {}
+        if H.column_has_prefix(batch.headers, H.EXPECTED_PREFIX).any():
+            accepted, seqs = self._check_sequential(snap, index, batch, subjects, msg_ids, known_ids, hdr_len, data_len)
+        else:
+            accepted, seqs = self._check_vectorised(snap, batch, msg_ids, known_ids, hdr_len, data_len, window)
+        duplicates = ~accepted
+        last_seq = snap.last_seq + int(accepted.sum())
+
+        # Interest retention: a message no consumer wants is not stored, but uses its sequence.
+        store = accepted.copy()
+        if _v(cfg.retention) == "interest":
+            filters = self.interest_filters()
+            if not filters:
+                store[:] = False
+            else:
+                wanted = np.zeros(n, dtype=bool)
+                for fs in filters:
+                    wanted |= match_filter(subjects, fs or [">"]).to_numpy(zero_copy_only=False)
+                store &= wanted
+
+        idx = pa.array(np.flatnonzero(store), pa.int64())
+        new_subjects = subjects.take(idx)
+        new_headers = batch.headers.take(idx)
+        new_data = batch.data.take(idx)
+        k = len(idx)
+        ts = np.full(k, now, dtype=np.int64)
+        rows = pa.Table.from_arrays(
+            [
+                pa.array(seqs[store], pa.int64()),
+                pa.array(ts),
+                pa.array(ts // 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                new_subjects,
+                new_headers,
+                new_data,
+                msg_ids.take(idx),
+                pa.array(column_stored_size(new_subjects, new_headers, new_data)),
+                self.partition.of(new_subjects),
+            ],
+            schema=MESSAGE_SCHEMA,
+        )
+        self._check_discard_new(index, rows)
+        combined = pa.concat_tables([index.rows, rows.select(INDEX_COLUMNS).cast(index.rows.schema)])
+        drop = removal_mask(
+            combined,
+            max_msgs=int(cfg.max_msgs),
+            max_bytes=int(cfg.max_bytes),
+            max_per_subject=int(cfg.max_msgs_per_subject),
+            max_age_ns=int(cfg.max_age or 0),
+            now_ns=now,
+            discard_old=_v(cfg.discard) != "new",
+        )
+        n_old = index.rows.num_rows
+        removed = combined["seq"].to_numpy()[:n_old][drop[:n_old]]
+        if drop[n_old:].any():
+            rows = rows.filter(pa.array(~drop[n_old:]))
+        survivors = MessageIndex(combined.filter(pa.array(~drop)), -1)
+        last_ts = now if accepted.any() else self._last_ts_ns
+        return Plan(rows, removed, last_seq, seqs, duplicates, self._state_of(survivors, last_seq, last_ts))
+
+    def _check_vectorised(
+        self, snap: Snapshot, batch: Incoming, msg_ids: pa.Array, known: dict[str, int],
+        hdr_len: np.ndarray, data_len: np.ndarray, window: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """No expectation headers anywhere in the batch: every check is a column operation."""
+        n = len(batch)
+        if H.column_has_prefix(batch.headers, H.STREAM_SOURCE).any():
+            raise api_error("JSMessageSourceHdrNotAllowedErr")
+        accepted = np.ones(n, dtype=bool)
+        orig = np.zeros(n, dtype=np.int64)
+        if window > 0 and msg_ids.null_count < n:
+            ids = msg_ids.to_pylist()
+            first_at: dict[str, int] = {}
+            for i, mid in enumerate(ids):
+                if mid is None:
+                    continue
+                if mid in known:
+                    accepted[i] = False
+                    orig[i] = known[mid]
+                elif mid in first_at:
+                    accepted[i] = False
+                    orig[i] = -first_at[mid] - 1  # resolved below once seqs exist
+                else:
+                    first_at[mid] = i
+        self._check_sizes(hdr_len, data_len, accepted)
+        seqs = snap.last_seq + np.cumsum(accepted, dtype=np.int64)
+        seqs = np.where(accepted, seqs, orig)
+        in_batch = seqs < 0
+        if in_batch.any():
+            seqs[in_batch] = seqs[-seqs[in_batch] - 1]
+        return accepted, seqs
+
+    def _check_sizes(self, hdr_len: np.ndarray, data_len: np.ndarray, accepted: np.ndarray) -> None:
+        if (hdr_len[accepted] > MAX_HEADER_BYTES).any():
+            raise api_error("JSStreamHeaderExceedsMaximumErr")
+        max_size = int(self.config.max_msg_size)
+        if max_size >= 0 and ((hdr_len + data_len)[accepted] > max_size).any():
+            raise api_error("JSStreamMessageExceedsMaximumErr")
+
+    def _check_sequential(
+        self, snap: Snapshot, index: MessageIndex, batch: Incoming, subjects: pa.Array,
+        msg_ids: pa.Array, known: dict[str, int], hdr_len: np.ndarray, data_len: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Expectation headers present: check message by message, in the server's order."""
+        n = len(batch)
+        accepted = np.zeros(n, dtype=bool)
+        seqs = np.zeros(n, dtype=np.int64)
+        last_seq = snap.last_seq
+        last_id = index.last_msg_id()
+        subj_list = subjects.to_pylist()
+        hdr_list = [H.from_arrow(h) for h in batch.headers.to_pylist()]
+        ids = msg_ids.to_pylist()
+        batch_last: dict[str, int] = {}  # literal subject -> last seq assigned in this batch
+        window = int(self.config.duplicate_window or 0)
+        for i in range(n):
+            hdrs, subject = hdr_list[i], subj_list[i]
+            exp_stream = H.get(hdrs, H.EXPECTED_STREAM)
+            if exp_stream is not None and exp_stream != self.name:
+                raise api_error("JSStreamNotMatchErr")
+            exp_subj_seq = H.get(hdrs, H.EXPECTED_LAST_SUBJ_SEQ)
+            exp_subj = H.get(hdrs, H.EXPECTED_LAST_SUBJ_SEQ_SUBJ)
+            if exp_subj_seq is not None:
+                want = _parse_seq(exp_subj_seq)
+                on = exp_subj or subject
+                actual = self._last_seq_on(index, batch_last, on)
+                if want != actual:
+                    raise api_error("JSStreamWrongLastSequenceErrF", seq=actual)
+            elif exp_subj is not None:
+                raise api_error("JSStreamExpectedLastSeqPerSubjectInvalid")
+            exp_seq = H.get(hdrs, H.EXPECTED_LAST_SEQ)
+            if exp_seq is not None and _parse_seq(exp_seq) != last_seq:
+                raise api_error("JSStreamWrongLastSequenceErrF", seq=last_seq)
+            if H.get(hdrs, H.STREAM_SOURCE) is not None:
+                raise api_error("JSMessageSourceHdrNotAllowedErr")
+            mid = ids[i]
+            if window > 0 and mid is not None and mid in known:
+                seqs[i] = known[mid]
+                continue
+            exp_id = H.get(hdrs, H.EXPECTED_LAST_MSG_ID)
+            if exp_id is not None and exp_id != last_id:
+                raise api_error("JSStreamWrongLastMsgIDErrF", id=last_id)
+            one = np.array([True])
+            self._check_sizes(hdr_len[i : i + 1], data_len[i : i + 1], one)
+            last_seq += 1
+            accepted[i] = True
+            seqs[i] = last_seq
+            batch_last[subject] = last_seq
+            last_id = mid or ""
+            if mid is not None and window > 0:
+                known[mid] = last_seq
+        return accepted, seqs
+
+    @staticmethod
+    def _last_seq_on(index: MessageIndex, batch_last: dict[str, int], subject: str) -> int:
+        """Last stored seq on a subject or filter, counting this batch's earlier messages."""
+        if "*" in subject.split(".") or ">" in subject.split("."):
+            stats = index.subject_stats()
+            hit = stats.filter(match_filter(stats["subject"], subject))
+            base = int(pc.max(hit["last_seq"]).as_py() or 0) if hit.num_rows else 0
+            mine = [s for subj, s in batch_last.items() if subject_matches(subject, subj)]
+            return max([base, *mine])
+        return batch_last.get(subject) or index.last_seq_of(subject)
+
+    def _check_discard_new(self, index: MessageIndex, rows: pa.Table) -> None:
+        cfg = self.config
+        if _v(cfg.discard) != "new" or rows.num_rows == 0:
+            return
+        per_subj = int(cfg.max_msgs_per_subject)
+        replaced = 0
+        replaced_bytes = 0
+        if per_subj > 0:
+            stats = index.subject_stats()
+            new_counts = rows.group_by("subject").aggregate([("seq", "count")])
+            joined = new_counts.join(stats, "subject", join_type="left outer")
+            existing = pc.fill_null(joined["msgs"], 0).to_numpy(zero_copy_only=False)
+            incoming = joined["seq_count"].to_numpy(zero_copy_only=False)
+            over = existing + incoming - per_subj
+            if (over > 0).any():
+                if cfg.discard_new_per_subject:
+                    raise api_error("JSStreamStoreFailedF", err="maximum messages per subject exceeded")
+                replaced = int(np.clip(over, 0, None).sum())
+                replaced_bytes = self._oldest_bytes_of(index, joined["subject"], np.clip(over, 0, existing))
+        k = rows.num_rows
+        if int(cfg.max_msgs) >= 0 and index.msgs + k - replaced > int(cfg.max_msgs):
+            raise api_error("JSStreamStoreFailedF", err="maximum messages exceeded")
+        new_bytes = int(pc.sum(rows["size"]).as_py() or 0)
+        if int(cfg.max_bytes) >= 0 and index.bytes + new_bytes - replaced_bytes > int(cfg.max_bytes):
+            raise api_error("JSStreamStoreFailedF", err="maximum bytes exceeded")
+
+    @staticmethod
+    def _oldest_bytes_of(index: MessageIndex, subjects: pa.ChunkedArray, counts: np.ndarray) -> int:
+        """Bytes of the ``counts[i]`` oldest stored messages of each ``subjects[i]``."""
+        total = 0
+        for subject, c in zip(subjects.to_pylist(), counts, strict=True):
+            if c <= 0:
+                continue
+            mine = index.rows.filter(pc.equal(index.rows["subject"], subject))
+            total += int(pc.sum(mine["size"].slice(0, int(c))).as_py() or 0)
+        return total
+
+    # -- removal -------------------------------------------------------------------------------
+    def remove_seqs(self, choose: Callable[[Snapshot, MessageIndex], np.ndarray]) -> int:
+        """Commit the removal of the live seqs ``choose`` picks on the current state; returns how many."""
+        for _ in range(MAX_ATTEMPTS):
+            snap, index = self._load()
+            removed = np.asarray(choose(snap, index), dtype=np.int64)
+            if not len(removed):
+                return 0
+            all_seqs = index.rows["seq"].to_numpy()
+            survivors = MessageIndex(
+                index.rows.filter(pc.invert(pc.is_in(index.rows["seq"], value_set=pa.array(removed)))), -1
+            )
+            state = self._state_of(survivors, snap.last_seq, self._last_ts_ns)
+            try:
+                version = self.table.commit(
+                    snap, None, last_seq=snap.last_seq, remove_predicate=seq_ranges_predicate(all_seqs, removed),
+                    state=state,
+                )
+            except ConcurrentCommit:
+                continue
+            self._after_commit(index, snap, version, None, removed, state)
+            return len(removed)
+        raise RuntimeError(f"stream {self.name}: gave up after {MAX_ATTEMPTS} concurrent commits")
+
+    def purge(self, subject: str | None = None, seq: int | None = None, keep: int | None = None) -> int:
+        """The server's ``PurgeEx``: ``seq`` is exclusive; ``keep`` keeps the newest K across the filter."""
+        if self.config.deny_purge:
+            raise api_error("JSStreamPurgeFailedF", err="stream purge not permitted")
+        if self.config.sealed:
+            raise api_error("JSStreamSealedErr")
+        if seq is not None and keep is not None:
+            raise api_error("JSBadRequestErr")
+        if not subject and not keep and seq is not None and seq > 1:
+            return self._compact(seq)
+
+        def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
+            rows = index.rows
+            mask = match_filter(rows["subject"], subject) if subject and subject != ">" else pa.array(
+                np.ones(rows.num_rows, dtype=bool)
+            )
+            if seq is not None and seq > 0:
+                mask = pc.and_(mask, pc.less(rows["seq"], seq))
+            chosen = rows["seq"].filter(mask).to_numpy()
+            if keep:
+                chosen = chosen[: max(len(chosen) - keep, 0)]
+            return chosen
+
+        return self.remove_seqs(choose)
+
+    def _compact(self, seq: int) -> int:
+        """Purge everything below ``seq``; past the last seq, the next seq becomes ``seq``."""
+        for _ in range(MAX_ATTEMPTS):
+            snap, index = self._load()
+            all_seqs = index.rows["seq"].to_numpy()
+            removed = all_seqs[all_seqs < seq]
+            last_seq = max(snap.last_seq, seq - 1)
+            survivors = MessageIndex(index.rows.filter(pc.greater_equal(index.rows["seq"], seq)), -1)
+            state = self._state_of(survivors, last_seq, self._last_ts_ns)
+            if not len(removed) and last_seq == snap.last_seq:
+                return 0
+            try:
+                version = self.table.commit(
+                    snap, None, last_seq=last_seq, remove_predicate=f"seq < {seq}" if len(removed) else None,
+                    state=state,
+                )
+            except ConcurrentCommit:
+                continue
+            self._after_commit(index, snap, version, None, removed, state)
+            return len(removed)
+        raise RuntimeError(f"stream {self.name}: gave up after {MAX_ATTEMPTS} concurrent commits")
+
+    def delete_msg(self, seq: int) -> None:
+        if self.config.deny_delete:
+            raise api_error("JSStreamMsgDeleteFailedF", err="message delete not permitted")
+        if self.config.sealed:
+            raise api_error("JSStreamSealedErr")
+
+        def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
+            hit = pc.equal(index.rows["seq"], seq)
+            if not pc.any(hit).as_py():
+                # the file store's answers: past the end of the stream, or a gap inside it
+                err = "stream store EOF" if seq > snap.last_seq else "no message found"
+                raise api_error("JSStreamMsgDeleteFailedF", err=err)
+            return np.array([seq])
+
+        self.remove_seqs(choose)
+
+    def enforce_limits(self, now_ns: int | None = None) -> int:
+        """Apply ``max_age`` (and any limit lowered by a config update) now; returns removed count."""
+        cfg = self.config
+
+        def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
+            drop = removal_mask(
+                index.rows,
+                max_msgs=int(cfg.max_msgs),
+                max_bytes=int(cfg.max_bytes),
+                max_per_subject=int(cfg.max_msgs_per_subject),
+                max_age_ns=int(cfg.max_age or 0),
+                now_ns=now_ns or time.time_ns(),
+                discard_old=True,
+            )
+            return index.rows["seq"].to_numpy()[drop]
+
+        return self.remove_seqs(choose)
+
+    # -- reads ---------------------------------------------------------------------------------
+    def read(self, filter: ds.Expression | None = None, columns: Sequence[str] | None = None) -> pa.Table:
+        snap = self.table.snapshot()
+        return self.table.read(snap, filter=filter, columns=list(columns) if columns else None)
+
+    def index(self) -> MessageIndex:
+        return self._load()[1]
+
+
+def _parse_seq(text: str) -> int:
+    """The server parses expected sequences as uint64; anything else is -1 (never matches)."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        return -1
+    return value if value >= 0 else -1
+
+
+__all__ = ["APIError", "Incoming", "LakeStream", "NoRespondersError"]

@@ -1,0 +1,178 @@
+"""One stream's messages as a Delta table: commits that keep sequences unique and contiguous.
+
+Every commit that changes a stream carries a Delta ``txn`` action with app id
+``jsspark.seq``, whose version is the stream's last assigned sequence. That gives two things
+with no scan and no lock service:
+
+- ``last_seq`` is read from the log (``DeltaTable.transaction_version``);
+- two writers that both read the same snapshot carry the same app id, so Delta's conflict
+  checker fails the loser (``CommitFailedError``: concurrent transaction). The loser reloads,
+  re-plans on the new state and tries again: sequences are never duplicated or skipped,
+  whatever process the writers run in.
+
+Commits also record the stream's resulting state in ``commitInfo`` (key ``jsspark.state``) so
+``stream_info`` reads it from the newest commit instead of scanning.
+
+Tables stay readable by Spark's Delta connector: reader 1 / writer 2, UTC timestamps, no
+deletion vectors (delta-rs never writes them).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from jsspark.engine.schema import MESSAGE_SCHEMA, PARTITION_COLUMN
+
+SEQ_APP_ID = "jsspark.seq"
+STATE_KEY = "jsspark.state"
+
+
+class ConcurrentCommit(Exception):
+    """Another writer committed first; the caller re-plans on the new snapshot."""
+
+
+@dataclass
+class Snapshot:
+    """A pinned version of a stream table and the sequence counter it carries."""
+
+    table: DeltaTable
+    version: int
+    last_seq: int
+
+
+class MessageTable:
+    """Delta I/O for one stream; knows nothing of JetStream rules."""
+
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
+        self.uri = uri
+        self.storage_options = storage_options
+        self._dt: DeltaTable | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, uri: str, storage_options: dict[str, str] | None = None, *, name: str = "") -> MessageTable:
+        DeltaTable.create(
+            uri,
+            MESSAGE_SCHEMA,
+            mode="ignore",
+            partition_by=[PARTITION_COLUMN],
+            name=name or None,
+            description="jsspark lake stream",
+            storage_options=storage_options,
+        )
+        return cls(uri, storage_options)
+
+    def exists(self) -> bool:
+        return DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options)
+
+    def snapshot(self) -> Snapshot:
+        """The newest version (incrementally refreshed)."""
+        if self._dt is None:
+            try:
+                self._dt = DeltaTable(self.uri, storage_options=self.storage_options)
+            except TableNotFoundError:
+                raise FileNotFoundError(f"no lake stream table at {self.uri}") from None
+        else:
+            self._dt.update_incremental()
+        return self._pin(self._dt)
+
+    def at_version(self, version: int) -> Snapshot:
+        return self._pin(DeltaTable(self.uri, version=version, storage_options=self.storage_options))
+
+    @staticmethod
+    def _pin(dt: DeltaTable) -> Snapshot:
+        return Snapshot(dt, dt.version(), dt.transaction_version(SEQ_APP_ID) or 0)
+
+    # -- reads -------------------------------------------------------------------------------
+    @staticmethod
+    def dataset(snap: Snapshot) -> ds.Dataset:
+        return snap.table.to_pyarrow_dataset()
+
+    def read(
+        self,
+        snap: Snapshot,
+        filter: ds.Expression | None = None,
+        columns: list[str] | None = None,
+    ) -> pa.Table:
+        return self.dataset(snap).to_table(columns=columns, filter=filter)
+
+    @staticmethod
+    def recorded_state(snap: Snapshot) -> dict[str, Any] | None:
+        """The state the newest commit recorded, if that commit was ours."""
+        hist = snap.table.history(1)
+        if not hist:
+            return None
+        raw = hist[0].get(STATE_KEY)
+        if raw is None:
+            return None
+        state = json.loads(raw)
+        return state if state.get("last_seq") == snap.last_seq else None
+
+    @staticmethod
+    def file_stats(snap: Snapshot) -> pa.Table:
+        """One row per data file: path, num_records, min/max of seq and ts_ns, partition."""
+        return pa.table(snap.table.get_add_actions(flatten=True))
+
+    # -- writes ------------------------------------------------------------------------------
+    def commit(
+        self,
+        snap: Snapshot,
+        rows: pa.Table | None,
+        *,
+        last_seq: int,
+        remove_predicate: str | None = None,
+        state: dict[str, Any] | None = None,
+        app_transactions: list[Transaction] | None = None,
+    ) -> int:
+        """Append ``rows`` and remove what ``remove_predicate`` matches, as one Delta commit.
+
+        Raises ``ConcurrentCommit`` when another writer committed after ``snap``.
+        Returns the new table version.
+        """
+        txns = [Transaction(SEQ_APP_ID, last_seq), *(app_transactions or [])]
+        props = CommitProperties(
+            app_transactions=txns,
+            custom_metadata={STATE_KEY: json.dumps(state)} if state is not None else None,
+            max_commit_retries=0,
+        )
+        try:
+            if rows is not None and rows.num_rows:
+                rows = rows.select(MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA)
+                if remove_predicate:
+                    # Predicate overwrite: delete matches and add the new rows atomically. The new
+                    # rows satisfy the predicate through its ``seq > snapshot last`` arm.
+                    write_deltalake(
+                        snap.table,
+                        rows,
+                        mode="overwrite",
+                        predicate=f"({remove_predicate}) OR seq > {snap.last_seq}",
+                        partition_by=[PARTITION_COLUMN],
+                        commit_properties=props,
+                    )
+                else:
+                    write_deltalake(
+                        snap.table, rows, mode="append", partition_by=[PARTITION_COLUMN], commit_properties=props
+                    )
+            elif remove_predicate:
+                snap.table.delete(remove_predicate, commit_properties=props)
+            else:
+                # Nothing stored (e.g. interest retention, no interest) but sequences consumed:
+                # an empty append still records the new last sequence.
+                write_deltalake(
+                    snap.table,
+                    MESSAGE_SCHEMA.empty_table(),
+                    mode="append",
+                    partition_by=[PARTITION_COLUMN],
+                    commit_properties=props,
+                )
+        except CommitFailedError as e:
+            raise ConcurrentCommit(str(e)) from e
+        snap.table.update_incremental()
+        return snap.table.version()

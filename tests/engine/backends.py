@@ -1,0 +1,176 @@
+"""Two backends that run the same scenario: a real nats-server and a lake.
+
+Both answer in the server's wire shapes (publish ack or ``{"error": ...}`` dicts, stream state
+dicts, stored messages as tuples), so a differential test is a list of steps and one
+``assert server == lake`` per step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import nats
+
+from jsspark.engine import headers as H
+from jsspark.engine.lake import Lake
+from jsspark.errors import APIError, DirectGetError
+
+STATE_KEYS = ("messages", "bytes", "first_seq", "last_seq", "num_subjects", "num_deleted", "consumer_count")
+
+
+def _ack(d: dict[str, Any]) -> dict[str, Any]:
+    if "error" in d:
+        return {"error": d["error"]}
+    out = {"stream": d["stream"], "seq": d["seq"]}
+    if d.get("duplicate"):
+        out["duplicate"] = True
+    return out
+
+
+class ServerBackend:
+    """Raw JetStream API requests with nats-py, on a private event loop (sync for tests)."""
+
+    def __init__(self, url: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.nc = self.loop.run_until_complete(nats.connect(url))
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.nc.close())
+        self.loop.close()
+
+    def _req(self, subject: str, body: Any = None, headers: dict[str, str] | None = None) -> dict[str, Any]:
+        payload = b"" if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        msg = self.loop.run_until_complete(self.nc.request(subject, payload, timeout=5, headers=headers))
+        return json.loads(msg.data)
+
+    def add_stream(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        r = self._req(f"$JS.API.STREAM.CREATE.{cfg['name']}", cfg)
+        return {"error": r["error"]} if "error" in r else {"ok": True}
+
+    def delete_stream(self, name: str) -> None:
+        self._req(f"$JS.API.STREAM.DELETE.{name}")
+
+    def add_consumer(self, stream: str, cfg: dict[str, Any]) -> dict[str, Any]:
+        name = cfg.get("durable_name") or cfg.get("name")
+        r = self._req(f"$JS.API.CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": cfg})
+        return {"error": r["error"]} if "error" in r else {"ok": True}
+
+    def publish(self, subject: str, data: bytes = b"", headers: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+        hdrs = dict(headers) if headers else None
+        msg = self.loop.run_until_complete(self.nc.request(subject, data, timeout=5, headers=hdrs))
+        return _ack(json.loads(msg.data))
+
+    def state(self, name: str) -> dict[str, Any]:
+        s = self._req(f"$JS.API.STREAM.INFO.{name}")["state"]
+        return {k: s.get(k, 0) for k in STATE_KEYS}
+
+    def purge(self, name: str, **req: Any) -> dict[str, Any]:
+        r = self._req(f"$JS.API.STREAM.PURGE.{name}", {k: v for k, v in req.items() if v is not None})
+        return {"error": r["error"]} if "error" in r else {"purged": r["purged"]}
+
+    def delete_msg(self, name: str, seq: int) -> dict[str, Any]:
+        r = self._req(f"$JS.API.STREAM.MSG.DELETE.{name}", {"seq": seq})
+        return {"error": r["error"]} if "error" in r else {"ok": True}
+
+    def messages(self, name: str) -> list[tuple[int, str, bytes, list[tuple[str, str]] | None]]:
+        """Every stored message, read back one by one through the get API."""
+        st = self._req(f"$JS.API.STREAM.INFO.{name}")["state"]
+        out = []
+        for seq in range(st["first_seq"], st["last_seq"] + 1):
+            r = self._req(f"$JS.API.STREAM.MSG.GET.{name}", {"seq": seq})
+            if "error" in r:
+                continue
+            m = r["message"]
+            import base64
+
+            hdrs = H.decode(base64.b64decode(m["hdrs"]))[0] if m.get("hdrs") else None
+            out.append((m["seq"], m["subject"], base64.b64decode(m.get("data") or ""), hdrs or None))
+        return out
+
+    def direct_get(self, name: str, req: dict[str, Any]) -> list[tuple[str, dict[str, str], bytes]]:
+        """Every reply to a direct get: (status, headers, data); batches end with the 204 EOB."""
+        inbox = self.nc.new_inbox()
+        replies: list[tuple[str, dict[str, str], bytes]] = []
+
+        async def go() -> None:
+            done = asyncio.Event()
+
+            async def cb(msg: Any) -> None:
+                status = "" if msg.headers is None else (msg.headers.get("Status", "") + " " + msg.headers.get(
+                    "Description", "")).strip()
+                hdrs = {k: v for k, v in (msg.headers or {}).items() if k not in ("Status", "Description")}
+                replies.append((status, hdrs, msg.data))
+                if status or not _is_batch(req):
+                    done.set()
+
+            sub = await self.nc.subscribe(inbox, cb=cb)
+            await self.nc.publish(f"$JS.API.DIRECT.GET.{name}", json.dumps(req).encode(), reply=inbox)
+            await asyncio.wait_for(done.wait(), 5)
+            await sub.unsubscribe()
+
+        self.loop.run_until_complete(go())
+        return replies
+
+
+def _is_batch(req: dict[str, Any]) -> bool:
+    return bool(req.get("batch") or req.get("multi_last"))
+
+
+class LakeBackend:
+    def __init__(self, lake: Lake) -> None:
+        self.lake = lake
+
+    @staticmethod
+    def _call(fn: Any, *a: Any, **kw: Any) -> Any:
+        try:
+            return fn(*a, **kw)
+        except APIError as e:
+            return {"error": e.to_dict()}
+
+    def add_stream(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        r = self._call(self.lake.add_stream, cfg)
+        return r if isinstance(r, dict) else {"ok": True}
+
+    def add_consumer(self, stream: str, cfg: dict[str, Any]) -> dict[str, Any]:
+        r = self._call(self.lake.add_consumer, stream, cfg)
+        return r if isinstance(r, dict) else {"ok": True}
+
+    def publish(self, subject: str, data: bytes = b"", headers: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+        r = self._call(self.lake.publish, subject, data, headers=headers)
+        if isinstance(r, dict):
+            return r
+        out = {"stream": r.stream, "seq": r.seq}
+        if r.duplicate:
+            out["duplicate"] = True
+        return out
+
+    def state(self, name: str) -> dict[str, Any]:
+        s = self.lake.stream_info(name).state
+        return {k: getattr(s, k) for k in STATE_KEYS}
+
+    def purge(self, name: str, **req: Any) -> dict[str, Any]:
+        r = self._call(self.lake.purge, name, **req)
+        return r if isinstance(r, dict) else {"purged": r}
+
+    def delete_msg(self, name: str, seq: int) -> dict[str, Any]:
+        r = self._call(self.lake.delete_msg, name, seq)
+        return r if isinstance(r, dict) else {"ok": True}
+
+    def messages(self, name: str) -> list[tuple[int, str, bytes, list[tuple[str, str]] | None]]:
+        t = self.lake.stream(name).read(columns=["seq", "subject", "data", "headers"]).sort_by("seq")
+        return [(r["seq"], r["subject"], r["data"] or b"", H.from_arrow(r["headers"])) for r in t.to_pylist()]
+
+    def direct_get(self, name: str, req: dict[str, Any]) -> list[tuple[str, dict[str, str], bytes]]:
+        try:
+            reply = self.lake.direct_get(name, req)
+        except DirectGetError as e:
+            return [(f"{e.status} {e.description}", {}, b"")]
+        out = [
+            ("", {**dict(m.header_pairs or []), **h}, m.data)
+            for m, h in zip(reply.messages, reply.reply_headers, strict=True)
+        ]
+        if reply.eob is not None:
+            out.append(("204 EOB", dict(reply.eob), b""))
+        return out

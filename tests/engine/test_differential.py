@@ -1,0 +1,256 @@
+"""The same scenario on a real nats-server and on a lake stream, compared step by step.
+
+Every step's answer (publish ack or error, purge result, state, stored messages, direct-get
+replies) must be equal on both; the only normalisation is dropping times, which differ.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from jsspark.engine.lake import connect
+from tests.engine.backends import LakeBackend, ServerBackend
+
+_names = itertools.count()
+
+
+class Pair:
+    """Runs each call on both backends and asserts the answers are equal."""
+
+    def __init__(self, server: ServerBackend, lake: LakeBackend) -> None:
+        self.server, self.lake = server, lake
+        self.streams: list[str] = []
+
+    def __getattr__(self, op: str) -> Any:
+        def both(*a: Any, **kw: Any) -> Any:
+            s = getattr(self.server, op)(*a, **kw)
+            lk = getattr(self.lake, op)(*a, **kw)
+            assert s == lk, f"{op}{a}{kw}: server {s!r} != lake {lk!r}"
+            return s
+
+        return both
+
+    def stream(self, **cfg: Any) -> str:
+        n = next(_names)
+        name = f"D{n}"
+        cfg = {"name": name, "subjects": [f"d{n}.>"], **cfg}
+        if cfg["subjects"] != [f"d{n}.>"]:
+            cfg["subjects"] = [s.replace("P", f"d{n}") for s in cfg["subjects"]]
+        assert self.add_stream(cfg) == {"ok": True}
+        self.streams.append(name)
+        return name
+
+    def check(self, name: str) -> None:
+        self.state(name)
+        self.messages(name)
+
+
+@pytest.fixture
+def pair(nats_server: Any, tmp_path: Any) -> Iterator[Pair]:
+    server = ServerBackend(nats_server.url)
+    p = Pair(server, LakeBackend(connect(tmp_path / "lake")))
+    try:
+        yield p
+    finally:
+        for name in p.streams:
+            server.delete_stream(name)
+        server.close()
+
+
+def subj(name: str, rest: str) -> str:
+    return f"d{name[1:]}.{rest}"
+
+
+def test_publish_sequences_headers_and_state(pair: Pair) -> None:
+    s = pair.stream()
+    for i in range(5):
+        pair.publish(subj(s, f"a.{i % 2}"), f"m{i}".encode(), headers=[("X-K", f"v{i}")] if i % 2 else None)
+    pair.check(s)
+
+
+def test_dedup_within_window_returns_original_seq(pair: Pair) -> None:
+    s = pair.stream()
+    pair.publish(subj(s, "a"), b"1", headers=[("Nats-Msg-Id", "id-1")])
+    pair.publish(subj(s, "a"), b"2", headers=[("Nats-Msg-Id", "id-2")])
+    pair.publish(subj(s, "b"), b"dup", headers=[("Nats-Msg-Id", "id-1")])
+    pair.publish(subj(s, "a"), b"3")
+    pair.check(s)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("Nats-Expected-Stream", "WRONG")],
+        [("Nats-Expected-Last-Sequence", "2")],
+        [("Nats-Expected-Last-Sequence", "1")],
+        [("Nats-Expected-Last-Sequence", "x")],
+        [("Nats-Expected-Last-Subject-Sequence", "1")],
+        [("Nats-Expected-Last-Subject-Sequence", "0")],
+        [("Nats-Expected-Last-Subject-Sequence-Subject", "SUBJ.a")],
+        [("Nats-Expected-Last-Subject-Sequence", "1"), ("Nats-Expected-Last-Subject-Sequence-Subject", "SUBJ.a")],
+        [("Nats-Expected-Last-Subject-Sequence", "2"), ("Nats-Expected-Last-Subject-Sequence-Subject", "SUBJ.*")],
+        [("Nats-Expected-Last-Msg-Id", "first")],
+        [("Nats-Expected-Last-Msg-Id", "")],
+        [("Nats-Expected-Last-Msg-Id", "nope")],
+        [("Nats-Msg-Id", "first"), ("Nats-Expected-Last-Sequence", "9")],
+        [("Nats-Msg-Id", "first"), ("Nats-Expected-Last-Msg-Id", "nope")],
+        [("Nats-Stream-Source", "X 1 > > a")],
+    ],
+)
+def test_publish_expectations(pair: Pair, headers: list[tuple[str, str]]) -> None:
+    s = pair.stream()
+    prefix = subj(s, "")[:-1]
+    pair.publish(subj(s, "a"), b"1", headers=[("Nats-Msg-Id", "first")])
+    pair.publish(subj(s, "b"), b"2")
+    headers = [(k, v.replace("WRONG", "nope").replace("SUBJ", prefix)) for k, v in headers]
+    pair.publish(subj(s, "a"), b"3", headers=headers)
+    pair.check(s)
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_msgs": 3},
+        {"max_msgs": 3, "discard": "new"},
+        {"max_bytes": 300},
+        {"max_bytes": 300, "discard": "new"},
+        {"max_msgs_per_subject": 2},
+        {"max_msgs_per_subject": 2, "discard": "new"},
+        {"max_msgs_per_subject": 2, "discard": "new", "discard_new_per_subject": True},
+        {"max_msgs_per_subject": 1, "max_msgs": 3, "discard": "new"},
+        {"max_msg_size": 10},
+    ],
+)
+def test_limits_and_discard_policies(pair: Pair, limits: dict[str, Any]) -> None:
+    s = pair.stream(**limits)
+    for i in range(7):
+        pair.publish(subj(s, "abc"[i % 3] if i < 5 else "a"), b"x" * (5 + i * 2))
+    pair.check(s)
+
+
+def test_interest_retention_without_consumers_consumes_sequences(pair: Pair) -> None:
+    s = pair.stream(retention="interest")
+    pair.publish(subj(s, "a"), b"1")
+    pair.publish(subj(s, "b"), b"2")
+    pair.check(s)
+
+
+def test_workqueue_retention_stores_without_consumers(pair: Pair) -> None:
+    s = pair.stream(retention="workqueue")
+    pair.publish(subj(s, "a"), b"1")
+    pair.publish(subj(s, "b"), b"2")
+    pair.check(s)
+
+
+def _fill(pair: Pair, s: str) -> None:
+    for i, t in enumerate("ababa"):
+        pair.publish(subj(s, t), f"{i}".encode())
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        {},
+        {"filter": "SUBJ.a"},
+        {"filter": "SUBJ.*", "keep": 2},
+        {"keep": 1},
+        {"seq": 3},
+        {"seq": 1},
+        {"seq": 10},
+        {"filter": "SUBJ.a", "seq": 4},
+        {"seq": 2, "keep": 1},
+    ],
+)
+def test_purge_variants(pair: Pair, req: dict[str, Any]) -> None:
+    s = pair.stream()
+    _fill(pair, s)
+    prefix = subj(s, "")[:-1]
+    req = {k: (v.replace("SUBJ", prefix) if isinstance(v, str) else v) for k, v in req.items()}
+    if "filter" in req:
+        req["subject"] = req.pop("filter")
+    server_req = {("filter" if k == "subject" else k): v for k, v in req.items()}
+    s_res = pair.server.purge(s, **server_req)
+    l_res = pair.lake.purge(s, **req)
+    assert s_res == l_res
+    pair.check(s)
+    pair.publish(subj(s, "c"), b"after")
+    pair.check(s)
+
+
+def test_purge_and_delete_denied(pair: Pair) -> None:
+    s = pair.stream(deny_purge=True, deny_delete=True)
+    _fill(pair, s)
+    assert pair.server.purge(s) == pair.lake.purge(s)
+    pair.delete_msg(s, 2)
+    pair.check(s)
+
+
+def test_delete_message_keeps_numbering(pair: Pair) -> None:
+    s = pair.stream()
+    _fill(pair, s)
+    pair.delete_msg(s, 2)
+    pair.delete_msg(s, 1)
+    pair.delete_msg(s, 2)
+    pair.delete_msg(s, 99)
+    pair.check(s)
+    pair.publish(subj(s, "z"), b"next")
+    pair.check(s)
+
+
+def test_subject_transform_on_ingest(pair: Pair) -> None:
+    n = next(_names)
+    name = f"D{n}"
+    cfg = {"name": name, "subjects": [f"t{n}.*.*"], "subject_transform": {"src": f"t{n}.*.*", "dest": f"t{n}.$2.$1"}}
+    assert pair.add_stream(cfg) == {"ok": True}
+    pair.streams.append(name)
+    pair.publish(f"t{n}.a.b", b"1")
+    pair.publish(f"t{n}.x.y", b"2")
+    pair.check(name)
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        {"seq": 2},
+        {"seq": 99},
+        {"last_by_subj": "SUBJ.a"},
+        {"last_by_subj": "SUBJ.*"},
+        {"last_by_subj": "SUBJ.zz"},
+        {"next_by_subj": "SUBJ.b", "seq": 3},
+        {"next_by_subj": "SUBJ.b"},
+        {"next_by_subj": "SUBJ.a", "batch": 2},
+        {"next_by_subj": "SUBJ.*", "batch": 10},
+        {"seq": 2, "batch": 2},
+        {"multi_last": ["SUBJ.a", "SUBJ.b"]},
+        {"multi_last": ["SUBJ.>"], "up_to_seq": 3},
+        {"multi_last": ["SUBJ.q"]},
+        {"multi_last": ["SUBJ.*"], "batch": 1},
+        {},
+        {"seq": 1, "last_by_subj": "SUBJ.a"},
+        {"last_by_subj": "SUBJ.a", "next_by_subj": "SUBJ.a"},
+        {"last_by_subj": "SUBJ.a", "batch": 2},
+        {"next_by_subj": "SUBJ.a", "multi_last": ["SUBJ.a"]},
+        {"multi_last": ["SUBJ.a"], "up_to_seq": 2, "up_to_time": "2030-01-01T00:00:00Z"},
+    ],
+)
+def test_direct_get_forms_and_errors(pair: Pair, req: dict[str, Any]) -> None:
+    s = pair.stream(allow_direct=True)
+    _fill(pair, s)
+    prefix = subj(s, "")[:-1]
+
+    def fix(v: Any) -> Any:
+        if isinstance(v, str):
+            return v.replace("SUBJ", prefix)
+        if isinstance(v, list):
+            return [fix(x) for x in v]
+        return v
+
+    req = {k: fix(v) for k, v in req.items()}
+    server = pair.server.direct_get(s, req)
+    lake = pair.lake.direct_get(s, req)
+    strip = lambda rs: [(st, {k: v for k, v in h.items() if k != "Nats-Time-Stamp"}, d) for st, h, d in rs]  # noqa: E731
+    assert strip(server) == strip(lake)

@@ -64,6 +64,13 @@ def _subjects() -> ModuleType:
     return jsspark.subjects
 
 
+def is_valid_asset_name(name: str) -> bool:
+    """The server's ``isValidAssetName``: only the characters matter here; the length limits
+    are separate checks with their own errors (stream 10052, consumer 10102), so the subject
+    library's length-bounded predicate cannot be used."""
+    return bool(name) and not any(c in " \t\r\n\f.*>\\/" for c in name)
+
+
 def _invalid(text: str) -> APIError:
     return api_error("JSStreamInvalidConfigF", err=text)
 
@@ -164,7 +171,7 @@ def _check_create_request(cfg: StreamConfig) -> None:
 
 
 def _check_identity(cfg: StreamConfig) -> None:
-    if not _subjects().is_valid_asset_name(cfg.name):
+    if not is_valid_asset_name(cfg.name):
         raise _invalid(f"stream name is required and can not contain {_ASSET_CHARS}")
     if len(cfg.name.encode()) > MAX_NAME_LEN:
         raise _invalid(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
@@ -237,7 +244,7 @@ def _check_durable_source(src: StreamSource, err: str) -> None:
         return
     sj = _subjects()
     if (
-        not sj.is_valid_asset_name(c.name)
+        not is_valid_asset_name(c.name)
         or not sj.is_valid_publish_subject(c.deliver_subject)
         or src.opt_start_seq != 0
         or src.opt_start_time is not None
@@ -282,7 +289,7 @@ def _check_mirror(
             if i != j and sj.subjects_collide(tr.src, other.src):
                 raise api_error("JSMirrorOverlappingSubjectFilters")
     if mirror.external is None:
-        if not sj.is_valid_asset_name(mirror.name):
+        if not is_valid_asset_name(mirror.name):
             raise api_error("JSMirrorInvalidStreamName")
         origin = lookup(mirror.name) if lookup else None
         if origin is not None:
@@ -335,7 +342,7 @@ def _check_sources(
     seen: set[tuple[str, ...]] = set()
     consumers: set[tuple[str, ...]] = set()
     for src in cfg.sources:
-        if not sj.is_valid_asset_name(src.name):
+        if not is_valid_asset_name(src.name):
             raise api_error("JSSourceInvalidStreamName")
         ident = _source_identity(src)
         if ident in seen:
@@ -518,10 +525,9 @@ def check_consumer_config(
 
 
 def _check_consumer_identity(cfg: ConsumerConfig, stream: StreamConfig) -> None:
-    sj = _subjects()
-    if cfg.name and not sj.is_valid_asset_name(cfg.name):
+    if cfg.name and not is_valid_asset_name(cfg.name):
         raise _invalid(f"consumer name can not contain {_ASSET_CHARS}")
-    if cfg.durable_name and not sj.is_valid_asset_name(cfg.durable_name):
+    if cfg.durable_name and not is_valid_asset_name(cfg.durable_name):
         raise _invalid(f"consumer durable name can not contain {_ASSET_CHARS}")
     if cfg.num_replicas > 0 and cfg.num_replicas > stream.num_replicas:
         raise api_error("JSConsumerReplicasExceedsStream")

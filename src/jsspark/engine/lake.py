@@ -216,6 +216,14 @@ class Lake:
         """Apply ``max_age`` and the other limits now (jobs schedule this); returns removed count."""
         return self.stream(name).enforce_limits()
 
+    def compact(self, name: str, target_size: int | None = None) -> dict[str, Any]:
+        """Merge a stream's small files (schedule it with ``enforce_limits``)."""
+        return self.stream(name).compact(target_size)
+
+    def vacuum(self, name: str, retention_hours: int = 168) -> list[str]:
+        """Delete a stream's files that no table version within ``retention_hours`` needs."""
+        return self.stream(name).table.vacuum(retention_hours)
+
     # -- reads ---------------------------------------------------------------------------------
     def direct(self, name: str) -> DirectGet:
         return DirectGet(self.stream(name))

@@ -537,6 +537,20 @@ class LakeStream:
 
         return self.remove_seqs(choose)
 
+    def compact(self, target_size: int | None = None) -> dict[str, Any]:
+        """Bound the file count: merge small files (publish batches make one per partition)."""
+        for _ in range(MAX_ATTEMPTS):
+            snap, index = self._load()
+            state = self._state_of(index, snap.last_seq, self._last_ts_ns)
+            try:
+                metrics = self.table.compact(snap, state, target_size)
+            except ConcurrentCommit:
+                continue
+            if metrics.get("numFilesAdded", 0) or metrics.get("numFilesRemoved", 0):
+                index.version = snap.table.version()  # same messages, new layout
+            return metrics
+        raise RuntimeError(f"stream {self.name}: gave up compacting after {MAX_ATTEMPTS} concurrent commits")
+
     # -- reads ---------------------------------------------------------------------------------
     def read(self, filter: ds.Expression | None = None, columns: Sequence[str] | None = None) -> pa.Table:
         snap = self.table.snapshot()

@@ -176,3 +176,25 @@ class MessageTable:
             raise ConcurrentCommit(str(e)) from e
         snap.table.update_incremental()
         return snap.table.version()
+
+    def compact(self, snap: Snapshot, state: dict[str, Any] | None, target_size: int | None = None) -> dict[str, Any]:
+        """Rewrite small files into large ones (``dataChange=false``: streaming readers skip it).
+
+        Carries the sequence ``txn`` and the unchanged state like any other commit.
+        """
+        props = CommitProperties(
+            app_transactions=[Transaction(SEQ_APP_ID, snap.last_seq)],
+            custom_metadata={STATE_KEY: json.dumps(state)} if state is not None else None,
+            max_commit_retries=0,
+        )
+        try:
+            metrics = snap.table.optimize.compact(target_size=target_size, commit_properties=props)
+        except CommitFailedError as e:
+            raise ConcurrentCommit(str(e)) from e
+        snap.table.update_incremental()
+        return metrics
+
+    def vacuum(self, retention_hours: int = 168) -> list[str]:
+        """Delete files no version within ``retention_hours`` needs, and files of lost commits."""
+        dt = self.snapshot().table
+        return dt.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False)

@@ -62,3 +62,18 @@ def test_max_age_on_publish_and_enforce_limits(tmp_path: Path) -> None:
     assert lake.enforce_limits("A") == 1
     state = lake.stream_info("A").state
     assert (state.messages, state.first_seq, state.last_seq) == (0, 3, 2)
+
+
+def test_publish_batch_with_txn_is_idempotent_across_replays(tmp_path: Path) -> None:
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="X", subjects=["x.>"])
+    rows = pa.table({"subject": ["x.a", "x.b"], "data": [b"1", b"2"]})
+    first = lake.publish_batch("X", rows, txn=("query-1", 0))
+    assert (first.stored, first.replayed, list(first.seqs)) == (2, False, [1, 2])
+    again = jsspark.connect(str(tmp_path)).publish_batch("X", rows, txn=("query-1", 0))  # a restarted writer
+    assert (again.stored, again.replayed) == (0, True)
+    nxt = lake.publish_batch("X", rows, txn=("query-1", 1))
+    assert list(nxt.seqs) == [3, 4]
+    other = lake.publish_batch("X", rows, txn=("query-2", 0))
+    assert list(other.seqs) == [5, 6]
+    assert lake.stream_info("X").state.messages == 6

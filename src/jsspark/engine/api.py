@@ -43,6 +43,7 @@ class BatchAck:
     seqs: np.ndarray
     duplicates: np.ndarray
     stored: int
+    replayed: bool = False  # the batch's txn was already committed: nothing was stored again
 
     @property
     def count(self) -> int:

@@ -193,11 +193,20 @@ class Lake:
         ack = self.stream(name).publish_batch(Incoming.one(subject, payload, pairs or None))
         return ack.acks()[0]
 
-    def publish_batch(self, stream: str, batch: pa.Table | pa.RecordBatch | list[pa.RecordBatch]) -> BatchAck:
-        """Store many messages (columns ``subject``, ``data``, optional ``headers``) in one commit."""
+    def publish_batch(
+        self,
+        stream: str,
+        batch: pa.Table | pa.RecordBatch | list[pa.RecordBatch],
+        *,
+        txn: tuple[str, int] | None = None,
+    ) -> BatchAck:
+        """Store many messages (columns ``subject``, ``data``, optional ``headers``) in one commit.
+
+        ``txn=(app_id, version)`` makes it idempotent across replays (see ``LakeStream.publish_batch``).
+        """
         if isinstance(batch, list):
             batch = pa.Table.from_batches(batch)
-        return self.stream(stream).publish_batch(Incoming.from_table(batch))
+        return self.stream(stream).publish_batch(Incoming.from_table(batch), txn=txn)
 
     # -- maintenance ---------------------------------------------------------------------------
     def purge_stream(self, name: str, seq: int | None = None, subject: str | None = None, keep: int | None = None) -> bool:

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+from deltalake import Transaction
 
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, StreamState
@@ -159,14 +160,23 @@ class LakeStream:
         }
 
     # -- publish -------------------------------------------------------------------------------
-    def publish_batch(self, batch: Incoming, *, now_ns: int | None = None) -> BatchAck:
-        """Store ``batch`` atomically with the server's per-message semantics."""
+    def publish_batch(
+        self, batch: Incoming, *, now_ns: int | None = None, txn: tuple[str, int] | None = None
+    ) -> BatchAck:
+        """Store ``batch`` atomically with the server's per-message semantics.
+
+        ``txn=(app_id, version)`` makes the publish idempotent for a writer that may replay
+        (a Spark micro-batch: query id and batch id): the commit records it, and a batch
+        whose version the table already holds for ``app_id`` is skipped (``replayed``).
+        """
         self._check_routable(batch)
         for _ in range(MAX_ATTEMPTS):
             snap, index = self._load()
+            if txn is not None and (snap.table.transaction_version(txn[0]) or -1) >= txn[1]:
+                return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0, replayed=True)
             now = now_ns or time.time_ns()
             plan = self._plan(snap, index, batch, now)
-            if plan.last_seq == snap.last_seq and not len(plan.removed):
+            if plan.last_seq == snap.last_seq and not len(plan.removed) and txn is None:
                 # all duplicates: nothing to commit
                 return BatchAck(self.name, plan.seqs, plan.duplicates, 0)
             try:
@@ -176,6 +186,7 @@ class LakeStream:
                     last_seq=plan.last_seq,
                     remove_predicate=seq_ranges_predicate(index.rows["seq"].to_numpy(), plan.removed),
                     state=plan.state,
+                    app_transactions=[Transaction(*txn)] if txn is not None else None,
                 )
             except ConcurrentCommit:
                 continue

@@ -172,7 +172,8 @@ class LakeStream:
         self._check_routable(batch)
         for _ in range(MAX_ATTEMPTS):
             snap, index = self._load()
-            if txn is not None and (snap.table.transaction_version(txn[0]) or -1) >= txn[1]:
+            done = snap.table.transaction_version(txn[0]) if txn is not None else None
+            if txn is not None and done is not None and done >= txn[1]:
                 return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0, replayed=True)
             now = now_ns or time.time_ns()
             plan = self._plan(snap, index, batch, now)

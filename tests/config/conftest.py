@@ -139,7 +139,7 @@ def assert_same_consumer(
     js: RawJS, stream: dict[str, Any], cfg: dict[str, Any], pedantic: bool = False
 ) -> dict[str, Any]:
     """Create ``stream`` (a fresh name is filled in), then compare a consumer create on it."""
-    stream = {**stream, "name": unique("C")}
+    stream = {"storage": "memory", **stream, "name": unique("C")}  # memory: no file-store churn
     created = js.create_stream(stream)
     assert "error" not in created, created
     try:

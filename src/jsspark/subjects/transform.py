@@ -21,7 +21,13 @@ from jsspark.subjects.mapping import (
     compile_mapping,
     validate_mapping,
 )
-from jsspark.subjects.tokens import FWC, TSEP, is_valid_literal_subject, is_valid_subject, subject_is_subset_match
+from jsspark.subjects.tokens import (
+    FWC,
+    TSEP,
+    is_valid_literal_subject,
+    is_valid_subject,
+    subject_is_subset_match,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -72,9 +72,9 @@ def match_filter(subjects: ArrayLike, filters: str | Sequence[str]) -> ArrayLike
             result = pc.is_in(arr, value_set=pa.array(literals, arr.type))
         if pattern is not None:
             result = pc.or_(result, pc.match_substring_regex(arr, pattern))
-        return pc.fill_null(result, False)
+        return result
 
-    return _per_chunk(subjects, chunk)
+    return pc.fill_null(_per_chunk(subjects, chunk), False)
 
 
 def source_pattern(tr: SubjectTransform) -> str:
@@ -102,7 +102,7 @@ def _matches_chunk(tr: SubjectTransform, arr: pa.Array) -> pa.Array:
 
 def transform_matches_array(tr: SubjectTransform, subjects: ArrayLike) -> ArrayLike:
     """``tr.matches`` over a column; null -> false."""
-    return _per_chunk(subjects, lambda arr: _matches_chunk(tr, arr))
+    return pc.fill_null(_per_chunk(subjects, lambda arr: _matches_chunk(tr, arr)), False)
 
 
 def _binary(arr: pa.Array) -> pa.Array:
@@ -130,10 +130,10 @@ def _token_function(dt: DestToken, col: pa.Array, text_type: pa.DataType) -> pa.
         return _as_text(pc.binary_slice(raw, 0, n), text_type)
     if dt.fn is Fn.RIGHT:
         return _as_text(pc.binary_slice(raw, -n), text_type)
-    head, rest = (pc.binary_slice(raw, 0, n), pc.binary_slice(raw, n)) if dt.fn is Fn.SPLIT_FROM_LEFT else (
-        pc.binary_slice(raw, 0, -n), pc.binary_slice(raw, -n))
-    joined = pc.binary_join_element_wise(head, rest, pa.scalar(b".", raw.type))
-    return _as_text(pc.if_else(pc.greater(pc.binary_length(raw), n), joined, raw), text_type)
+    # splitFrom*: insert "." n bytes from the left/right end, only in tokens longer than n
+    at = n if dt.fn is Fn.SPLIT_FROM_LEFT else -n
+    split = pc.binary_replace_slice(raw, start=at, stop=at, replacement=".")
+    return _as_text(pc.if_else(pc.greater(pc.binary_length(raw), n), split, raw), text_type)
 
 
 def _count_text(values: pa.Array, count: int, text_type: pa.DataType) -> pa.Array:
@@ -151,23 +151,26 @@ def _transform_chunk(tr: SubjectTransform, arr: pa.Array, keep_unmatched: bool) 
     matched = _matches_chunk(tr, arr)
     if not tr.dest_tokens:
         return pc.if_else(matched, arr, fallback)
+    if not pc.any(matched).as_py():
+        return fallback
     groups = pc.extract_regex(arr, source_pattern(tr))
+    empty = pa.scalar("", text_type)
 
     def token(p: int) -> pa.Array:
-        return pc.fill_null(pc.struct_field(groups, f"t{p}"), "")
+        return pc.fill_null(pc.struct_field(groups, f"t{p}"), empty)
 
     pieces: list[pa.Array | pa.Scalar] = []
     for dt in tr.dest_tokens:
         if dt.fn is Fn.LITERAL:
             if dt.text == FWC:
-                rest = pc.fill_null(pc.struct_field(groups, "tail"), "")
-                pieces.append(pc.binary_join_element_wise(token(len(tr.src_tokens) - 1), rest, ""))
+                rest = pc.fill_null(pc.struct_field(groups, "tail"), empty)
+                pieces.append(pc.binary_join_element_wise(token(len(tr.src_tokens) - 1), rest, empty))
                 break
             pieces.append(pa.scalar(dt.text, text_type))
         elif dt.fn is Fn.WILDCARD:
             pieces.append(token(dt.positions[0]))
         elif dt.fn is Fn.PARTITION:
-            key = (pc.binary_join_element_wise(*[token(p) for p in dt.positions], "") if dt.positions
+            key = (pc.binary_join_element_wise(*[token(p) for p in dt.positions], empty) if dt.positions
                    else pc.fill_null(arr, ""))
             pieces.append(_count_text(fnv1a_32_array(key), dt.int_arg & 0xFFFFFFFF, text_type))
         elif dt.fn is Fn.RANDOM:

@@ -25,7 +25,7 @@ from deltalake import Transaction
 
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, StreamState
-from jsspark.engine.index import MessageIndex
+from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.limits import removal_mask, seq_ranges_predicate
 from jsspark.engine.partitioning import PartitionKey
 from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, column_stored_size
@@ -35,6 +35,7 @@ from jsspark.subjects import SubjectTransform, match_filter, subject_matches
 
 MAX_HEADER_BYTES = 65535
 MAX_ATTEMPTS = 100
+_EMPTY_INDEX_ROWS = INDEX_SCHEMA.empty_table()
 
 
 class NoRespondersError(JSSparkError):
@@ -145,19 +146,7 @@ class LakeStream:
 
     @staticmethod
     def _state_of(index: MessageIndex, last_seq: int, last_ts_ns: int) -> dict[str, Any]:
-        first = index.first()
-        msgs = index.msgs
-        first_seq, first_ts = first if first else (last_seq + 1, 0)
-        return {
-            "messages": msgs,
-            "bytes": index.bytes,
-            "first_seq": first_seq,
-            "first_ts_ns": first_ts,
-            "last_seq": last_seq,
-            "last_ts_ns": last_ts_ns,
-            "num_subjects": index.num_subjects,
-            "num_deleted": (last_seq - first_seq + 1 - msgs) if msgs else 0,
-        }
+        return index.state_after(_EMPTY_INDEX_ROWS, None, last_seq, last_ts_ns)
 
     # -- publish -------------------------------------------------------------------------------
     def publish_batch(
@@ -286,23 +275,33 @@ class LakeStream:
             schema=MESSAGE_SCHEMA,
         )
         self._check_discard_new(index, rows)
-        combined = pa.concat_tables([index.rows, rows.select(INDEX_COLUMNS).cast(index.rows.schema)])
-        drop = removal_mask(
-            combined,
-            max_msgs=int(cfg.max_msgs),
-            max_bytes=int(cfg.max_bytes),
-            max_per_subject=int(cfg.max_msgs_per_subject),
-            max_age_ns=int(cfg.max_age or 0),
-            now_ns=now,
-            discard_old=_v(cfg.discard) != "new",
-        )
         n_old = index.rows.num_rows
-        removed = combined["seq"].to_numpy()[:n_old][drop[:n_old]]
-        if drop[n_old:].any():
-            rows = rows.filter(pa.array(~drop[n_old:]))
-        survivors = MessageIndex(combined.filter(pa.array(~drop)), -1)
+        removed_mask = None
+        if self._has_limits():
+            combined = pa.concat_tables([index.rows, rows.select(INDEX_COLUMNS).cast(index.rows.schema)])
+            drop = removal_mask(
+                combined,
+                max_msgs=int(cfg.max_msgs),
+                max_bytes=int(cfg.max_bytes),
+                max_per_subject=int(cfg.max_msgs_per_subject),
+                max_age_ns=int(cfg.max_age or 0),
+                now_ns=now,
+                discard_old=_v(cfg.discard) != "new",
+            )
+            removed_mask = drop[:n_old]
+            if drop[n_old:].any():
+                rows = rows.filter(pa.array(~drop[n_old:]))
+        removed = index.rows["seq"].to_numpy()[removed_mask] if removed_mask is not None else np.zeros(0, np.int64)
         last_ts = now if accepted.any() else self._last_ts_ns
-        return Plan(rows, removed, last_seq, seqs, duplicates, self._state_of(survivors, last_seq, last_ts))
+        state = index.state_after(rows.select(INDEX_COLUMNS), removed_mask, last_seq, last_ts)
+        return Plan(rows, removed, last_seq, seqs, duplicates, state)
+
+    def _has_limits(self) -> bool:
+        cfg = self.config
+        return (
+            int(cfg.max_msgs) >= 0 or int(cfg.max_bytes) >= 0 or int(cfg.max_msgs_per_subject) > 0
+            or int(cfg.max_age or 0) > 0
+        )
 
     def _check_vectorised(
         self, snap: Snapshot, batch: Incoming, msg_ids: pa.Array, known: dict[str, int],
@@ -453,10 +452,8 @@ class LakeStream:
             if not len(removed):
                 return 0
             all_seqs = index.rows["seq"].to_numpy()
-            survivors = MessageIndex(
-                index.rows.filter(pc.invert(pc.is_in(index.rows["seq"], value_set=pa.array(removed)))), -1
-            )
-            state = self._state_of(survivors, snap.last_seq, self._last_ts_ns)
+            mask = np.isin(all_seqs, removed)
+            state = index.state_after(_EMPTY_INDEX_ROWS, mask, snap.last_seq, self._last_ts_ns)
             try:
                 version = self.table.commit(
                     snap, None, last_seq=snap.last_seq, remove_predicate=seq_ranges_predicate(all_seqs, removed),
@@ -498,10 +495,10 @@ class LakeStream:
         for _ in range(MAX_ATTEMPTS):
             snap, index = self._load()
             all_seqs = index.rows["seq"].to_numpy()
-            removed = all_seqs[all_seqs < seq]
+            mask = all_seqs < seq
+            removed = all_seqs[mask]
             last_seq = max(snap.last_seq, seq - 1)
-            survivors = MessageIndex(index.rows.filter(pc.greater_equal(index.rows["seq"], seq)), -1)
-            state = self._state_of(survivors, last_seq, self._last_ts_ns)
+            state = index.state_after(_EMPTY_INDEX_ROWS, mask, last_seq, self._last_ts_ns)
             if not len(removed) and last_seq == snap.last_seq:
                 return 0
             try:

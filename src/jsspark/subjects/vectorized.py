@@ -2,8 +2,9 @@
 
 Filters and transform sources compile to one anchored RE2 pattern each (``pyarrow.compute``
 regex kernels); transforms then rebuild subjects from extracted token columns with Arrow
-string kernels. ``partition`` hashes with a byte-position loop (``hashing.fnv1a_32_array``);
-``split``/``slice*`` run the scalar function once per *distinct* token and ``take`` the result.
+string kernels. ``partition`` hashes with a byte-position loop (``hashing.fnv1a_32_array``) and
+``slice*`` loops over chunk positions; only ``split`` on an empty delimiter runs the scalar
+function, once per *distinct* token.
 Every function here must agree row for row with its scalar twin (the tests check it).
 """
 
@@ -25,7 +26,6 @@ _ANY = r"[^.]+"  # a non-empty token, as the sublist sees it
 _ANY_TAIL = rf"{_ANY}(?:\.{_ANY})*"
 _LIT = r"(?:[^.*>][^.]*|[*>][^.]+)"  # a token of a valid literal subject: not exactly `*` or `>`
 _RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
-_DICT_FUNCTIONS = (Fn.SLICE_FROM_LEFT, Fn.SLICE_FROM_RIGHT, Fn.SPLIT)
 
 
 def _escape(token: str) -> str:
@@ -113,15 +113,43 @@ def _as_text(arr: pa.Array, text_type: pa.DataType) -> pa.Array:
     return arr.view(text_type)
 
 
+def _slices_from_left(raw: pa.Array, size: int) -> pa.Array:
+    """``sliceFromLeft``: ``size``-byte chunks joined by ``.``, remainder last; a byte-position
+    loop (one step per chunk of the longest token), never a row loop."""
+    lengths = pc.binary_length(raw)
+    longest = pc.max(lengths).as_py() or 0
+    if longest <= size:
+        return raw
+    dot, empty = pa.scalar(b".", raw.type), pa.scalar(b"", raw.type)
+    pieces = [pc.binary_slice(raw, 0, size)]
+    for start in range(size, longest, size):
+        # truncate, then cut the prefix: Arrow's binary_slice mis-sizes positive starts
+        chunk = pc.binary_replace_slice(pc.binary_slice(raw, 0, start + size), start=0, stop=start, replacement="")
+        pieces.append(pc.if_else(pc.greater(lengths, start), pc.binary_join_element_wise(dot, chunk, empty), empty))
+    joined = pc.binary_join_element_wise(*pieces, empty)
+    return pc.if_else(pc.greater(lengths, size), joined, raw)
+
+
+def _split_on(col: pa.Array, delimiter: str) -> pa.Array:
+    """The server's ``split`` loop in kernels: parts never contain ``.``, so replacing the
+    delimiter with ``.`` and collapsing/trimming dots yields the non-empty parts joined by ``.``;
+    a token starting with two delimiters keeps one leading ``.`` (the server's quirk)."""
+    dotted = pc.replace_substring(col, pattern=delimiter, replacement=".")
+    parts = pc.replace_substring_regex(pc.replace_substring_regex(dotted, r"\.\.+", "."), r"^\.|\.$", "")
+    lead = pc.and_(pc.starts_with(col, delimiter * 2), pc.greater(pc.binary_length(parts), 0))
+    dot, empty = pa.scalar(".", col.type), pa.scalar("", col.type)
+    return pc.if_else(lead, pc.binary_join_element_wise(dot, parts, empty), parts)
+
+
 def _token_function(dt: DestToken, col: pa.Array, text_type: pa.DataType) -> pa.Array:
-    """A single-token function over a token column, in Arrow kernels where the server's rule is a slice."""
-    if dt.fn in _DICT_FUNCTIONS:
+    """A single-token function over a token column, in Arrow kernels; only ``split`` on an empty
+    delimiter (split into characters) runs the scalar rule, once per distinct token."""
+    if dt.fn is Fn.SPLIT:
+        if dt.str_arg:
+            return _split_on(col, dt.str_arg)
         encoded = pc.dictionary_encode(col)
-        mapped = [apply_token_function(dt, v).encode("utf-8", "surrogateescape")
-                  for v in encoded.dictionary.to_pylist()]
-        dictionary = _as_text(pa.array(mapped, pa.large_binary() if text_type == pa.large_string() else pa.binary()),
-                              text_type)
-        return pc.take(dictionary, encoded.indices)
+        mapped = [apply_token_function(dt, v) for v in encoded.dictionary.to_pylist()]
+        return pc.take(pa.array(mapped, text_type), encoded.indices)
     n = dt.int_arg
     if n <= 0:
         return col
@@ -130,6 +158,10 @@ def _token_function(dt: DestToken, col: pa.Array, text_type: pa.DataType) -> pa.
         return _as_text(pc.binary_slice(raw, 0, n), text_type)
     if dt.fn is Fn.RIGHT:
         return _as_text(pc.binary_slice(raw, -n), text_type)
+    if dt.fn is Fn.SLICE_FROM_LEFT:
+        return _as_text(_slices_from_left(raw, n), text_type)
+    if dt.fn is Fn.SLICE_FROM_RIGHT:
+        return _as_text(pc.binary_reverse(_slices_from_left(pc.binary_reverse(raw), n)), text_type)
     # splitFrom*: insert "." n bytes from the left/right end, only in tokens longer than n
     at = n if dt.fn is Fn.SPLIT_FROM_LEFT else -n
     split = pc.binary_replace_slice(raw, start=at, stop=at, replacement=".")

@@ -106,7 +106,7 @@ class DirectGet:
         elif nxt:
             found = self._next_by(index, nxt, seq or 1)
         else:
-            found = seq if pc.any(pc.equal(index.rows["seq"], seq)).as_py() else 0
+            found = seq if index.has(seq) else 0
         if not found:
             raise DirectGetError(404, "Message Not Found")
         msg = self._load([found], no_hdr)[0]
@@ -199,6 +199,12 @@ class DirectGet:
             return []
         cols = ["seq", "ts_ns", "subject", "data"] + ([] if no_hdr else ["headers"])
         flt = ds.field("seq") == int(seqs[0]) if len(seqs) == 1 else ds.field("seq").isin([int(s) for s in seqs])
+        # The index knows each message's subject, so its partition: prune to those files.
+        index = self.stream.index()
+        pos = index.positions_of(np.asarray(seqs, dtype=np.int64))
+        subjects = index.rows["subject"].take(pa.array(pos[pos >= 0]))
+        parts = pc.unique(self.stream.partition.of(subjects)).to_pylist()
+        flt = flt & (ds.field("part") == parts[0] if len(parts) == 1 else ds.field("part").isin(parts))
         table = self.stream.read(filter=flt, columns=cols).sort_by("seq")
         name = self.stream.name
         out = []

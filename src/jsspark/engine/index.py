@@ -18,74 +18,67 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA
+from jsspark.engine.subject_stats import SubjectGroups, SubjectStats
 
 INDEX_SCHEMA = pa.schema([MESSAGE_SCHEMA.field(c) for c in INDEX_COLUMNS])
 
 
-def _group(rows: pa.Table) -> dict[str, list[int]]:
-    """subject -> [count, last_seq] over ``rows``."""
-    if not rows.num_rows:
-        return {}
-    g = rows.group_by("subject", use_threads=False).aggregate([("seq", "count"), ("seq", "max")])
-    return {
-        s: [c, m]
-        for s, c, m in zip(g["subject"].to_pylist(), g["seq_count"].to_pylist(), g["seq_max"].to_pylist(), strict=True)
-    }
+def _groups(rows: pa.Table) -> SubjectGroups:
+    return SubjectGroups.of(rows["subject"], rows["seq"].to_numpy())
 
 
 class MessageIndex:
     def __init__(self, rows: pa.Table, version: int) -> None:
         self.rows = rows.select(INDEX_COLUMNS).cast(INDEX_SCHEMA).sort_by("seq")
         self.version = version
-        self._subjects: dict[str, list[int]] | None = None
+        self._subjects: SubjectStats | None = None
         self._bytes: int | None = None
+        self._seqs: np.ndarray | None = None
 
     @classmethod
     def empty(cls, version: int) -> MessageIndex:
         return cls(INDEX_SCHEMA.empty_table(), version)
 
     # -- change ------------------------------------------------------------------------------
-    def apply(self, added: pa.Table | None, removed: np.ndarray | None, version: int) -> None:
+    def apply(
+        self, added: pa.Table | None, removed: np.ndarray | None, version: int, added_groups: SubjectGroups | None = None
+    ) -> None:
         """Fold in one commit: ``added`` rows (seq above all current) and ``removed`` seqs."""
         rows = self.rows
         if removed is not None and len(removed):
             gone = pc.is_in(rows["seq"], value_set=pa.array(removed, pa.int64()))
-            self._forget(rows.filter(gone))
+            self._forget(rows.filter(gone), rows.filter(pc.invert(gone)))
             rows = rows.filter(pc.invert(gone))
         if added is not None and added.num_rows:
             added = added.select(INDEX_COLUMNS).cast(INDEX_SCHEMA)
-            self._remember(added)
+            if self._bytes is not None:
+                self._bytes += int(pc.sum(added["size"]).as_py() or 0)
+            if self._subjects is not None:
+                self._subjects.add(added_groups or _groups(added))
             rows = pa.concat_tables([rows, added])
             if rows.column("seq").num_chunks > 64:
                 rows = rows.combine_chunks()
         self.rows = rows
         self.version = version
+        self._seqs = None
 
-    def _remember(self, added: pa.Table) -> None:
-        if self._bytes is not None:
-            self._bytes += int(pc.sum(added["size"]).as_py() or 0)
-        if self._subjects is not None:
-            for s, (c, m) in _group(added).items():
-                cur = self._subjects.get(s)
-                if cur is None:
-                    self._subjects[s] = [c, m]
-                else:
-                    cur[0] += c
-                    cur[1] = max(cur[1], m)
-
-    def _forget(self, gone: pa.Table) -> None:
+    def _forget(self, gone: pa.Table, left: pa.Table) -> None:
         if self._bytes is not None:
             self._bytes -= int(pc.sum(gone["size"]).as_py() or 0)
         if self._subjects is None or not gone.num_rows:
             return
-        for s, (c, m) in _group(gone).items():
-            cur = self._subjects[s]
-            cur[0] -= c
-            if cur[0] <= 0:
-                del self._subjects[s]
-            elif m == cur[1]:  # the subject's last message went: find the new last
-                left = self.rows["seq"].filter(pc.equal(self.rows["subject"], s))
-                cur[1] = int(pc.max(left.filter(pc.invert(pc.is_in(left, value_set=gone["seq"])))).as_py())
+        g = _groups(gone)
+        pos = self._subjects.positions(g.names)
+        lost_last = g.last == self._subjects.last[pos]
+        new_last: dict[str, int] = {}
+        if lost_last.any():  # a subject's last message went: its new last is the max of what is left
+            names = g.names.filter(pa.array(lost_last))
+            mine = left.filter(pc.is_in(left["subject"], value_set=names))
+            new_last = {n: 0 for n in names.to_pylist()}
+            if mine.num_rows:
+                lg = _groups(mine)
+                new_last.update(zip(lg.names.to_pylist(), lg.last.tolist(), strict=True))
+        self._subjects.remove(g, new_last)
 
     # -- state -------------------------------------------------------------------------------
     @property
@@ -104,29 +97,27 @@ class MessageIndex:
             return None
         return int(self.rows["seq"][0].as_py()), int(self.rows["ts_ns"][0].as_py())
 
-    def subjects(self) -> dict[str, list[int]]:
-        """subject -> [msgs, last_seq], built once and then kept current."""
+    def subjects(self) -> SubjectStats:
+        """Per-subject counts and last sequences, built once and then kept current."""
         if self._subjects is None:
-            self._subjects = _group(self.rows)
+            self._subjects = SubjectStats(_groups(self.rows))
         return self._subjects
 
     def subject_stats(self) -> pa.Table:
         """Per subject ``msgs`` and ``last_seq`` as an Arrow table (for filtered lookups)."""
-        subj = self.subjects()
-        return pa.table(
-            {
-                "subject": pa.array(list(subj), pa.string()),
-                "msgs": pa.array([v[0] for v in subj.values()], pa.int64()),
-                "last_seq": pa.array([v[1] for v in subj.values()], pa.int64()),
-            }
-        )
+        return self.subjects().table()
 
     @property
     def num_subjects(self) -> int:
         return len(self.subjects())
 
     def state_after(
-        self, added: pa.Table, removed_mask: np.ndarray | None, last_seq: int, last_ts_ns: int
+        self,
+        added: pa.Table,
+        removed_mask: np.ndarray | None,
+        last_seq: int,
+        last_ts_ns: int,
+        added_groups: SubjectGroups | None = None,
     ) -> dict[str, Any]:
         """The stream state if ``added`` rows were stored and ``removed_mask`` (over the current
         rows) removed, without applying either."""
@@ -145,16 +136,9 @@ class MessageIndex:
                 first_seq, first_ts = int(rows["seq"][i].as_py()), int(rows["ts_ns"][i].as_py())
             else:
                 first_seq, first_ts = int(added["seq"][0].as_py()), int(added["ts_ns"][0].as_py())
-        counts = {s: v[0] for s, v in self.subjects().items()}
-        num_subjects = len(counts)
-        if removed is not None:
-            for s, (c, _) in _group(removed).items():
-                counts[s] -= c
-                if counts[s] == 0:
-                    num_subjects -= 1
-        for s in _group(added):
-            if counts.get(s, 0) == 0:
-                num_subjects += 1
+        num_subjects = self.subjects().count_after(
+            added_groups or _groups(added), _groups(removed) if removed is not None else None
+        )
         return {
             "messages": msgs,
             "bytes": size,
@@ -167,10 +151,28 @@ class MessageIndex:
         }
 
     # -- lookups -----------------------------------------------------------------------------
+    def seq_array(self) -> np.ndarray:
+        """All live seqs, ascending, as one numpy array (cached until the next change)."""
+        if self._seqs is None:
+            self._seqs = self.rows["seq"].to_numpy()
+        return self._seqs
+
+    def positions_of(self, seqs: np.ndarray) -> np.ndarray:
+        """Row positions of ``seqs``; -1 for a seq that is not live. Binary search: O(log n)."""
+        all_seqs = self.seq_array()
+        pos = np.searchsorted(all_seqs, seqs)
+        found = (pos < len(all_seqs)) & (all_seqs[np.minimum(pos, len(all_seqs) - 1)] == seqs) if len(all_seqs) else (
+            np.zeros(len(seqs), dtype=bool)
+        )
+        return np.where(found, pos, -1)
+
+    def has(self, seq: int) -> bool:
+        return bool(self.positions_of(np.array([seq]))[0] >= 0)
+
+
     def last_seq_of(self, subject: str) -> int:
         """Last sequence stored on a literal subject, 0 if none."""
-        hit = self.subjects().get(subject)
-        return hit[1] if hit else 0
+        return self.subjects().last_seq(subject)
 
     def last_msg_id(self) -> str:
         """The msg id of the newest stored message ('' if it had none, as the server compares)."""

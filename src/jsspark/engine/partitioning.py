@@ -34,6 +34,8 @@ class PartitionKey:
         """The partition value of each subject, as strings."""
         if isinstance(subjects, pa.ChunkedArray):
             subjects = subjects.combine_chunks()
+        if pa.types.is_dictionary(subjects.type):  # compute once per distinct subject
+            return self.of(subjects.dictionary.cast(pa.string())).take(subjects.indices)
         if self.kind == "hash":
             buckets = pc.divide(fnv1a_32_array(subjects).cast(pa.int64()), 1)
             return pc.cast(pc.subtract(buckets, pc.multiply(pc.divide(buckets, self.n), self.n)), pa.string())

@@ -44,9 +44,17 @@ def stored_size(subject: str, hdr_len: int, data_len: int) -> int:
     return _FILE_STORE_OVERHEAD + len(subject.encode()) + data_len + (4 + hdr_len if hdr_len else 0)
 
 
+def _lengths(arr: pa.Array) -> np.ndarray:
+    """Byte length per row of a string/binary array (0 for null), from its offsets."""
+    if pa.types.is_dictionary(arr.type):
+        return _lengths(arr.dictionary)[arr.indices.to_numpy(zero_copy_only=False)]
+    if arr.offset or arr.null_count:
+        return pc.fill_null(pc.binary_length(arr.cast(pa.binary())), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1)
+    return np.diff(offsets).astype(np.int64)
+
+
 def column_stored_size(subjects: pa.Array, headers: pa.Array, data: pa.Array) -> np.ndarray:
     """Vectorised ``stored_size`` over columns."""
-    subj = pc.binary_length(subjects.cast(pa.binary())).to_numpy(zero_copy_only=False).astype(np.int64)
-    dlen = pc.fill_null(pc.binary_length(data), 0).to_numpy(zero_copy_only=False).astype(np.int64)
     hlen = column_encoded_len(headers)
-    return _FILE_STORE_OVERHEAD + subj + dlen + np.where(hlen > 0, hlen + 4, 0)
+    return _FILE_STORE_OVERHEAD + _lengths(subjects) + _lengths(data) + np.where(hlen > 0, hlen + 4, 0)

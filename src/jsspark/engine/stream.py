@@ -29,6 +29,7 @@ from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.limits import removal_mask, seq_ranges_predicate
 from jsspark.engine.partitioning import PartitionKey
 from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, column_stored_size
+from jsspark.engine.subject_stats import SubjectGroups
 from jsspark.engine.table import ConcurrentCommit, MessageTable, Snapshot
 from jsspark.errors import APIError, JSSparkError, api_error
 from jsspark.subjects import SubjectTransform, match_filter, subject_matches
@@ -83,7 +84,9 @@ class Incoming:
 
 def _col(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
     col = table.column(name)
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if isinstance(col, pa.ChunkedArray):
+        return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    return col
 
 
 @dataclass
@@ -94,6 +97,7 @@ class Plan:
     seqs: np.ndarray  # per input row
     duplicates: np.ndarray
     state: dict[str, Any]
+    groups: SubjectGroups  # the stored rows' subjects, computed once for state and index
 
 
 class LakeStream:
@@ -158,6 +162,8 @@ class LakeStream:
         (a Spark micro-batch: query id and batch id): the commit records it, and a batch
         whose version the table already holds for ``app_id`` is skipped (``replayed``).
         """
+        if not pa.types.is_dictionary(batch.subject.type):  # encode once: every subject step runs on distinct values
+            batch = Incoming(pc.dictionary_encode(batch.subject), batch.data, batch.headers)
         self._check_routable(batch)
         for _ in range(MAX_ATTEMPTS):
             snap, index = self._load()
@@ -180,17 +186,17 @@ class LakeStream:
                 )
             except ConcurrentCommit:
                 continue
-            self._after_commit(index, snap, version, plan.rows, plan.removed, plan.state)
+            self._after_commit(index, snap, version, plan.rows, plan.removed, plan.state, plan.groups)
             self._remember_ids(batch, plan, now)
             return BatchAck(self.name, plan.seqs, plan.duplicates, plan.rows.num_rows)
         raise RuntimeError(f"stream {self.name}: gave up publishing after {MAX_ATTEMPTS} concurrent commits")
 
     def _after_commit(
         self, index: MessageIndex, snap: Snapshot, version: int, added: pa.Table | None,
-        removed: np.ndarray | None, state: dict[str, Any],
+        removed: np.ndarray | None, state: dict[str, Any], groups: SubjectGroups | None = None,
     ) -> None:
         if version == snap.version + 1:
-            index.apply(added, removed, version)
+            index.apply(added, removed, version, groups)
             self._last_ts_ns = state["last_ts_ns"]
         else:  # someone else's commit slipped in between: rebuild on next use
             self._index = None
@@ -254,26 +260,30 @@ class LakeStream:
                     wanted |= match_filter(subjects, fs or [">"]).to_numpy(zero_copy_only=False)
                 store &= wanted
 
-        idx = pa.array(np.flatnonzero(store), pa.int64())
-        new_subjects = subjects.take(idx)
-        new_headers = batch.headers.take(idx)
-        new_data = batch.data.take(idx)
-        k = len(idx)
+        encoded = subjects if pa.types.is_dictionary(subjects.type) else pc.dictionary_encode(subjects)
+        if store.all():
+            new_subjects, new_headers, new_data, new_ids = encoded, batch.headers, batch.data, msg_ids
+        else:
+            idx = pa.array(np.flatnonzero(store), pa.int64())
+            new_subjects, new_headers = encoded.take(idx), batch.headers.take(idx)
+            new_data, new_ids = batch.data.take(idx), msg_ids.take(idx)
+        k = len(new_subjects)
         ts = np.full(k, now, dtype=np.int64)
         rows = pa.Table.from_arrays(
             [
                 pa.array(seqs[store], pa.int64()),
                 pa.array(ts),
                 pa.array(ts // 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                new_subjects,
+                new_subjects.cast(pa.string()),
                 new_headers,
                 new_data,
-                msg_ids.take(idx),
+                new_ids,
                 pa.array(column_stored_size(new_subjects, new_headers, new_data)),
                 self.partition.of(new_subjects),
             ],
             schema=MESSAGE_SCHEMA,
         )
+        groups = SubjectGroups.of(new_subjects, rows["seq"].to_numpy())
         self._check_discard_new(index, rows)
         n_old = index.rows.num_rows
         removed_mask = None
@@ -291,10 +301,11 @@ class LakeStream:
             removed_mask = drop[:n_old]
             if drop[n_old:].any():
                 rows = rows.filter(pa.array(~drop[n_old:]))
+                groups = SubjectGroups.of(rows["subject"], rows["seq"].to_numpy())
         removed = index.rows["seq"].to_numpy()[removed_mask] if removed_mask is not None else np.zeros(0, np.int64)
         last_ts = now if accepted.any() else self._last_ts_ns
-        state = index.state_after(rows.select(INDEX_COLUMNS), removed_mask, last_seq, last_ts)
-        return Plan(rows, removed, last_seq, seqs, duplicates, state)
+        state = index.state_after(rows.select(INDEX_COLUMNS), removed_mask, last_seq, last_ts, groups)
+        return Plan(rows, removed, last_seq, seqs, duplicates, state, groups)
 
     def _has_limits(self) -> bool:
         cfg = self.config
@@ -519,8 +530,7 @@ class LakeStream:
             raise api_error("JSStreamSealedErr")
 
         def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
-            hit = pc.equal(index.rows["seq"], seq)
-            if not pc.any(hit).as_py():
+            if not index.has(seq):
                 # the file store's answers: past the end of the stream, or a gap inside it
                 err = "stream store EOF" if seq > snap.last_seq else "no message found"
                 raise api_error("JSStreamMsgDeleteFailedF", err=err)

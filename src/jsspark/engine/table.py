@@ -25,13 +25,16 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from jsspark.engine.schema import MESSAGE_SCHEMA, PARTITION_COLUMN
 
 SEQ_APP_ID = "jsspark.seq"
 STATE_KEY = "jsspark.state"
+# Small row groups: a get by sequence decodes one group of one file, not a whole file.
+WRITER_PROPERTIES = WriterProperties(max_row_group_size=16_384, compression="SNAPPY")
+STATS_COLUMNS = 4  # the leading columns of MESSAGE_SCHEMA: seq, ts_ns, time, subject
 
 
 class ConcurrentCommit(Exception):
@@ -54,6 +57,7 @@ class MessageTable:
         self.uri = uri
         self.storage_options = storage_options
         self._dt: DeltaTable | None = None
+        self._dataset: tuple[int, ds.Dataset] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     @classmethod
@@ -65,6 +69,8 @@ class MessageTable:
             partition_by=[PARTITION_COLUMN],
             name=name or None,
             description="jsspark lake stream",
+            # file statistics for seq, ts_ns, time, subject only: what readers prune on
+            configuration={"delta.dataSkippingNumIndexedCols": str(STATS_COLUMNS)},
             storage_options=storage_options,
         )
         return cls(uri, storage_options)
@@ -91,9 +97,15 @@ class MessageTable:
         return Snapshot(dt, dt.version(), dt.transaction_version(SEQ_APP_ID) or 0)
 
     # -- reads -------------------------------------------------------------------------------
-    @staticmethod
-    def dataset(snap: Snapshot) -> ds.Dataset:
-        return snap.table.to_pyarrow_dataset()
+    def dataset(self, snap: Snapshot) -> ds.Dataset:
+        """The pyarrow dataset of a version (cached: building it walks every file's stats).
+
+        Each fragment carries its partition value and min/max stats as a guarantee, so filters
+        on ``part`` and ``seq`` skip whole files before any is opened.
+        """
+        if self._dataset is None or self._dataset[0] != snap.version:
+            self._dataset = (snap.version, snap.table.to_pyarrow_dataset())
+        return self._dataset[1]
 
     def read(
         self,
@@ -145,6 +157,7 @@ class MessageTable:
         try:
             if rows is not None and rows.num_rows:
                 rows = rows.select(MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA)
+                props_w = WRITER_PROPERTIES
                 if remove_predicate:
                     # Predicate overwrite: delete matches and add the new rows atomically. The new
                     # rows satisfy the predicate through its ``seq > snapshot last`` arm.
@@ -155,13 +168,15 @@ class MessageTable:
                         predicate=f"({remove_predicate}) OR seq > {snap.last_seq}",
                         partition_by=[PARTITION_COLUMN],
                         commit_properties=props,
+                        writer_properties=props_w,
                     )
                 else:
                     write_deltalake(
-                        snap.table, rows, mode="append", partition_by=[PARTITION_COLUMN], commit_properties=props
+                        snap.table, rows, mode="append", partition_by=[PARTITION_COLUMN], commit_properties=props,
+                        writer_properties=props_w,
                     )
             elif remove_predicate:
-                snap.table.delete(remove_predicate, commit_properties=props)
+                snap.table.delete(remove_predicate, commit_properties=props, writer_properties=WRITER_PROPERTIES)
             else:
                 # Nothing stored (e.g. interest retention, no interest) but sequences consumed:
                 # an empty append still records the new last sequence.

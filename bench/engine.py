@@ -1,0 +1,133 @@
+"""Engine benchmark: publish_batch against a raw write_deltalake, and direct-get latency.
+
+    python3 dev.py bench engine [--messages 10000000] [--subjects 100000] [--batch 1000000]
+
+Prints, in one run on the same rows:
+- ``publish_batch`` throughput against ``write_deltalake`` of the same rows (two anchors: the
+  rows as given, unpartitioned; and the rows as the engine stores them, same columns and same
+  partitioning). Target: at least 0.7 of the raw write.
+- direct-get latency by sequence and last-by-subject (p50, p99) on the built stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from deltalake import write_deltalake
+
+import jsspark
+from jsspark.engine.partitioning import PartitionKey
+
+
+def make_batch(start: int, n: int, n_subjects: int, payload: bytes) -> pa.Table:
+    ids = (np.arange(start, start + n) * 7919) % n_subjects
+    subjects = pa.array([f"orders.r{i % 16}.{i}" for i in ids.tolist()], pa.string())
+    return pa.table({"subject": subjects, "data": pa.array([payload] * n, pa.binary())})
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * p))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=10_000_000)
+    ap.add_argument("--subjects", type=int, default=100_000)
+    ap.add_argument("--batch", type=int, default=1_000_000)
+    ap.add_argument("--gets", type=int, default=300)
+    ap.add_argument("--dir", default=None)
+    args = ap.parse_args()
+    root = Path(args.dir or tempfile.mkdtemp(prefix="jsspark-bench-"))
+    shutil.rmtree(root, ignore_errors=True)
+    payload = b"x" * 100
+    batches = max(1, args.messages // args.batch)
+    print(f"building {batches} x {args.batch:,} messages, {args.subjects:,} subjects, 100-byte payloads in {root}")
+
+    lake = jsspark.connect(str(root / "lake"))
+    lake.add_stream(name="BENCH", subjects=["orders.>"], duplicate_window=0)
+    pk = PartitionKey()
+    t_pub = t_raw = t_raw_layout = 0.0
+    for b in range(batches):
+        rows = make_batch(b * args.batch, args.batch, args.subjects, payload)
+        t0 = time.perf_counter()
+        ack = lake.publish_batch("BENCH", rows)
+        t_pub += time.perf_counter() - t0
+        assert ack.stored == args.batch
+        # anchor 1: the same rows, raw
+        t0 = time.perf_counter()
+        write_deltalake(str(root / "raw"), rows, mode="append")
+        t_raw += time.perf_counter() - t0
+        # anchor 2: the same rows as the engine stores them (columns and partitioning), raw
+        stored = lake.stream("BENCH").read(
+            filter=(pa.dataset.field("seq") > ack.first_seq - 1) & (pa.dataset.field("seq") <= ack.last_seq)
+        ) if b == 0 else None
+        if stored is None:
+            n = args.batch
+            ts = np.full(n, time.time_ns(), dtype=np.int64)
+            stored = pa.table({
+                "seq": pa.array(np.arange(ack.first_seq, ack.last_seq + 1)),
+                "ts_ns": ts,
+                "time": pa.array(ts // 1000).cast(pa.timestamp("us", tz="UTC")),
+                "subject": rows["subject"],
+                "data": rows["data"],
+                "size": pa.array(np.full(n, 130, dtype=np.int64)),
+                "part": pk.of(rows["subject"]),
+            })
+        t0 = time.perf_counter()
+        write_deltalake(str(root / "raw_layout"), stored.drop_columns(
+            [c for c in stored.column_names if c not in ("seq", "ts_ns", "time", "subject", "data", "size", "part")]
+        ), mode="append", partition_by=["part"])
+        t_raw_layout += time.perf_counter() - t0
+        print(f"  batch {b + 1}/{batches}: publish_batch {args.batch / t_pub * (b + 1):,.0f} msg/s cumulative")
+
+    total = batches * args.batch
+    print()
+    print(f"{'write path':<52}{'msgs/s':>14}{'ratio':>10}")
+    print(f"{'raw write_deltalake, rows as given (anchor)':<52}{total / t_raw:>14,.0f}{1.0:>10.2f}")
+    print(f"{'raw write_deltalake, engine layout, partitioned':<52}{total / t_raw_layout:>14,.0f}"
+          f"{t_raw / t_raw_layout:>10.2f}")
+    print(f"{'jsspark publish_batch':<52}{total / t_pub:>14,.0f}{t_raw / t_pub:>10.2f}")
+    print(f"publish_batch / raw (as given): {t_raw / t_pub:.2f}  (target >= 0.70)")
+    print(f"publish_batch / raw (same layout): {t_raw_layout / t_pub:.2f}")
+
+    # direct get on a fresh context: what a new process pays, then steady state
+    fresh = jsspark.connect(str(root / "lake"))
+    t0 = time.perf_counter()
+    info = fresh.stream_info("BENCH")
+    print(f"\nstream_info on a new context: {1000 * (time.perf_counter() - t0):.1f} ms "
+          f"(messages={info.state.messages:,}, subjects={info.state.num_subjects:,})")
+    t0 = time.perf_counter()
+    fresh.stream("BENCH").index()
+    print(f"index build on a new context: {time.perf_counter() - t0:.2f} s")
+    rnd = random.Random(1)
+    by_seq, by_subj = [], []
+    for _ in range(args.gets):
+        seq = rnd.randint(1, total)
+        t0 = time.perf_counter()
+        m = fresh.get_msg("BENCH", seq=seq)
+        by_seq.append(time.perf_counter() - t0)
+        assert m.seq == seq
+        subj = f"orders.r{rnd.randrange(args.subjects) % 16}.{rnd.randrange(args.subjects)}"
+        t0 = time.perf_counter()
+        with contextlib.suppress(jsspark.errors.APIError):  # not every generated subject exists
+            fresh.get_msg("BENCH", subject=subj)
+        by_subj.append(time.perf_counter() - t0)
+    print(f"\n{'direct get':<28}{'p50 ms':>10}{'p99 ms':>10}{'mean ms':>10}")
+    for name, xs in (("by sequence", by_seq), ("last by subject", by_subj)):
+        print(f"{name:<28}{1000 * pct(xs, 0.5):>10.1f}{1000 * pct(xs, 0.99):>10.1f}"
+              f"{1000 * statistics.mean(xs):>10.1f}")
+    print("target: p50 < 50 ms")
+
+
+if __name__ == "__main__":
+    main()

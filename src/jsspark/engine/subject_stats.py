@@ -1,0 +1,103 @@
+"""Per-subject message counts and last sequences, kept as columns and updated by batch.
+
+The server answers "last sequence on subject X", "how many messages on X" and "how many
+subjects" from memory; so does the lake. Updates cost time in proportion to the distinct
+subjects of the change (a hash lookup of each into the known set), never to the stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+@dataclass
+class SubjectGroups:
+    """Distinct subjects of some rows with their row counts and largest seq."""
+
+    names: pa.Array
+    counts: np.ndarray
+    last: np.ndarray
+
+    @classmethod
+    def of(cls, subjects: pa.Array | pa.ChunkedArray, seqs: np.ndarray) -> SubjectGroups:
+        if isinstance(subjects, pa.ChunkedArray):
+            subjects = subjects.combine_chunks()
+        if len(subjects) == 0:
+            return cls(pa.array([], pa.string()), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        enc = subjects if pa.types.is_dictionary(subjects.type) else pc.dictionary_encode(subjects)
+        codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        k = len(enc.dictionary)
+        counts = np.bincount(codes, minlength=k)
+        last = np.zeros(k, dtype=np.int64)
+        np.maximum.at(last, codes, seqs)
+        keep = counts > 0
+        names = enc.dictionary.cast(pa.string())
+        if not keep.all():
+            names = names.filter(pa.array(keep))
+        return cls(names, counts[keep], last[keep])
+
+
+class SubjectStats:
+    def __init__(self, groups: SubjectGroups) -> None:
+        self.names = groups.names
+        self.counts = groups.counts.copy()
+        self.last = groups.last.copy()
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def positions(self, names: pa.Array) -> np.ndarray:
+        """Position of each name in the known subjects, -1 where unknown."""
+        if not len(self.names) or not len(names):
+            return np.full(len(names), -1, dtype=np.int64)
+        pos = pc.index_in(names, value_set=self.names)
+        return pc.fill_null(pos, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def add(self, g: SubjectGroups) -> None:
+        pos = self.positions(g.names)
+        known = pos >= 0
+        np.add.at(self.counts, pos[known], g.counts[known])
+        np.maximum.at(self.last, pos[known], g.last[known])
+        if (~known).any():
+            fresh = pa.array(~known)
+            self.names = pa.concat_arrays([self.names, g.names.filter(fresh)])
+            self.counts = np.concatenate([self.counts, g.counts[~known]])
+            self.last = np.concatenate([self.last, g.last[~known]])
+
+    def remove(self, g: SubjectGroups, last_of: dict[str, int]) -> None:
+        """Subtract removed rows; ``last_of`` gives the new last seq of subjects whose last went."""
+        pos = self.positions(g.names)
+        np.subtract.at(self.counts, pos, g.counts)
+        for name, seq in last_of.items():
+            i = self.positions(pa.array([name]))[0]
+            self.last[i] = seq
+        empty = self.counts <= 0
+        if empty.any():
+            keep = pa.array(~empty)
+            self.names = self.names.filter(keep)
+            self.counts = self.counts[~empty]
+            self.last = self.last[~empty]
+
+    def count_after(self, added: SubjectGroups, removed: SubjectGroups | None) -> int:
+        """How many subjects would have messages after adding and removing these groups."""
+        counts = self.counts.copy()
+        extra = 0
+        if removed is not None and len(removed.names):
+            np.subtract.at(counts, self.positions(removed.names), removed.counts)
+        if len(added.names):
+            pos = self.positions(added.names)
+            known = pos >= 0
+            np.add.at(counts, pos[known], added.counts[known])
+            extra = int((~known).sum())
+        return int((counts > 0).sum()) + extra
+
+    def last_seq(self, name: str) -> int:
+        i = self.positions(pa.array([name], pa.string()))[0]
+        return int(self.last[i]) if i >= 0 else 0
+
+    def table(self) -> pa.Table:
+        return pa.table({"subject": self.names, "msgs": pa.array(self.counts), "last_seq": pa.array(self.last)})

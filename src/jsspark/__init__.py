@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from jsspark.engine.lake import Lake
 
 
@@ -15,3 +17,10 @@ def connect(location: str, storage_options: dict[str, str] | None = None) -> Lak
     from jsspark.engine.lake import connect as _connect
 
     return _connect(location, storage_options)
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``jetstream`` Spark data source on ``spark`` (pyspark imported only now)."""
+    from jsspark.datasource import register as _register
+
+    _register(spark)

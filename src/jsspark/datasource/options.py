@@ -1,0 +1,210 @@
+"""Options of the ``jetstream`` source and sink: parsed, typed and validated at ``load()``.
+
+Consumer options use JetStream's ``ConsumerConfig`` JSON names, so a consumer written for a
+server reads the same on a lake; an invalid combination fails with the server's own error
+(``check_consumer_config``). Spark-side options follow Spark's Kafka and Delta sources
+(``maxMessagesPerTrigger`` ~ ``maxOffsetsPerTrigger``, ``failOnDataLoss``, ``minPartitions``).
+Spark hands options over lower-cased, as strings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsspark.config import ConsumerConfig, DeliverPolicy, ReplayPolicy, check_consumer_config
+
+# Consumer options: JetStream ConsumerConfig JSON names.
+CONSUMER_OPTIONS = (
+    "durable_name",
+    "deliver_policy",
+    "opt_start_seq",
+    "opt_start_time",
+    "filter_subject",
+    "filter_subjects",
+    "headers_only",
+    "replay_policy",
+    "rate_limit_bps",
+)
+# Spark options, as users of the Kafka and Delta sources spell them.
+SPARK_READ_OPTIONS = (
+    "maxMessagesPerTrigger",
+    "maxBytesPerTrigger",
+    "failOnDataLoss",
+    "reportLatestOffset",
+    "minPartitions",
+)
+COMMON_OPTIONS = ("path", "stream")
+SINK_OPTIONS = ("checkpointLocation", "txnAppId")
+
+# A Spark source is neither a pull nor a push consumer; with a rate limit it is checked as a
+# push consumer (the server refuses ``rate_limit_bps`` on pull consumers) delivering here.
+PUSH_CHECK_SUBJECT = "_INBOX.jsspark.spark"
+
+
+class OptionError(ValueError):
+    """An option Spark passed that the source or sink cannot use; the message names it."""
+
+
+def _canonical(names: tuple[str, ...]) -> dict[str, str]:
+    return {n.lower(): n for n in names}
+
+
+def check_known(options: Mapping[str, str], allowed: tuple[str, ...], what: str) -> dict[str, str]:
+    """Options keyed by their canonical spelling; an unknown one raises naming it."""
+    known = _canonical(allowed)
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        canon = known.get(key.lower())
+        if canon is None:
+            raise OptionError(
+                f"unknown option {key!r} for the jetstream {what}; known options: {', '.join(sorted(allowed))}"
+            )
+        out[canon] = str(value)
+    return out
+
+
+def parse_bool(name: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise OptionError(f"option {name!r} must be 'true' or 'false', got {text!r}")
+    return value == "true"
+
+
+def parse_int(name: str, text: str, minimum: int = 0) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise OptionError(f"option {name!r} must be an integer, got {text!r}") from None
+    if value < minimum:
+        raise OptionError(f"option {name!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def parse_subject_list(name: str, text: str) -> list[str]:
+    """A JSON list (``["a.>", "b"]``) or a comma-separated list (``a.>,b``)."""
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            value = json.loads(stripped)
+        except json.JSONDecodeError as e:
+            raise OptionError(f"option {name!r} is not a valid JSON list: {e}") from None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise OptionError(f"option {name!r} must be a list of subjects, got {text!r}")
+        return value
+    return [s.strip() for s in stripped.split(",")] if stripped else []
+
+
+def _enum(name: str, text: str, enum: type[Any]) -> Any:
+    try:
+        return enum(text.strip().lower())
+    except ValueError:
+        allowed = ", ".join(m.value for m in enum)
+        raise OptionError(f"option {name!r} must be one of {allowed}; got {text!r}") from None
+
+
+def consumer_config(opts: Mapping[str, str]) -> ConsumerConfig:
+    """The ``ConsumerConfig`` a set of source options stands for (unchecked)."""
+    wire: dict[str, Any] = {}
+    if "durable_name" in opts:
+        wire["durable_name"] = opts["durable_name"]
+    if "deliver_policy" in opts:
+        wire["deliver_policy"] = _enum("deliver_policy", opts["deliver_policy"], DeliverPolicy)
+    if "opt_start_seq" in opts:
+        wire["opt_start_seq"] = parse_int("opt_start_seq", opts["opt_start_seq"])
+    if "opt_start_time" in opts:
+        wire["opt_start_time"] = opts["opt_start_time"].strip()
+    if "filter_subject" in opts:
+        wire["filter_subject"] = opts["filter_subject"]
+    if "filter_subjects" in opts:
+        wire["filter_subjects"] = parse_subject_list("filter_subjects", opts["filter_subjects"])
+    if "headers_only" in opts:
+        wire["headers_only"] = parse_bool("headers_only", opts["headers_only"])
+    if "replay_policy" in opts:
+        wire["replay_policy"] = _enum("replay_policy", opts["replay_policy"], ReplayPolicy)
+    if "rate_limit_bps" in opts:
+        wire["rate_limit_bps"] = parse_int("rate_limit_bps", opts["rate_limit_bps"])
+        if wire["rate_limit_bps"]:
+            wire["deliver_subject"] = PUSH_CHECK_SUBJECT
+    try:
+        return ConsumerConfig.model_validate(wire)
+    except ValueError as e:  # pydantic: e.g. an opt_start_time that is not RFC3339
+        raise OptionError(f"invalid consumer option: {e}") from None
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Everything the source needs, picklable (plain values and the checked config)."""
+
+    location: str
+    stream: str
+    consumer: ConsumerConfig
+    max_messages: int | None = None
+    max_bytes: int | None = None
+    fail_on_data_loss: bool = True
+    report_latest_offset: bool = False
+    min_partitions: int = 1
+    storage_options: dict[str, str] | None = field(default=None)
+
+    @property
+    def filters(self) -> list[str]:
+        c = self.consumer
+        return list(c.filter_subjects) or ([c.filter_subject] if c.filter_subject else [])
+
+    @property
+    def consumer_name(self) -> str | None:
+        return self.consumer.durable_name or None
+
+    @property
+    def replay_original(self) -> bool:
+        return self.consumer.replay_policy is ReplayPolicy.ORIGINAL
+
+
+def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
+    """Parse and validate source options; consumer rules raise the server's ``APIError``."""
+    opts = check_known(options, COMMON_OPTIONS + CONSUMER_OPTIONS + SPARK_READ_OPTIONS, "source")
+    location, stream = _location_and_stream(opts)
+    cfg = consumer_config(opts)
+
+    import jsspark
+
+    stream_cfg = jsspark.connect(location).stream_info(stream).config
+    checked = check_consumer_config(cfg, stream_cfg)
+    return ReadOptions(
+        location=location,
+        stream=stream,
+        consumer=checked,
+        max_messages=parse_int("maxMessagesPerTrigger", opts["maxMessagesPerTrigger"], 1)
+        if "maxMessagesPerTrigger" in opts
+        else None,
+        max_bytes=parse_int("maxBytesPerTrigger", opts["maxBytesPerTrigger"], 1) if "maxBytesPerTrigger" in opts else None,
+        fail_on_data_loss=parse_bool("failOnDataLoss", opts.get("failOnDataLoss", "true")),
+        report_latest_offset=parse_bool("reportLatestOffset", opts.get("reportLatestOffset", "false")),
+        min_partitions=parse_int("minPartitions", opts.get("minPartitions", "1"), 1),
+    )
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    location: str
+    stream: str
+    checkpoint_location: str | None = None
+    txn_app_id: str | None = None
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    opts = check_known(options, COMMON_OPTIONS + SINK_OPTIONS, "sink")
+    location, stream = _location_and_stream(opts)
+    return WriteOptions(location, stream, opts.get("checkpointLocation"), opts.get("txnAppId"))
+
+
+def _location_and_stream(opts: Mapping[str, str]) -> tuple[str, str]:
+    location = opts.get("path", "").strip()
+    if not location:
+        raise OptionError("the jetstream format needs the lake location: .load(location) / .save(location)")
+    stream = opts.get("stream", "").strip()
+    if not stream:
+        raise OptionError("option 'stream' is required: the name of the lake stream")
+    return location, stream

@@ -1,0 +1,159 @@
+"""Executor-side reading of one ``ReadPartition``: Arrow batches in the source's exact schema.
+
+Runs in a Spark Python worker from nothing but the partition: it opens the Delta table by
+URI at the pinned version (a ``DeltaTable`` cannot be pickled), reads only the partition's
+files and sequence range with pyarrow, keeps the wanted messages in stream order, and paces
+the output for ``replay_policy=original`` and ``rate_limit_bps`` as the server paces a push
+consumer. No pyspark import: the batches already match ``ARROW_SCHEMA``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from jsspark.datasource.planning import DataLossError, ReadPartition, delivery_mask
+from jsspark.datasource.schema import ARROW_SCHEMA, HEADERS_ARROW
+from jsspark.engine import headers as H
+from jsspark.engine.schema import stored_size
+
+MAX_BATCH_ROWS = 10_000
+MSG_SIZE_HEADER = "Nats-Msg-Size"  # what a headers_only consumer gets instead of the payload
+# How much a rate-limited read sends between two sleeps.
+RATE_SLICE_SECONDS = 0.1
+
+
+def _dataset(p: ReadPartition) -> ds.Dataset:
+    from deltalake import DeltaTable
+
+    dataset = DeltaTable(p.uri, version=p.version, storage_options=p.storage_options).to_pyarrow_dataset()
+    if not p.files:
+        return dataset
+    wanted = set(p.files)
+    frags = [f for f in dataset.get_fragments() if f.path in wanted]
+    if len(frags) != len(wanted):  # paths spelled differently: fall back to range pruning on all files
+        return dataset
+    return ds.FileSystemDataset(frags, dataset.schema, dataset.format, dataset.filesystem)
+
+
+def load_messages(p: ReadPartition) -> pa.Table:
+    """The partition's wanted messages in sequence order (stored columns)."""
+    cols = ["seq", "ts_ns", "time", "subject", "headers", "size", *([] if p.headers_only else ["data"])]
+    cond = (ds.field("seq") > p.lo) & (ds.field("seq") <= p.hi)
+    rows = _dataset(p).to_table(columns=cols, filter=cond).sort_by("seq")
+    mask = delivery_mask(rows["seq"].to_numpy(), rows["subject"], p.filters, p.skip, p.resume)
+    rows = rows.filter(pa.array(mask))
+    if rows.num_rows < p.expected and p.fail_on_data_loss:
+        raise DataLossError(
+            f"jetstream source: stream {p.stream}: sequences {p.lo + 1}..{p.hi} of version {p.version} hold "
+            f"{rows.num_rows} of the {p.expected} planned messages (files removed by vacuum?). "
+            "Set failOnDataLoss=false to skip them."
+        )
+    return rows.combine_chunks()
+
+
+def _with_size_header(headers: pa.Array, sizes: np.ndarray) -> pa.Array:
+    """Each row's headers plus ``Nats-Msg-Size: <payload length>``, appended as the server does."""
+    n = len(headers)
+    lengths = pc.fill_null(pc.list_value_length(headers), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    old_values = pc.list_flatten(headers)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths + 1, out=offsets[1:])
+    appended = np.zeros(offsets[-1], dtype=bool)
+    appended[offsets[1:] - 1] = True
+    take = np.empty(offsets[-1], dtype=np.int64)
+    take[~appended] = np.arange(len(old_values))
+    take[appended] = len(old_values) + np.arange(n)
+    extra = pa.StructArray.from_arrays(
+        [pa.array([MSG_SIZE_HEADER] * n, pa.string()), pa.array([str(int(s)) for s in sizes], pa.string())],
+        fields=list(H.HEADER_TYPE.value_type),
+    )
+    values = pa.concat_arrays([old_values.cast(extra.type), extra]).take(pa.array(take))
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
+
+
+def _payload_sizes(rows: pa.Table) -> np.ndarray:
+    """Payload lengths from the stored ``size`` (no payload read): size minus the file store's
+    overhead, subject and header block."""
+    subj = pc.binary_length(rows["subject"].cast(pa.binary())).to_numpy(zero_copy_only=False).astype(np.int64)
+    hlen = H.column_encoded_len(rows["headers"].combine_chunks())
+    size = rows["size"].to_numpy().astype(np.int64)
+    return size - stored_size("", 0, 0) - subj - np.where(hlen > 0, hlen + 4, 0)
+
+
+def to_output(p: ReadPartition, rows: pa.Table) -> pa.Table:
+    """Stored columns -> the source's rows (``ARROW_SCHEMA``), numbered for delivery."""
+    n = rows.num_rows
+    headers = rows["headers"].combine_chunks()
+    if p.headers_only:
+        headers = _with_size_header(headers, _payload_sizes(rows))
+        data = pa.array([b""] * n, pa.binary())
+    else:
+        data = rows["data"].combine_chunks()
+    dseq = p.dseq_base + np.arange(1, n + 1, dtype=np.int64)
+    pending = p.pending_after + np.arange(n - 1, -1, -1, dtype=np.int64)
+    return pa.Table.from_arrays(
+        [
+            pa.repeat(pa.scalar(p.stream, pa.string()), n),
+            rows["subject"].combine_chunks().cast(pa.string()),
+            rows["seq"].combine_chunks(),
+            rows["time"].combine_chunks().cast(pa.timestamp("us", tz="UTC")),
+            rows["ts_ns"].combine_chunks(),
+            headers.cast(HEADERS_ARROW),
+            data.cast(pa.binary()),
+            pa.repeat(pa.scalar(p.consumer, pa.string()), n),
+            pa.array(dseq, pa.int64()),
+            pa.array(pending, pa.int64()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def _chunks(
+    out: pa.Table, ts_ns: np.ndarray, sizes: np.ndarray, p: ReadPartition,
+    clock: Callable[[], float], sleep: Callable[[float], None],
+) -> Iterator[pa.RecordBatch]:
+    """Slices of ``out`` released on schedule: at the original gaps (``replay_original``) and/or
+    no faster than ``rate_limit_bps`` (bits of stored message size per second)."""
+    n = out.num_rows
+    byte_rate = p.rate_limit_bps / 8 if p.rate_limit_bps else 0.0
+    due = (ts_ns - ts_ns[0]) / 1e9 if (p.replay_original and n) else None
+    cum = np.concatenate([[0], np.cumsum(sizes)]) if byte_rate else None
+    t0 = clock()
+    i = 0
+    while i < n:
+        j = min(n, i + MAX_BATCH_ROWS)
+        if due is not None:
+            j = min(j, int(np.searchsorted(due, due[i], side="right")))
+        if cum is not None:
+            budget = cum[i] + max(byte_rate * RATE_SLICE_SECONDS, 1)
+            j = max(i + 1, min(j, int(np.searchsorted(cum, budget, side="right")) - 1))
+        wait = 0.0
+        if due is not None:
+            wait = max(wait, float(due[i]))
+        if cum is not None:
+            wait = max(wait, float(cum[i]) / byte_rate)
+        delay = wait - (clock() - t0)
+        if delay > 0:
+            sleep(delay)
+        yield from out.slice(i, j - i).to_batches(max_chunksize=MAX_BATCH_ROWS)
+        i = j
+
+
+def read_partition(
+    p: ReadPartition, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+) -> Iterator[pa.RecordBatch]:
+    """All record batches of one partition, schema exactly ``ARROW_SCHEMA``."""
+    rows = load_messages(p)
+    if rows.num_rows == 0:
+        return
+    out = to_output(p, rows)
+    if not p.replay_original and not p.rate_limit_bps:
+        yield from out.to_batches(max_chunksize=MAX_BATCH_ROWS)
+        return
+    yield from _chunks(out, rows["ts_ns"].to_numpy(), rows["size"].to_numpy(), p, clock, sleep)

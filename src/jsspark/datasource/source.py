@@ -1,0 +1,155 @@
+"""``format("jetstream")``: lake streams as a Spark batch and streaming source, and as a sink.
+
+Where things run (Spark's Python data source runtime): ``schema``/``reader``/``partitions``
+of a batch read in a short-lived planner process on the driver; the streaming calls
+(``initialOffset``, ``latestOffset``, ``partitions``, ``commit``) in one long-lived driver
+process that keeps this reader instance; ``read`` on executors, from a pickled copy that
+sees only its ``InputPartition``. So planning state lives in ``Planner`` on the driver and
+every partition carries what its task needs (``ReadPartition``).
+
+Admission control follows Spark's Kafka source: ``maxMessagesPerTrigger`` /
+``maxBytesPerTrigger`` become the default read limit, ``Trigger.AvailableNow`` reads up to
+the stream's last sequence at query start, in bounded batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.types import StructType
+
+from jsspark.datasource.options import ReadOptions, parse_read_options, parse_write_options
+from jsspark.datasource.planning import Cursor, Planner, ReadPartition
+from jsspark.datasource.reading import read_partition
+from jsspark.datasource.schema import spark_schema
+
+try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    _STREAM_BASES: tuple[type, ...] = (DataSourceStreamReader, SupportsTriggerAvailableNow)
+except ImportError:  # pragma: no cover - Spark 4.0/4.1
+    _STREAM_BASES = (DataSourceStreamReader,)
+
+
+def _partition_value(partition: InputPartition) -> ReadPartition:
+    value = partition.value
+    if not isinstance(value, ReadPartition):
+        raise TypeError(f"jetstream source: unexpected partition {partition!r}")
+    return value
+
+
+class JetStreamDataSource(DataSource):
+    """The ``jetstream`` format over the lake streams at ``load(location)``/``save(location)``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "jetstream"
+
+    def schema(self) -> StructType:
+        # Validate here: Spark calls schema() from load(), so bad options fail at load().
+        parse_read_options(self.options)
+        return spark_schema()
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return JetStreamBatchReader(parse_read_options(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return JetStreamStreamReader(parse_read_options(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        from jsspark.sink.lake_sink import make_writer
+
+        return make_writer(parse_write_options(self.options), overwrite, streaming=False)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        from jsspark.sink.lake_sink import make_writer
+
+        return make_writer(parse_write_options(self.options), overwrite, streaming=True)
+
+
+class JetStreamBatchReader(DataSourceReader):
+    """A batch read: what a new consumer with these options would get, up to the stream's
+    last message at planning time."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        planner = Planner(self.opts)
+        return [InputPartition(p) for p in planner.partitions(planner.initial(), None)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from read_partition(_partition_value(partition))
+
+
+class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
+    """A streaming read with stream-sequence offsets (see ``planning``)."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self._planner: Planner | None = None
+        self._target: int | None = None  # last sequence AvailableNow reads up to
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_planner"] = None  # holds an open DeltaTable; executors do not need it
+        return state
+
+    @property
+    def planner(self) -> Planner:
+        if self._planner is None:
+            self._planner = Planner(self.opts)
+        return self._planner
+
+    def initialOffset(self) -> dict[str, Any]:
+        return self.planner.initial().to_offset()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.planner.latest_available()
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
+
+        if self.opts.max_messages is not None:
+            return ReadMaxRows(self.opts.max_messages)
+        if self.opts.max_bytes is not None:
+            return ReadMaxBytes(self.opts.max_bytes)
+        return ReadAllAvailable()
+
+    def _limits(self, limit: Any) -> tuple[int | None, int | None]:
+        """(max rows, max bytes) for one batch; both options apply together, as a composite."""
+        kind = type(limit).__name__
+        if kind == "ReadAllAvailable":
+            return None, None
+        if kind == "ReadMaxRows":
+            return int(limit.max_rows), self.opts.max_bytes
+        if kind == "ReadMaxBytes":
+            return self.opts.max_messages, int(limit.max_bytes)
+        return self.opts.max_messages, self.opts.max_bytes
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        cursor = Cursor.from_offset(start) if start is not None else self.planner.initial()
+        max_rows, max_bytes = self._limits(limit)
+        return self.planner.latest(cursor, max_rows, max_bytes, self._target).to_offset()
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        if not self.opts.report_latest_offset:
+            return None
+        return {"seq": self.planner.latest_available()}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        if start == end:
+            return []
+        parts = self.planner.partitions(Cursor.from_offset(start), Cursor.from_offset(end))
+        return [InputPartition(p) for p in parts]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from read_partition(_partition_value(partition))

@@ -1,0 +1,239 @@
+"""Spark writers into a lake stream: one publish per batch, exactly once for streaming.
+
+Rows (``subject``, optional ``data`` and ``headers``; other columns are ignored) go through
+the engine's publish semantics (routing check, dedup by ``Nats-Msg-Id``, expectations,
+limits), so a DataFrame publish behaves like a batch of ``js.publish`` calls.
+
+Why the publish happens on the driver: a JetStream publish assigns sequences, which must be
+one serialised commit per batch. Executors only normalise their rows and hand them back as
+Arrow IPC in the commit message (or, when large, as a staging Parquet file under
+``<location>/_staging/``); the driver's ``commit`` does the single ``publish_batch``.
+
+Exactly once (streaming): the commit carries a Delta ``txn`` ``(app id, batchId)`` in the
+same Delta commit as the messages, and a batch whose id the stream already holds for that
+app id is skipped, so a micro-batch Spark replays after a crash is not stored twice. The app
+id is the query's persistent id from ``<checkpointLocation>/metadata`` (a new checkpoint is
+a new query, whose batch ids restart at 0), or ``txnAppId`` when given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from jsspark.datasource.options import OptionError, WriteOptions
+from jsspark.engine import headers as H
+from jsspark.engine.api import BatchAck
+
+SINK_SCHEMA = pa.schema(
+    [pa.field("subject", pa.string()), pa.field("data", pa.binary()), pa.field("headers", H.HEADER_TYPE)]
+)
+# Above this many bytes a task stages its rows as Parquet instead of returning them inline.
+INLINE_LIMIT_BYTES = 16 * 1024 * 1024
+APP_ID_PREFIX = "jsspark.sink."
+
+
+# -- rows --------------------------------------------------------------------------------------
+def _headers_column(col: pa.Array) -> pa.Array:
+    """``array<struct<name,value>>`` (any list child name) or ``map<string,string>`` ->
+    the stored header type; anything else goes through ``headers.normalize`` per row."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    t = col.type
+    if pa.types.is_map(t):
+        values = pa.StructArray.from_arrays(
+            [col.keys.cast(pa.string()), col.items.cast(pa.string())], fields=list(H.HEADER_TYPE.value_type)
+        )
+        offsets = pc.subtract(col.offsets, col.offsets[0])
+        return pa.ListArray.from_arrays(offsets, values, mask=col.is_null())
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_struct(t.value_type):
+        names = [t.value_type.field(i).name for i in range(t.value_type.num_fields)]
+        if names == ["name", "value"]:
+            return col.cast(H.HEADER_TYPE)
+    return H.to_arrow([H.normalize(v) for v in col.to_pylist()])
+
+
+def normalize(batch: pa.RecordBatch | pa.Table) -> pa.Table:
+    """The publishable columns of a Spark batch, typed as the engine stores them."""
+    names = batch.schema.names
+    if "subject" not in names:
+        raise ValueError(f"writing to a lake stream needs a 'subject' column; got columns {names}")
+    n = batch.num_rows
+    subject = batch.column("subject").cast(pa.string())
+    if "data" in names:
+        data = batch.column("data")
+        data = data.cast(pa.binary()) if not pa.types.is_binary(data.type) else data
+    else:
+        data = pa.array([b""] * n, pa.binary())
+    headers = _headers_column(batch.column("headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
+    return pa.Table.from_arrays([subject, data, headers], schema=SINK_SCHEMA)
+
+
+# -- task output -------------------------------------------------------------------------------
+@dataclass
+class LakeSinkMessage(WriterCommitMessage):
+    """One task's rows: inline Arrow IPC, or the path of a staged Parquet file."""
+
+    rows: int
+    ipc: bytes | None = None
+    path: str | None = None
+
+
+def _filesystem(location: str) -> tuple[object, str]:
+    from pyarrow import fs
+
+    if "://" not in location:
+        location = os.path.abspath(location)
+        return fs.LocalFileSystem(), location
+    return fs.FileSystem.from_uri(location)
+
+
+def staging_dir(location: str, tag: str) -> str:
+    return f"{location.rstrip('/')}/_staging/{tag}"
+
+
+def collect_task(
+    batches: Iterable[pa.RecordBatch], location: str, tag: str, inline_limit: int = INLINE_LIMIT_BYTES
+) -> LakeSinkMessage:
+    """Normalise a task's rows and package them for the driver's commit."""
+    tables = [normalize(b) for b in batches]
+    table = pa.concat_tables(tables) if tables else SINK_SCHEMA.empty_table()
+    if table.nbytes <= inline_limit:
+        sink = io.BytesIO()
+        with pa.ipc.new_stream(sink, SINK_SCHEMA) as w:
+            w.write_table(table)
+        return LakeSinkMessage(table.num_rows, ipc=sink.getvalue())
+    filesystem, root = _filesystem(staging_dir(location, tag))
+    filesystem.create_dir(root, recursive=True)
+    path = f"{root}/{_task_name()}.parquet"
+    pq.write_table(table, path, filesystem=filesystem)
+    return LakeSinkMessage(table.num_rows, path=path)
+
+
+def _task_name() -> str:
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+    except ImportError:
+        ctx = None
+    prefix = f"{ctx.stageId()}-{ctx.partitionId()}-{ctx.attemptNumber()}-" if ctx is not None else ""
+    return f"{prefix}{uuid.uuid4().hex}"
+
+
+def load_messages(messages: Iterable[WriterCommitMessage | None], location: str) -> pa.Table:
+    """All tasks' rows in task order."""
+    tables = []
+    for m in messages:
+        if not isinstance(m, LakeSinkMessage) or not m.rows:
+            continue
+        if m.ipc is not None:
+            tables.append(pa.ipc.open_stream(m.ipc).read_all())
+        elif m.path is not None:
+            filesystem, _ = _filesystem(location)
+            tables.append(pq.read_table(m.path, filesystem=filesystem))
+    return pa.concat_tables(tables) if tables else SINK_SCHEMA.empty_table()
+
+
+def remove_staged(messages: Iterable[WriterCommitMessage | None], location: str) -> None:
+    filesystem, _ = _filesystem(location)
+    for m in messages:
+        if isinstance(m, LakeSinkMessage) and m.path is not None:
+            try:
+                filesystem.delete_file(m.path)
+            except FileNotFoundError:
+                continue
+
+
+# -- publishing --------------------------------------------------------------------------------
+def publish(opts: WriteOptions, table: pa.Table, txn: tuple[str, int] | None = None) -> BatchAck:
+    """One ``publish_batch`` (one Delta commit), idempotent per ``txn`` when given."""
+    import jsspark
+
+    return jsspark.connect(opts.location).publish_batch(opts.stream, table, txn=txn)
+
+
+def query_app_id(opts: WriteOptions) -> str:
+    """The txn app id of a streaming query (see the module docstring)."""
+    if opts.txn_app_id:
+        return opts.txn_app_id
+    if not opts.checkpoint_location:
+        raise OptionError(
+            "writeStream into a lake stream needs option 'checkpointLocation' (its query id makes the "
+            "writes exactly once) or an explicit 'txnAppId'"
+        )
+    filesystem, root = _filesystem(opts.checkpoint_location)
+    try:
+        with filesystem.open_input_stream(f"{root.rstrip('/')}/metadata") as f:
+            query_id = json.loads(f.read().decode().splitlines()[0])["id"]
+    except FileNotFoundError:
+        # Spark writes the metadata before the first batch; without it the path is the identity.
+        digest = hashlib.sha256(opts.checkpoint_location.encode()).hexdigest()[:32]
+        return f"{APP_ID_PREFIX}checkpoint-{digest}"
+    return f"{APP_ID_PREFIX}{query_id}"
+
+
+def _tag(opts: WriteOptions) -> str:
+    """A staging sub-directory per query (or per batch write) that needs no driver state."""
+    key = opts.txn_app_id or opts.checkpoint_location or ""
+    return hashlib.sha256(key.encode()).hexdigest()[:16] if key else f"batch-{uuid.uuid4().hex[:16]}"
+
+
+class LakeBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("jetstream").mode("append")``: all rows in one atomic publish."""
+
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+        self.tag = _tag(opts)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> LakeSinkMessage:
+        return collect_task(iterator, self.opts.location, self.tag)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        try:
+            publish(self.opts, load_messages(messages, self.opts.location))
+        finally:
+            remove_staged(messages, self.opts.location)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        remove_staged(messages, self.opts.location)
+
+
+class LakeStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("jetstream")``: one publish per micro-batch, exactly once."""
+
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+        self.tag = _tag(opts)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> LakeSinkMessage:
+        return collect_task(iterator, self.opts.location, self.tag)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        try:
+            publish(self.opts, load_messages(messages, self.opts.location), txn=(query_app_id(self.opts), batchId))
+        finally:
+            remove_staged(messages, self.opts.location)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        remove_staged(messages, self.opts.location)
+
+
+def make_writer(opts: WriteOptions, overwrite: bool, streaming: bool) -> LakeBatchWriter | LakeStreamWriter:
+    if overwrite:
+        raise OptionError("lake streams are append-only: use mode('append') (or outputMode('append'))")
+    if streaming:
+        if not (opts.txn_app_id or opts.checkpoint_location):
+            query_app_id(opts)  # raises: fail at start, not at the first commit
+        return LakeStreamWriter(opts)
+    return LakeBatchWriter(opts)

@@ -1,8 +1,8 @@
 """Subject filters and transforms over Arrow columns, with no per-row Python on the hot path.
 
 Filters and transform sources compile to one anchored RE2 pattern each (``pyarrow.compute``
-regex kernels); transforms then rebuild subjects from extracted token columns with Arrow
-string kernels. ``partition`` hashes with a byte-position loop (``hashing.fnv1a_32_array``) and
+regex kernels); transforms then split matching subjects into token lists and rebuild them
+with Arrow string kernels. Token functions work on bytes (``binary`` views), as Go does. ``partition`` hashes with a byte-position loop (``hashing.fnv1a_32_array``) and
 ``slice*`` loops over chunk positions; only ``split`` on an empty delimiter runs the scalar
 function, once per *distinct* token.
 Every function here must agree row for row with its scalar twin (the tests check it).
@@ -80,17 +80,16 @@ def match_filter(subjects: ArrayLike, filters: str | Sequence[str]) -> ArrayLike
 def source_pattern(tr: SubjectTransform) -> str:
     """Anchored RE2 for ``tr.matches``: valid literal subjects that are a subset match of ``src``.
 
-    Each source token position ``p`` is captured as ``t<p>``; after ``>`` the rest is ``tail``.
     A source token merely starting with ``*`` matches any token, the server's subset quirk.
     """
     parts = []
-    for p, t in enumerate(tr.src_tokens):
+    for t in tr.src_tokens:
         if t == FWC:
-            parts.append(rf"(?P<t{p}>{_LIT})(?P<tail>(?:\.{_LIT})*)")
+            parts.append(rf"{_LIT}(?:\.{_LIT})*")
         elif t.startswith(PWC):
-            parts.append(rf"(?P<t{p}>{_LIT})")
+            parts.append(_LIT)
         else:
-            parts.append(rf"(?P<t{p}>{_escape(t)})")
+            parts.append(_escape(t))
     return "^" + r"\.".join(parts) + "$"
 
 
@@ -107,10 +106,6 @@ def transform_matches_array(tr: SubjectTransform, subjects: ArrayLike) -> ArrayL
 
 def _binary(arr: pa.Array) -> pa.Array:
     return arr.view(pa.large_binary() if pa.types.is_large_string(arr.type) else pa.binary())
-
-
-def _as_text(arr: pa.Array, text_type: pa.DataType) -> pa.Array:
-    return arr.view(text_type)
 
 
 def _slices_from_left(raw: pa.Array, size: int) -> pa.Array:
@@ -155,17 +150,17 @@ def _token_function(dt: DestToken, col: pa.Array, text_type: pa.DataType) -> pa.
         return col
     raw = _binary(col)
     if dt.fn is Fn.LEFT:
-        return _as_text(pc.binary_slice(raw, 0, n), text_type)
+        return pc.binary_slice(raw, 0, n).view(text_type)
     if dt.fn is Fn.RIGHT:
-        return _as_text(pc.binary_slice(raw, -n), text_type)
+        return pc.binary_slice(raw, -n).view(text_type)
     if dt.fn is Fn.SLICE_FROM_LEFT:
-        return _as_text(_slices_from_left(raw, n), text_type)
+        return _slices_from_left(raw, n).view(text_type)
     if dt.fn is Fn.SLICE_FROM_RIGHT:
-        return _as_text(pc.binary_reverse(_slices_from_left(pc.binary_reverse(raw), n)), text_type)
+        return pc.binary_reverse(_slices_from_left(pc.binary_reverse(raw), n)).view(text_type)
     # splitFrom*: insert "." n bytes from the left/right end, only in tokens longer than n
     at = n if dt.fn is Fn.SPLIT_FROM_LEFT else -n
     split = pc.binary_replace_slice(raw, start=at, stop=at, replacement=".")
-    return _as_text(pc.if_else(pc.greater(pc.binary_length(raw), n), split, raw), text_type)
+    return pc.if_else(pc.greater(pc.binary_length(raw), n), split, raw).view(text_type)
 
 
 def _count_text(values: pa.Array, count: int, text_type: pa.DataType) -> pa.Array:
@@ -185,18 +180,20 @@ def _transform_chunk(tr: SubjectTransform, arr: pa.Array, keep_unmatched: bool) 
         return pc.if_else(matched, arr, fallback)
     if not pc.any(matched).as_py():
         return fallback
-    groups = pc.extract_regex(arr, source_pattern(tr))
+    # Non-matching rows are swapped for a matching stand-in so every row has all source tokens;
+    # their results are discarded below.
+    stand_in = TSEP.join("x" if t in (PWC, FWC) else t for t in tr.src_tokens)
+    tokens = pc.split_pattern(pc.if_else(matched, arr, pa.scalar(stand_in, text_type)), TSEP)
     empty = pa.scalar("", text_type)
 
     def token(p: int) -> pa.Array:
-        return pc.fill_null(pc.struct_field(groups, f"t{p}"), empty)
+        return pc.list_element(tokens, p)
 
     pieces: list[pa.Array | pa.Scalar] = []
     for dt in tr.dest_tokens:
         if dt.fn is Fn.LITERAL:
             if dt.text == FWC:
-                rest = pc.fill_null(pc.struct_field(groups, "tail"), empty)
-                pieces.append(pc.binary_join_element_wise(token(len(tr.src_tokens) - 1), rest, empty))
+                pieces.append(pc.binary_join(pc.list_slice(tokens, len(tr.src_tokens) - 1), pa.scalar(TSEP, text_type)))
                 break
             pieces.append(pa.scalar(dt.text, text_type))
         elif dt.fn is Fn.WILDCARD:

@@ -35,10 +35,8 @@ def _escape(token: str) -> str:
 def _per_chunk(values: ArrayLike, fn: Callable[[pa.Array], pa.Array], *, via_dictionary: bool = True) -> ArrayLike:
     """Apply ``fn`` to every chunk; dictionary chunks are computed on their distinct values."""
     if isinstance(values, pa.ChunkedArray):
-        chunks = [_per_chunk(c, fn, via_dictionary=via_dictionary) for c in values.chunks]
-        if not chunks:
-            return pa.chunked_array([], fn(pa.array([], pa.string())).type)
-        return pa.chunked_array(chunks)
+        chunks = values.chunks or [pa.array([], values.type)]
+        return pa.chunked_array([_per_chunk(c, fn, via_dictionary=via_dictionary) for c in chunks])
     if pa.types.is_dictionary(values.type):
         if via_dictionary:
             return pc.take(fn(values.dictionary), values.indices)

@@ -75,6 +75,12 @@ MATCH = [
     # `$foo` is a literal token; the `*x` source token is a wildcard for matching (subset quirk)
     ("foo.*", "$foo.$1", "foo.a", "$foo.a"),
     ("foo.*x", "bar", "foo.anything", "bar"),
+    # Go integer conversions: a negative count is uint32-wrapped, a huge one int32-truncated (to 6)
+    ("*", "p.{{partition(-3)}}", "foo", "p.2851307223"),
+    ("*.*", "p.{{partition(-4294967290,2)}}", "a.foo", "p.3"),
+    # an empty split delimiter splits into characters; a non-positive slice size leaves the token
+    ("*", "{{split(1,)}}", "abc", "a.b.c"),
+    ("*", "{{sliceFromLeft(1,-1)}}", "abc", "abc"),
 ]
 
 # must fail (src, dest, strict, exact server text); the texts were checked against the 2.15.1 binary

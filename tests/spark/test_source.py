@@ -1,0 +1,210 @@
+"""``format("jetstream")`` reads: batch, streaming with admission control, restarts, data loss."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from chispa import assert_df_equality
+
+import jsspark
+from jsspark.datasource.planning import Cursor, Planner
+from jsspark.datasource.schema import ARROW_SCHEMA, spark_schema
+
+pytestmark = pytest.mark.spark
+
+
+def _lake(tmp_path: Path, n: int = 10, name: str = "ORDERS") -> tuple[str, Any]:
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    lake.add_stream(name=name, subjects=[f"{name.lower()}.>"])
+    if n:
+        _publish(lake, name, 0, n)
+    return loc, lake
+
+
+def _publish(lake: Any, name: str, first: int, n: int) -> None:
+    lake.publish_batch(
+        name,
+        pa.table(
+            {
+                "subject": [f"{name.lower()}.{i % 3}" for i in range(first, first + n)],
+                "data": [f"m{i}".encode() for i in range(first, first + n)],
+            }
+        ),
+    )
+
+
+def _read(spark: Any, loc: str, **opts: Any) -> Any:
+    r = spark.read.format("jetstream").option("stream", opts.pop("stream", "ORDERS"))
+    for k, v in opts.items():
+        r = r.option(k, str(v))
+    return r.load(loc)
+
+
+def _stream(spark: Any, loc: str, **opts: Any) -> Any:
+    r = spark.readStream.format("jetstream").option("stream", opts.pop("stream", "ORDERS"))
+    for k, v in opts.items():
+        r = r.option(k, str(v))
+    return r.load(loc)
+
+
+def _run_available_now(df: Any, ckpt: Path, out: Path) -> list[int]:
+    """Run to the end with Trigger.AvailableNow into a Parquet sink; rows per batch."""
+    q = (
+        df.writeStream.format("parquet")
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    q.awaitTermination(120)
+    if q.exception():
+        raise q.exception()
+    return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+
+
+def test_arrow_schema_is_what_spark_expects() -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    assert to_arrow_schema(spark_schema(), timezone="UTC").equals(ARROW_SCHEMA)
+
+
+def test_auto_registered_and_register(spark: Any, tmp_path: Path) -> None:
+    loc, _ = _lake(tmp_path, 3)
+    assert _read(spark, loc).count() == 3  # found through the pyspark_jetstream module
+    jsspark.register(spark)
+    assert _read(spark, loc).count() == 3
+
+
+def test_batch_read_all(spark: Any, tmp_path: Path) -> None:
+    loc, lake = _lake(tmp_path, 10)
+    lake.publish("orders.h", b"with headers", headers=[("A", "1"), ("A", "2"), ("B", "x")])
+    df = _read(spark, loc, minPartitions=3)
+    assert df.rdd.getNumPartitions() == 3
+    stored = lake.stream("ORDERS").read().sort_by("seq").to_pylist()
+    n = len(stored)
+    expected = spark.createDataFrame(
+        [
+            (
+                "ORDERS", r["subject"], r["seq"], r["time"], r["ts_ns"],
+                [(h["name"], h["value"]) for h in r["headers"]] if r["headers"] else None,
+                r["data"], None, i + 1, n - i - 1,
+            )
+            for i, r in enumerate(stored)
+        ],
+        spark_schema(),
+    )
+    assert_df_equality(df.orderBy("seq"), expected)
+    last = df.filter("seq = 11").first()
+    assert [(h.name, h.value) for h in last.headers] == [("A", "1"), ("A", "2"), ("B", "x")]
+
+
+def test_filters_headers_only_and_durable_name(spark: Any, tmp_path: Path) -> None:
+    loc, _ = _lake(tmp_path, 9)
+    rows = _read(spark, loc, filter_subjects="orders.1, orders.2", headers_only="true", durable_name="D").orderBy("seq").collect()
+    assert [r.seq for r in rows] == [2, 3, 5, 6, 8, 9]
+    assert [r.delivery_seq for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [r.num_pending for r in rows] == [5, 4, 3, 2, 1, 0]
+    assert all(r.data == bytearray() and [(h.name, h.value) for h in r.headers] == [("Nats-Msg-Size", "2")] for r in rows)
+    assert {r.consumer for r in rows} == {"D"}
+    json_list = _read(spark, loc, filter_subjects='["orders.0"]').select("seq").collect()
+    assert [r.seq for r in json_list] == [1, 4, 7]
+
+
+def test_available_now_bounded_batches(spark: Any, tmp_path: Path) -> None:
+    loc, _ = _lake(tmp_path, 10)
+    counts = _run_available_now(_stream(spark, loc, maxMessagesPerTrigger=4), tmp_path / "ck", tmp_path / "out")
+    assert counts == [4, 4, 2]
+    out = spark.read.parquet(str(tmp_path / "out"))
+    assert sorted(r.seq for r in out.select("seq").collect()) == list(range(1, 11))
+    assert sorted(r.delivery_seq for r in out.select("delivery_seq").collect()) == list(range(1, 11))
+
+
+def test_available_now_max_bytes(spark: Any, tmp_path: Path) -> None:
+    loc, lake = _lake(tmp_path, 6)
+    size = lake.stream_info("ORDERS").state.bytes // 6  # all messages have the same stored size
+    counts = _run_available_now(_stream(spark, loc, maxBytesPerTrigger=size * 2 + 1), tmp_path / "ck", tmp_path / "out")
+    assert counts == [2, 2, 2]
+
+
+def test_restart_from_checkpoint_delivers_exactly_the_rest(spark: Any, tmp_path: Path) -> None:
+    loc, lake = _lake(tmp_path, 10)
+    ck, out = tmp_path / "ck", tmp_path / "out"
+    assert _run_available_now(_stream(spark, loc, maxMessagesPerTrigger=6), ck, out) == [6, 4]
+    _publish(lake, "ORDERS", 10, 5)
+    assert _run_available_now(_stream(spark, loc, maxMessagesPerTrigger=6), ck, out) == [5]
+    rows = spark.read.parquet(str(out)).select("seq", "delivery_seq").collect()
+    assert sorted((r.seq, r.delivery_seq) for r in rows) == [(i, i) for i in range(1, 16)]
+
+
+def test_replanned_batch_reads_the_same_messages(spark: Any, tmp_path: Path) -> None:
+    """A batch whose offsets were logged but not committed is replanned from the log on
+    restart: same range, same messages, even with new messages published meanwhile."""
+    loc, lake = _lake(tmp_path, 10)
+    ck = tmp_path / "ck"
+    seen: list[list[int]] = []
+
+    def collect(df: Any, batch_id: int) -> None:
+        seen.append(sorted(r.seq for r in df.select("seq").collect()))
+
+    def run() -> None:
+        q = (
+            _stream(spark, loc, maxMessagesPerTrigger=4)
+            .writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(ck))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination(120)
+
+    run()
+    assert seen == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10]]
+    for f in ("2", ".2.crc"):  # crash after the offset log, before the commit log
+        (ck / "commits" / f).unlink(missing_ok=True)
+    _publish(lake, "ORDERS", 10, 3)
+    seen.clear()
+    run()
+    assert seen[0] == [9, 10]
+    assert [s for b in seen for s in b] == [9, 10, 11, 12, 13]
+
+
+def test_data_loss_fails_or_skips(spark: Any, tmp_path: Path) -> None:
+    loc, lake = _lake(tmp_path, 5)
+    ck, out = tmp_path / "ck", tmp_path / "out"
+    assert _run_available_now(_stream(spark, loc), ck, out) == [5]
+    _publish(lake, "ORDERS", 5, 5)
+    lake.purge_stream("ORDERS", seq=9)  # 6..8 go unread
+    with pytest.raises(Exception, match=r"stream ORDERS: messages 6\.\.8 were removed .* first sequence is now 9"):
+        _run_available_now(_stream(spark, loc), ck, out)
+    assert _run_available_now(_stream(spark, loc, failOnDataLoss="false"), ck, tmp_path / "out2") == [2]
+
+
+def test_planned_range_shrinking_is_data_loss(tmp_path: Path) -> None:
+    """Interior deletes inside a planned batch are caught by the delivered count."""
+    loc, lake = _lake(tmp_path, 10)
+    from jsspark.datasource.options import parse_read_options
+
+    planner = Planner(parse_read_options({"path": loc, "stream": "ORDERS"}))
+    start = Cursor.from_offset(planner.initial().to_offset())
+    end = planner.latest(start, 5, None)
+    assert end.to_offset() == {"seq": 5, "dseq": 5}
+    lake.delete_msg("ORDERS", 3)
+    with pytest.raises(RuntimeError, match=r"must deliver 5 messages but only 4"):
+        planner.partitions(start, end)
+    lenient = Planner(parse_read_options({"path": loc, "stream": "ORDERS", "failondataloss": "false"}))
+    parts = lenient.partitions(start, end)
+    assert sum(p.expected for p in parts) == 4
+
+
+def test_invalid_options_name_the_option(spark: Any, tmp_path: Path) -> None:
+    loc, _ = _lake(tmp_path, 1)
+    with pytest.raises(Exception, match="unknown option 'maxoffsetspertrigger'"):
+        _read(spark, loc, maxOffsetsPerTrigger=5)
+    with pytest.raises(Exception, match="option 'maxMessagesPerTrigger' must be an integer"):
+        _stream(spark, loc, maxMessagesPerTrigger="ten")
+    with pytest.raises(Exception, match="option 'deliver_policy' must be one of"):
+        _read(spark, loc, deliver_policy="first")
+    with pytest.raises(Exception, match="stream not found"):
+        _read(spark, loc, stream="NOPE")

@@ -7,8 +7,10 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 import jsspark
+from jsspark.engine.stream import Incoming
 
 
 def _files(lake: jsspark.engine.lake.Lake, name: str) -> int:
@@ -77,3 +79,33 @@ def test_publish_batch_with_txn_is_idempotent_across_replays(tmp_path: Path) -> 
     other = lake.publish_batch("X", rows, txn=("query-2", 0))
     assert list(other.seqs) == [5, 6]
     assert lake.stream_info("X").state.messages == 6
+
+
+def test_direct_get_as_of_an_older_version_sees_removed_messages(tmp_path: Path) -> None:
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="H", subjects=["h.>"], max_msgs_per_subject=1, allow_direct=True)
+    lake.publish("h.a", b"v1")
+    version = lake.stream("H").table.snapshot().version
+    lake.publish("h.a", b"v2")  # the per-subject limit removes v1
+    now = lake.direct_get("H", {"last_by_subj": "h.a"})
+    assert [m.data for m in now.messages] == [b"v2"]
+    then = lake.direct_get("H", {"last_by_subj": "h.a"}, as_of=version)
+    assert [(m.seq, m.data) for m in then.messages] == [(1, b"v1")]
+    with pytest.raises(jsspark.errors.JSSparkError, match="read-only"):
+        lake.stream("H").as_of(version).publish_batch(Incoming.one("h.a", b"x", None))
+
+
+def test_tables_stay_readable_by_sparks_delta_connector(tmp_path: Path) -> None:
+    """Reader 1 / writer 2, no table features, UTC timestamps (no timestampNtz)."""
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="P", subjects=["p.>"], max_msgs=2)
+    for i in range(4):
+        lake.publish(f"p.{i}", b"x", headers={"K": "v"})
+    lake.delete_msg("P", 4)
+    lake.compact("P")
+    dt = lake.stream("P").table.snapshot().table
+    proto = dt.protocol()
+    assert (proto.min_reader_version, proto.min_writer_version) == (1, 2)
+    assert not proto.reader_features and not proto.writer_features
+    time_type = pa.field(dt.schema().to_arrow().field("time")).type
+    assert time_type == pa.timestamp("us", tz="UTC")

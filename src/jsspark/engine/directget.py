@@ -22,7 +22,7 @@ from jsspark.engine.api import RawStreamMsg, rfc3339nano
 from jsspark.engine.index import MessageIndex
 from jsspark.engine.stream import LakeStream
 from jsspark.errors import DirectGetError, api_error
-from jsspark.subjects import match_filter
+from jsspark.subjects import is_literal, match_filter
 
 MAX_MULTI_RESULTS = 1024
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # the server's max_pending default
@@ -127,9 +127,14 @@ class DirectGet:
         rows = index.rows
         return rows if subject == ">" else rows.filter(match_filter(rows["subject"], subject))
 
-    def _last_by(self, index: MessageIndex, subject: str) -> int:
-        hit = self._matching(index, subject)
-        return int(hit["seq"][-1].as_py()) if hit.num_rows else 0
+    @staticmethod
+    def _last_by(index: MessageIndex, subject: str) -> int:
+        """From the per-subject stats: O(1) for a literal subject, O(distinct subjects) for a wildcard."""
+        if is_literal(subject):
+            return index.last_seq_of(subject)
+        stats = index.subject_stats()
+        hit = stats["last_seq"].filter(match_filter(stats["subject"], subject))
+        return int(pc.max(hit).as_py()) if len(hit) else 0
 
     def _next_by(self, index: MessageIndex, subject: str, start: int) -> int:
         hit = self._matching(index, subject)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 import time
 import warnings
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from jsspark.config import StreamConfig, check_stream_config, report_ignored_fie
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, PubAck, RawStreamMsg, StreamInfo
 from jsspark.engine.catalog import Catalog, Change, Key, Record
-from jsspark.engine.directget import DirectGet
+from jsspark.engine.directget import DirectGet, DirectReply
 from jsspark.engine.partitioning import DEFAULT_PARTITION_KEY
 from jsspark.engine.stream import Incoming, LakeStream, NoRespondersError
 from jsspark.engine.table import MessageTable
@@ -244,10 +245,17 @@ class Lake:
         """nats-py's ``get_msg``: by sequence, last by subject, or next by subject from ``seq``."""
         return self.direct(stream_name).get_msg(seq=seq, subject=subject, next=next)
 
-    def direct_get(self, name: str, request: dict[str, Any]) -> list[RawStreamMsg]:
+    def direct_get(
+        self, name: str, request: dict[str, Any], *, as_of: int | datetime | str | None = None
+    ) -> DirectReply:
         """The full direct-get request (``seq``, ``last_by_subj``, ``next_by_subj``, ``batch``,
-        ``max_bytes``, ``start_time``, ``multi_last``, ``up_to_seq``, ``up_to_time``)."""
-        return self.direct(name).request(request)
+        ``max_bytes``, ``start_time``, ``multi_last``, ``up_to_seq``, ``up_to_time``).
+
+        ``as_of`` (a table version or a time) answers from the stream as it was then, including
+        messages limits or purges have since removed.
+        """
+        stream = self.stream(name)
+        return DirectGet(stream.as_of(as_of) if as_of is not None else stream).request(request)
 
 
 def _remove_tree(uri: str, storage_options: dict[str, str] | None) -> None:

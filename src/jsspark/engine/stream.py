@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from enum import Enum
 from typing import Any
 
@@ -128,6 +129,21 @@ class LakeStream:
     def name(self) -> str:
         return self.config.name
 
+    def as_of(self, version: int | datetime | str) -> LakeStream:
+        """A read-only view of the stream at a table version or time: point-in-time reads the
+        server cannot give once its retention removed the messages."""
+        return LakeStream(
+            self.config,
+            MessageTable(self.table.uri, self.table.storage_options, as_of=version),
+            partition_key=self.partition.spec,
+            interest_filters=self.interest_filters,
+            created_ns=self.created_ns,
+        )
+
+    def _writable(self) -> None:
+        if self.table.as_of is not None:
+            raise JSSparkError(f"stream {self.name} as of {self.table.as_of!r} is a read-only view")
+
     # -- state ---------------------------------------------------------------------------------
     def _load(self) -> tuple[Snapshot, MessageIndex]:
         snap = self.table.snapshot()
@@ -162,6 +178,7 @@ class LakeStream:
         (a Spark micro-batch: query id and batch id): the commit records it, and a batch
         whose version the table already holds for ``app_id`` is skipped (``replayed``).
         """
+        self._writable()
         if not pa.types.is_dictionary(batch.subject.type):  # encode once: every subject step runs on distinct values
             batch = Incoming(pc.dictionary_encode(batch.subject), batch.data, batch.headers)
         self._check_routable(batch)
@@ -457,6 +474,7 @@ class LakeStream:
     # -- removal -------------------------------------------------------------------------------
     def remove_seqs(self, choose: Callable[[Snapshot, MessageIndex], np.ndarray]) -> int:
         """Commit the removal of the live seqs ``choose`` picks on the current state; returns how many."""
+        self._writable()
         for _ in range(MAX_ATTEMPTS):
             snap, index = self._load()
             removed = np.asarray(choose(snap, index), dtype=np.int64)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -53,9 +54,13 @@ class Snapshot:
 class MessageTable:
     """Delta I/O for one stream; knows nothing of JetStream rules."""
 
-    def __init__(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, uri: str, storage_options: dict[str, str] | None = None, *, as_of: int | datetime | str | None = None
+    ) -> None:
+        """``as_of`` pins a read-only view at a table version or a time (Delta time travel)."""
         self.uri = uri
         self.storage_options = storage_options
+        self.as_of = as_of
         self._dt: DeltaTable | None = None
         self._dataset: tuple[int, ds.Dataset] | None = None
 
@@ -85,7 +90,9 @@ class MessageTable:
                 self._dt = DeltaTable(self.uri, storage_options=self.storage_options)
             except TableNotFoundError:
                 raise FileNotFoundError(f"no lake stream table at {self.uri}") from None
-        else:
+            if self.as_of is not None:
+                self._dt.load_as_version(self.as_of)
+        elif self.as_of is None:
             self._dt.update_incremental()
         return self._pin(self._dt)
 

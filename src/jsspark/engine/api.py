@@ -153,3 +153,71 @@ class RawStreamMsg:
     @property
     def sequence(self) -> int:
         return self.seq
+
+
+@dataclass
+class SequenceInfo:
+    """A ``(consumer_seq, stream_seq)`` pair, as nats-py's ``SequenceInfo``."""
+
+    consumer_seq: int
+    stream_seq: int
+    last_active_ns: int | None = None
+
+    @property
+    def last_active(self) -> datetime | None:
+        return ns_to_datetime(self.last_active_ns) if self.last_active_ns else None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"consumer_seq": self.consumer_seq, "stream_seq": self.stream_seq}
+        if self.last_active_ns:
+            out["last_active"] = rfc3339nano(self.last_active_ns)
+        return out
+
+
+@dataclass
+class ConsumerInfo:
+    """A consumer's config and position, as nats-py's ``ConsumerInfo``.
+
+    A lake consumer keeps no per-message pending map and no waiting pull requests, so
+    ``num_redelivered`` and ``num_waiting`` are always 0. ``reset_generation`` (lake only) is
+    the count of resets so far: a writer passes the generation it read to ``ack`` and
+    ``record_delivered`` so a position from before a reset cannot undo the reset.
+    ``reset_seq`` is set on the answer to a reset, as in ``consumer_reset_response``.
+    """
+
+    stream_name: str
+    name: str
+    config: Any
+    created_ns: int
+    delivered: SequenceInfo
+    ack_floor: SequenceInfo
+    num_ack_pending: int = 0
+    num_redelivered: int = 0
+    num_waiting: int = 0
+    num_pending: int = 0
+    ts_ns: int = 0
+    reset_generation: int = 0
+    reset_seq: int | None = None
+
+    @property
+    def created(self) -> datetime:
+        return ns_to_datetime(self.created_ns)
+
+    def to_json(self) -> dict[str, Any]:
+        """As the server writes a consumer info (or, with ``reset_seq``, a reset) response."""
+        out: dict[str, Any] = {
+            "stream_name": self.stream_name,
+            "name": self.name,
+            "created": rfc3339nano(self.created_ns),
+            "config": self.config.to_json(),
+            "delivered": self.delivered.to_json(),
+            "ack_floor": self.ack_floor.to_json(),
+            "num_ack_pending": self.num_ack_pending,
+            "num_redelivered": self.num_redelivered,
+            "num_waiting": self.num_waiting,
+            "num_pending": self.num_pending,
+            "ts": rfc3339nano(self.ts_ns),
+        }
+        if self.reset_seq is not None:
+            out["reset_seq"] = self.reset_seq
+        return out

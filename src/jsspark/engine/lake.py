@@ -14,15 +14,17 @@ import shutil
 import time
 import warnings
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from jsspark.config import StreamConfig, check_stream_config, report_ignored_fields
+from jsspark.config import ConsumerConfig, StreamConfig, check_stream_config, report_ignored_fields
 from jsspark.engine import headers as H
-from jsspark.engine.api import BatchAck, PubAck, RawStreamMsg, StreamInfo
+from jsspark.engine.api import BatchAck, ConsumerInfo, PubAck, RawStreamMsg, StreamInfo
 from jsspark.engine.catalog import Catalog, Change, Key, Record
+from jsspark.engine.consumers import Consumers
 from jsspark.engine.directget import DirectGet, DirectReply
 from jsspark.engine.partitioning import DEFAULT_PARTITION_KEY
 from jsspark.engine.stream import Incoming, LakeStream, NoRespondersError
@@ -256,6 +258,64 @@ class Lake:
         """
         stream = self.stream(name)
         return DirectGet(stream.as_of(as_of) if as_of is not None else stream).request(request)
+
+    # -- consumers -----------------------------------------------------------------------------
+    @cached_property
+    def consumers(self) -> Consumers:
+        return Consumers(self)
+
+    def add_consumer(
+        self, stream: str, config: ConsumerConfig | dict[str, Any] | str | None = None, **params: Any
+    ) -> ConsumerInfo:
+        """nats-py ``add_consumer`` (create or update); ``params`` are nats-py keywords."""
+        if config is None:
+            cfg = ConsumerConfig.from_kwargs(**params)
+        else:
+            cfg = config if isinstance(config, ConsumerConfig) else ConsumerConfig.from_json(config)
+            if params:
+                cfg = cfg.model_copy(update=ConsumerConfig.from_kwargs(**params).model_dump(exclude_unset=True))
+        return self.consumers.add(stream, cfg)
+
+    def consumer_info(self, stream: str, consumer: str) -> ConsumerInfo:
+        return self.consumers.info(stream, consumer)
+
+    def consumers_info(self, stream: str, offset: int | None = None) -> list[ConsumerInfo]:
+        return self.consumers.infos(stream)[offset or 0 :]
+
+    def delete_consumer(self, stream: str, consumer: str) -> bool:
+        return self.consumers.delete(stream, consumer)
+
+    def reset_consumer(self, stream: str, consumer: str, seq: int | None = None) -> ConsumerInfo:
+        """``$JS.API.CONSUMER.RESET``: the answer carries ``reset_seq``."""
+        return self.consumers.reset(stream, consumer, seq)
+
+    def start_sequence(self, stream: str, config: ConsumerConfig | dict[str, Any]) -> tuple[int, list[int]]:
+        """Where a consumer with ``config`` created now starts: ``(start_seq, skip_list)``."""
+        cfg = config if isinstance(config, ConsumerConfig) else ConsumerConfig.from_json(config)
+        return self.consumers.start_sequence(stream, cfg)
+
+    def num_pending(
+        self, stream: str, from_seq: int, filters: list[str] | str | None = None, last_per_subject: bool = False
+    ) -> int:
+        return self.consumers.num_pending(stream, from_seq, filters, last_per_subject)
+
+    def next_seqs(self, stream: str, consumer: str, limit: int) -> list[int]:
+        return self.consumers.next_seqs(stream, consumer, limit)
+
+    def ack(
+        self, stream: str, consumer: str, stream_seq: int, consumer_seq: int | None = None,
+        generation: int | None = None,
+    ) -> bool:
+        return self.consumers.ack(stream, consumer, stream_seq, consumer_seq, generation)
+
+    def record_delivered(
+        self, stream: str, consumer: str, stream_seq: int, consumer_seq: int | None = None,
+        generation: int | None = None,
+    ) -> bool:
+        return self.consumers.record_delivered(stream, consumer, stream_seq, consumer_seq, generation)
+
+    def check_interest(self, stream: str) -> int:
+        return self.consumers.check_interest(stream)
 
 
 def _remove_tree(uri: str, storage_options: dict[str, str] | None) -> None:

@@ -1,0 +1,719 @@
+"""Durable consumers on lake streams: config and position kept in the catalog, with the server's
+consumer semantics (``consumer.go``) computed from the stream's index.
+
+A consumer is the catalog record ``("consumer", stream, name)`` with body
+``{"config": <server JSON>, "state": {...}, "created_ns": ...}``. The state is what the server's
+consumer store keeps, minus the per-message pending map (a lake reader delivers in stream
+order and acks cumulatively):
+
+    delivered        {consumer_seq, stream_seq, last_active_ns}: the last delivered message
+    ack_floor        {consumer_seq, stream_seq, last_active_ns}: everything at or below is acked
+    resume           deliver_policy last_per_subject only: the stream's last seq at creation;
+                     the skip list is the last message per matching subject at or below it
+    skipped_to       the last skip-list entry handed out (a reset keeps the skip list, as the
+                     server keeps ``o.lss``); both are 0 once the list is used up
+    reset_generation how many resets happened; see below
+
+Every change goes through ``Catalog.transact``: it is planned on the current record and
+committed atomically, replanned on a concurrent change, so positions only move forward
+(``record_delivered`` and ``ack`` never lower them). A reset is the one deliberate move
+backwards; it bumps ``reset_generation``. A writer that read generation g before the reset
+passes g to ``ack``/``record_delivered`` and its now stale position is ignored instead of
+undoing the reset (an ack carrying a generation older than the record's is dropped).
+
+Retention follows the server: on interest and work-queue streams a message is removed once
+no consumer still needs it (``stream.ackMsg``, ``consumer.needAck``: its subject is one the
+consumer is filtered on, or it is unfiltered, and the seq is above its ack floor). The
+removal is a second commit, to the stream table, after the catalog commit; if a process dies
+in between, ``check_interest`` finishes it.
+"""
+
+from __future__ import annotations
+
+import calendar
+import secrets
+import string
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jsspark.config import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    RetentionPolicy,
+    StreamConfig,
+    check_consumer_config,
+)
+from jsspark.config.defaults import SERVER_LEVEL_KEY, SERVER_VERSION_KEY
+from jsspark.config.timestamps import UTCTime
+from jsspark.engine.api import ConsumerInfo, SequenceInfo
+from jsspark.engine.catalog import Change, Key, Record
+from jsspark.engine.index import MessageIndex
+from jsspark.engine.stream import LakeStream
+from jsspark.engine.table import Snapshot
+from jsspark.errors import APIError, api_error
+from jsspark.subjects import match_filter, subjects_collide
+
+if TYPE_CHECKING:
+    from jsspark.engine.lake import Lake
+
+CONSUMER = "consumer"
+SERVER_VERSION = "2.15.1"  # the server whose semantics these are, reported as responses do
+API_LEVEL = 5
+_WQ_ERRORS = (10098, 10101)  # checked after max_consumers by the server, before it by check_consumer_config
+_NAME_CHARS = string.ascii_letters + string.digits
+
+
+def _ns(t: UTCTime) -> int:
+    """Go's ``t.UnixNano()``, which wraps around in int64 outside 1678-2262: a start time in
+    year 2999 reads as a time before every message."""
+    ns = calendar.timegm(t.utctimetuple()) * 1_000_000_000 + t.microsecond * 1000 + t.nanosecond
+    return (ns + 2**63) % 2**64 - 2**63
+
+
+def filters_of(cfg: ConsumerConfig | dict[str, Any]) -> list[str]:
+    """The server's ``gatherSubjectFilters``: ``filter_subjects`` plus ``filter_subject``."""
+    if isinstance(cfg, ConsumerConfig):
+        return [*cfg.filter_subjects, *([cfg.filter_subject] if cfg.filter_subject else [])]
+    return [*(cfg.get("filter_subjects") or []), *([cfg["filter_subject"]] if cfg.get("filter_subject") else [])]
+
+
+def is_filtered(filters: list[str], stream: StreamConfig) -> bool:
+    """The server's ``isFiltered``: filters equal to the stream's subjects do not filter."""
+    if not filters:
+        return False
+    subjects = stream.subjects or [stream.name]
+    if len(subjects) == 1 and len(filters) == 1:
+        return subjects[0] != filters[0]
+    return len(subjects) != len(filters) or set(subjects) != set(filters)
+
+
+# -- persisted state ---------------------------------------------------------------------------
+@dataclass
+class Position:
+    consumer_seq: int = 0
+    stream_seq: int = 0
+    last_active_ns: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"consumer_seq": self.consumer_seq, "stream_seq": self.stream_seq, "last_active_ns": self.last_active_ns}
+
+    @classmethod
+    def from_json(cls, d: dict[str, int]) -> Position:
+        return cls(int(d["consumer_seq"]), int(d["stream_seq"]), int(d.get("last_active_ns", 0)))
+
+    def info(self) -> SequenceInfo:
+        return SequenceInfo(self.consumer_seq, self.stream_seq, self.last_active_ns or None)
+
+
+@dataclass
+class ConsumerState:
+    delivered: Position = field(default_factory=Position)
+    ack_floor: Position = field(default_factory=Position)
+    resume: int = 0
+    skipped_to: int = 0
+    reset_generation: int = 0
+
+    @classmethod
+    def starting_at(cls, sseq: int, resume: int = 0, skipped_to: int = 0, generation: int = 0) -> ConsumerState:
+        """A consumer about to deliver ``sseq`` first: ``dseq=1``, floors at ``sseq-1``."""
+        return cls(Position(0, sseq - 1), Position(0, sseq - 1), resume, skipped_to, generation)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "delivered": self.delivered.to_json(),
+            "ack_floor": self.ack_floor.to_json(),
+            "resume": self.resume,
+            "skipped_to": self.skipped_to,
+            "reset_generation": self.reset_generation,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ConsumerState:
+        return cls(
+            Position.from_json(d["delivered"]),
+            Position.from_json(d["ack_floor"]),
+            int(d.get("resume", 0)),
+            int(d.get("skipped_to", 0)),
+            int(d.get("reset_generation", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """One catalog record, decoded."""
+
+    stream: str
+    name: str
+    config: ConsumerConfig
+    state: ConsumerState
+    created_ns: int
+
+    @classmethod
+    def of(cls, rec: Record) -> Consumer:
+        return cls(
+            rec.stream, rec.name, ConsumerConfig.from_json(rec.body["config"]),
+            ConsumerState.from_json(rec.body["state"]), int(rec.body["created_ns"]),
+        )
+
+    def body(self, state: ConsumerState | None = None) -> dict[str, Any]:
+        return {"config": self.config.to_json(), "state": (state or self.state).to_json(), "created_ns": self.created_ns}
+
+    @property
+    def filters(self) -> list[str]:
+        return filters_of(self.config)
+
+    @property
+    def limitable(self) -> bool:
+        """Counted for ``max_consumers`` and work-queue partitions (``numLimitableConsumers``)."""
+        return not (self.config.direct or self.config.sourcing)
+
+
+# -- the stream as a consumer sees it ----------------------------------------------------------
+class StreamView:
+    """A stream's live messages and first/last seq, for the store queries consumers make
+    (``FastState``, ``FilteredState``, ``MultiLastSeqs``, ``GetSeqFromTime``, ``NumPending``)."""
+
+    def __init__(self, index: MessageIndex, last_seq: int, config: StreamConfig) -> None:
+        self.index = index
+        self.config = config
+        self.seqs = index.rows["seq"].to_numpy()
+        self.last = max(last_seq, int(self.seqs[-1]) if len(self.seqs) else 0)
+        self.first = int(self.seqs[0]) if len(self.seqs) else self.last + 1
+
+    @classmethod
+    def of(cls, engine: LakeStream) -> StreamView:
+        index = engine.index()
+        return cls(index, engine.state().last_seq, engine.config)
+
+    def match(self, filters: list[str]) -> np.ndarray:
+        """Live messages on any of ``filters`` (no filter: all of them)."""
+        if not filters:
+            return np.ones(len(self.seqs), dtype=bool)
+        return match_filter(self.index.rows["subject"], filters).to_numpy(zero_copy_only=False)
+
+    def needed_by(self, c: Consumer) -> np.ndarray:
+        """``needAck`` for every live message: in the consumer's filter and above its ack floor."""
+        mask = self.seqs > c.state.ack_floor.stream_seq
+        if is_filtered(c.filters, self.config):
+            mask &= self.match(c.filters)
+        return mask
+
+    def seq_from_time(self, t_ns: int) -> int:
+        """``GetSeqFromTime``: the first seq stored at or after ``t_ns``, else last+1."""
+        ts = self.index.rows["ts_ns"].to_numpy()
+        hit = np.flatnonzero(ts >= t_ns)
+        return int(self.seqs[hit[0]]) if len(hit) else self.last + 1
+
+    def multi_last_seqs(self, filters: list[str], max_seq: int = 0) -> list[int]:
+        """``MultiLastSeqs``: per matching subject its last seq at or below ``max_seq``, ascending."""
+        mask = self.match(filters)
+        if max_seq:
+            mask &= self.seqs <= max_seq
+        rows = self.index.rows.filter(pa.array(mask))
+        if not rows.num_rows:
+            return []
+        lasts = rows.group_by("subject", use_threads=False).aggregate([("seq", "max")])["seq_max"]
+        return sorted(int(s) for s in lasts.to_pylist())
+
+    def skip_list(self, filters: list[str], st: ConsumerState) -> list[int]:
+        """What is left of a last-per-subject skip list: the last message per subject up to
+        ``resume``, minus the entries already handed out (up to ``skipped_to``)."""
+        if not st.resume:
+            return []
+        return [s for s in self.multi_last_seqs(filters, st.resume) if s > st.skipped_to]
+
+    def deliverable(self, filters: list[str], st: ConsumerState) -> np.ndarray:
+        """What a consumer delivers, in order: the rest of its skip list and then every match
+        after ``resume``; without a skip list every match."""
+        mask = self.match(filters)
+        if st.resume:
+            skip = np.isin(self.seqs, np.array(self.skip_list(filters, st), dtype=np.int64))
+            mask = (mask & (self.seqs > st.resume)) | skip
+        return mask
+
+    def num_pending(self, sseq: int, filters: list[str], last_per_subject: bool = False) -> int:
+        """The store's ``NumPending(sseq, filter, lastPerSubject)``: matching messages at or after
+        ``sseq``, or with ``last_per_subject`` the subjects whose last message is."""
+        sseq = max(sseq, self.first)
+        if sseq > self.last:
+            return 0
+        mask = self.match(filters) & (self.seqs >= sseq)
+        if not last_per_subject:
+            return int(mask.sum())
+        return len(pc.unique(self.index.rows["subject"].filter(pa.array(mask))))
+
+    def count(self, mask: np.ndarray, lo: int, hi: int) -> int:
+        """How many of ``mask`` lie in ``(lo, hi]``."""
+        return int((mask & (self.seqs > lo) & (self.seqs <= hi)).sum())
+
+
+def select_starting_seq(view: StreamView, cfg: ConsumerConfig) -> tuple[int, list[int], int]:
+    """The server's ``selectStartingSeqNo``: ``(sseq, skip_list, resume)``.
+
+    ``view.first``/``view.last`` stand for ``FastState``'s; a never-written stream reads as
+    first 1, last 0 here (the server: 0, 0), which every branch and clamp maps the same way.
+    """
+    filters = filters_of(cfg)
+    first, last = view.first, view.last
+    skip: list[int] = []
+    resume = 0
+    dp = cfg.deliver_policy
+    if cfg.opt_start_seq == 0:
+        if dp is DeliverPolicy.ALL:
+            sseq = first
+        elif dp is DeliverPolicy.LAST:
+            if not filters:
+                sseq = last
+            else:
+                sseq = 0
+                for f in filters:
+                    hits = view.seqs[view.match([f])]
+                    if len(hits) and int(hits[-1]) > sseq:
+                        sseq = int(hits[-1])
+        elif dp is DeliverPolicy.LAST_PER_SUBJECT:
+            if int(view.config.max_msgs_per_subject) == 1:
+                sseq = first
+            else:
+                skip = view.multi_last_seqs(filters)
+                resume = last if skip else 0  # an empty skip list is never consulted
+                sseq = skip[0] if skip else last
+        elif cfg.opt_start_time is not None:
+            sseq = view.seq_from_time(_ns(cfg.opt_start_time))
+            if filters:
+                # jump to the nearest first match at or after the time's seq, as the server does
+                nseq = last
+                for f in filters:
+                    hits = view.seqs[view.match([f])]
+                    f_first = int(hits[0]) if len(hits) else 0
+                    if sseq <= f_first < nseq:
+                        nseq = f_first
+                if sseq < nseq < last:
+                    sseq = nseq
+        else:  # new
+            sseq = last + 1
+    else:
+        sseq = int(cfg.opt_start_seq)
+
+    if sseq > last and cfg.opt_start_seq == 0:
+        sseq = last + 1
+    elif sseq < first:
+        sseq = first
+    return sseq, skip, resume
+
+
+# -- the consumer API --------------------------------------------------------------------------
+class Consumers:
+    """Consumer create/info/delete/reset, positions and retention for one lake."""
+
+    def __init__(self, lake: Lake) -> None:
+        self.lake = lake
+        self.catalog = lake.catalog
+
+    # -- lookups ---------------------------------------------------------------------------
+    def _get(self, records: dict[Key, Record], stream: str, name: str) -> Consumer:
+        rec = records.get((CONSUMER, stream, name))
+        if rec is None:
+            raise api_error("JSConsumerNotFoundErr")
+        return Consumer.of(rec)
+
+    def _all(self, stream: str, records: dict[Key, Record] | None = None) -> list[Consumer]:
+        recs = records if records is not None else self.catalog.records()
+        return sorted(
+            (Consumer.of(r) for (kind, s, _), r in recs.items() if kind == CONSUMER and s == stream),
+            key=lambda c: c.name,
+        )
+
+    def info_of(self, c: Consumer, view: StreamView, reset_seq: int | None = None) -> ConsumerInfo:
+        """``infoWithSnapAndReply`` from a stored consumer and the stream's current messages."""
+        st = c.state
+        deliverable = view.deliverable(c.filters, st)
+        nxt = st.delivered.stream_seq + 1
+        pending = 0
+        if nxt <= view.last:
+            pending = min(int((deliverable & (view.seqs >= nxt)).sum()), len(view.seqs), view.last - nxt + 1)
+        ack_pending = 0
+        if c.config.ack_policy is not AckPolicy.NONE:
+            ack_pending = view.count(deliverable, st.ack_floor.stream_seq, st.delivered.stream_seq)
+        return ConsumerInfo(
+            stream_name=c.stream,
+            name=c.name,
+            config=_with_dynamic_metadata(c.config),
+            created_ns=c.created_ns,
+            delivered=st.delivered.info(),
+            ack_floor=st.ack_floor.info(),
+            num_ack_pending=ack_pending,
+            num_pending=pending,
+            ts_ns=time.time_ns(),
+            reset_generation=st.reset_generation,
+            reset_seq=reset_seq,
+        )
+
+    def info(self, stream: str, name: str) -> ConsumerInfo:
+        engine = self.lake.stream(stream)
+        c = self._get(self.catalog.records(), stream, name)
+        return self.info_of(c, StreamView.of(engine))
+
+    def infos(self, stream: str) -> list[ConsumerInfo]:
+        engine = self.lake.stream(stream)
+        view = StreamView.of(engine)
+        return [self.info_of(c, view) for c in self._all(stream)]
+
+    # -- create / update -------------------------------------------------------------------
+    def add(self, stream: str, cfg: ConsumerConfig, action: str = "") -> ConsumerInfo:
+        """``$JS.API.CONSUMER.CREATE``: ``action`` "" is create-or-update (what nats-py sends),
+        "create" fails on a different existing config, "update" needs an existing consumer."""
+        engine = self.lake.stream(stream)
+        scfg = engine.config
+        deferred: APIError | None = None
+        try:
+            checked = check_consumer_config(cfg, scfg)
+        except APIError as e:
+            if e.err_code not in _WQ_ERRORS:
+                raise
+            deferred = e
+            checked = check_consumer_config(cfg, scfg.model_copy(update={"retention": RetentionPolicy.LIMITS}))
+        name = checked.durable_name or checked.name
+        view = StreamView.of(engine)
+        result: dict[str, Any] = {}
+
+        def plan(records: dict[Key, Record]) -> list[Change]:
+            result.clear()
+            cfg_now = checked.model_copy(deep=True)
+            others = self._all(stream, records)
+            existing = next((c for c in others if c.name == name), None) if name else None
+            if existing is not None:
+                return self._update(existing, cfg_now, others, action, scfg, result)
+            if action == "update":
+                raise api_error("JSConsumerDoesNotExist")
+            limitable = [c for c in others if c.limitable]
+            maxc = int(scfg.max_consumers)
+            if maxc > 0 and len(limitable) >= maxc:
+                raise api_error("JSMaximumConsumersLimitErr")
+            if deferred is not None:
+                raise deferred
+            if scfg.retention is RetentionPolicy.WORK_QUEUE and not (cfg_now.direct or cfg_now.sourcing) and limitable:
+                mine = filters_of(cfg_now)
+                if not mine:
+                    raise api_error("JSConsumerWQMultipleUnfilteredErr")
+                if not _partition_unique(name, mine, others):
+                    raise api_error("JSConsumerWQConsumerNotUniqueErr")
+            if not name:
+                taken = {c.name for c in others}
+                new = _random_name()
+                while new in taken:
+                    new = _random_name()
+                cfg_now.name = new
+            sseq, _, resume = select_starting_seq(view, cfg_now)
+            c = Consumer(stream, cfg_now.name, cfg_now, ConsumerState.starting_at(sseq, resume), time.time_ns())
+            result["consumer"] = c
+            return [Change(CONSUMER, stream, c.name, c.body())]
+
+        self.catalog.transact(plan)
+        c = result["consumer"]
+        if result.get("filters_changed") and scfg.retention is RetentionPolicy.INTEREST:
+            # updateConfig: messages that lost interest go, checked from this consumer's floor
+            self._remove_unneeded(engine, lambda v, _cs: v.seqs >= c.state.ack_floor.stream_seq)
+        return self.info_of(c, StreamView.of(engine))
+
+    def _update(
+        self, existing: Consumer, cfg: ConsumerConfig, others: list[Consumer], action: str,
+        scfg: StreamConfig, result: dict[str, Any],
+    ) -> list[Change]:
+        """The existing-consumer branch of ``addConsumerWithAssignmentAndMode``."""
+        same = cfg.to_json() == existing.config.to_json()
+        if action == "create" and not same:
+            raise api_error("JSConsumerAlreadyExists")
+        if scfg.retention is RetentionPolicy.WORK_QUEUE and not _partition_unique(existing.name, filters_of(cfg), others):
+            raise api_error("JSConsumerWQConsumerNotUniqueErr")
+        result["consumer"] = existing
+        if same:
+            return []
+        if (err := _update_error(existing.config, cfg)) is not None:
+            raise err
+        updated = Consumer(existing.stream, existing.name, cfg, existing.state, existing.created_ns)
+        result["consumer"] = updated
+        result["filters_changed"] = filters_of(cfg) != existing.filters
+        return [Change(CONSUMER, existing.stream, existing.name, updated.body())]
+
+    # -- delete ----------------------------------------------------------------------------
+    def delete(self, stream: str, name: str) -> bool:
+        """Delete; on an interest stream messages nobody needs any more go with it, all of
+        them when it was the last consumer (``cleanupNoInterestMessages``)."""
+        engine = self.lake.stream(stream)
+        gone: dict[str, Consumer] = {}
+
+        def plan(records: dict[Key, Record]) -> list[Change]:
+            gone["c"] = self._get(records, stream, name)
+            return [Change(CONSUMER, stream, name, None)]
+
+        self.catalog.transact(plan)
+        if engine.config.retention is RetentionPolicy.INTEREST:
+            floor = gone["c"].state.ack_floor.stream_seq
+            self._remove_unneeded(engine, lambda v, cs: v.seqs >= floor if cs else np.ones(len(v.seqs), bool))
+        return True
+
+    # -- positions -------------------------------------------------------------------------
+    def start_sequence(self, stream: str, cfg: ConsumerConfig) -> tuple[int, list[int]]:
+        """Where a consumer with ``cfg`` created now would start, and its skip list."""
+        sseq, skip, _ = select_starting_seq(StreamView.of(self.lake.stream(stream)), cfg)
+        return sseq, skip
+
+    def num_pending(self, stream: str, from_seq: int, filters: list[str] | str | None, last_per_subject: bool) -> int:
+        flts = [filters] if isinstance(filters, str) else list(filters or [])
+        return StreamView.of(self.lake.stream(stream)).num_pending(from_seq, flts, last_per_subject)
+
+    def next_seqs(self, stream: str, name: str, limit: int) -> list[int]:
+        """The next ``limit`` stream seqs the consumer delivers (skip list first, then matches)."""
+        engine = self.lake.stream(stream)
+        c = self._get(self.catalog.records(), stream, name)
+        view = StreamView.of(engine)
+        mask = view.deliverable(c.filters, c.state) & (view.seqs > c.state.delivered.stream_seq)
+        return [int(s) for s in view.seqs[mask][:limit]]
+
+    def record_delivered(
+        self, stream: str, name: str, stream_seq: int, consumer_seq: int | None = None,
+        generation: int | None = None,
+    ) -> bool:
+        """Persist that everything up to ``stream_seq`` was delivered (only ever forward).
+
+        ``consumer_seq`` defaults to the delivered count so far plus the deliverable messages
+        up to ``stream_seq``. With ack policy none the ack floor follows, as the server acks
+        on delivery, and on interest/work-queue streams those messages may go.
+        """
+        engine = self.lake.stream(stream)
+        view = StreamView.of(engine)
+        now = time.time_ns()
+        moved: dict[str, Any] = {}
+
+        def plan(records: dict[Key, Record]) -> list[Change]:
+            moved.clear()
+            c = self._get(records, stream, name)
+            st = c.state
+            if (generation is not None and generation < st.reset_generation) or stream_seq <= st.delivered.stream_seq:
+                return []
+            dseq = consumer_seq
+            if dseq is None:
+                mask = view.deliverable(c.filters, st)
+                dseq = st.delivered.consumer_seq + view.count(mask, st.delivered.stream_seq, stream_seq)
+            resume, skipped_to = st.resume, st.skipped_to
+            if resume:  # hand out skip-list entries; once all are out, deliver normally
+                left = view.skip_list(c.filters, st)
+                handed = [x for x in left if x <= stream_seq]
+                if len(handed) == len(left):
+                    resume, skipped_to = 0, 0
+                elif handed:
+                    skipped_to = handed[-1]
+            new = ConsumerState(
+                Position(dseq, stream_seq, now), st.ack_floor, resume, skipped_to, st.reset_generation
+            )
+            if c.config.ack_policy is AckPolicy.NONE:
+                new.ack_floor = Position(dseq, stream_seq, now)
+                moved.update(c=c, old=st.ack_floor.stream_seq, new=stream_seq, upto=stream_seq)
+            return [Change(CONSUMER, stream, name, c.body(new))]
+
+        changed = bool(self.catalog.transact(plan))
+        if moved:
+            self._after_ack(engine, moved)
+        return changed
+
+    def ack(
+        self, stream: str, name: str, stream_seq: int, consumer_seq: int | None = None,
+        generation: int | None = None,
+    ) -> bool:
+        """An AckAll / flow-control ack (``processAckMsgLocked``): move the ack floor to
+        ``(consumer_seq, stream_seq)``; returns whether it moved.
+
+        Ignored: an ack at or beyond the next message to deliver unless the consumer has
+        ``flow_control``; one not above both floors; one from before a reset (``generation``);
+        any ack on an ack-none consumer. Explicit-ack consumers are acked cumulatively here
+        (a lake reader acks in order). ``consumer_seq`` defaults to the delivery sequence of
+        ``stream_seq`` counted from the delivered position.
+        """
+        engine = self.lake.stream(stream)
+        view = StreamView.of(engine)
+        now = time.time_ns()
+        moved: dict[str, Any] = {}
+
+        def plan(records: dict[Key, Record]) -> list[Change]:
+            moved.clear()
+            c = self._get(records, stream, name)
+            st = c.state
+            if generation is not None and generation < st.reset_generation:
+                return []
+            if c.config.ack_policy is AckPolicy.NONE:
+                return []
+            if stream_seq > st.delivered.stream_seq and not c.config.flow_control:
+                return []
+            dseq = consumer_seq
+            if dseq is None:
+                mask = view.deliverable(c.filters, st)
+                d = st.delivered
+                dseq = (
+                    d.consumer_seq - view.count(mask, stream_seq, d.stream_seq)
+                    if stream_seq <= d.stream_seq
+                    else d.consumer_seq + view.count(mask, d.stream_seq, stream_seq)
+                )
+            if dseq <= st.ack_floor.consumer_seq or stream_seq <= st.ack_floor.stream_seq:
+                return []
+            new = ConsumerState(
+                st.delivered, Position(dseq, stream_seq, now), st.resume, st.skipped_to, st.reset_generation
+            )
+            moved.update(c=c, old=st.ack_floor.stream_seq, new=stream_seq, upto=st.delivered.stream_seq)
+            return [Change(CONSUMER, stream, name, c.body(new))]
+
+        changed = bool(self.catalog.transact(plan))
+        if moved:
+            self._after_ack(engine, moved)
+        return changed
+
+    def reset(self, stream: str, name: str, seq: int | None = None) -> ConsumerInfo:
+        """``$JS.API.CONSUMER.RESET`` (``resetStartingSeqLocked``): restart delivery at ``seq``
+        (none or 0: just above the ack floor) with ``dseq=1`` and both floors at ``seq-1``."""
+        engine = self.lake.stream(stream)
+        view = StreamView.of(engine)
+        result: dict[str, Any] = {}
+
+        def plan(records: dict[Key, Record]) -> list[Change]:
+            result.clear()
+            c = self._get(records, stream, name)
+            cfg, st = c.config, c.state
+            target = seq or 0
+            if target == 0:
+                target = st.ack_floor.stream_seq + 1
+            elif cfg.deliver_policy is DeliverPolicy.BY_START_SEQUENCE:
+                if target < cfg.opt_start_seq:
+                    raise api_error("JSConsumerInvalidResetErr", err="below start seq")
+            elif cfg.deliver_policy is DeliverPolicy.BY_START_TIME:
+                assert cfg.opt_start_time is not None
+                if target < view.seq_from_time(_ns(cfg.opt_start_time)):
+                    raise api_error("JSConsumerInvalidResetErr", err="below start time")
+            elif cfg.deliver_policy is not DeliverPolicy.ALL:
+                raise api_error("JSConsumerInvalidResetErr", err="not allowed")
+            target = max(target, 1)
+            # the skip list is kept, as the server keeps ``o.lss``
+            new = ConsumerState.starting_at(target, st.resume, st.skipped_to, st.reset_generation + 1)
+            updated = Consumer(c.stream, c.name, cfg, new, c.created_ns)
+            result.update(c=updated, seq=target)
+            return [Change(CONSUMER, stream, name, updated.body())]
+
+        self.catalog.transact(plan)
+        c, target = result["c"], result["seq"]
+        if engine.config.retention is RetentionPolicy.INTEREST:
+            # checkStateForInterestStream: this consumer's messages below the new start
+            self._remove_unneeded(engine, lambda v, _cs: (v.seqs < target) & v.match(c.filters))
+        return self.info_of(c, StreamView.of(engine), reset_seq=target)
+
+    # -- retention -------------------------------------------------------------------------
+    def _after_ack(self, engine: LakeStream, moved: dict[str, Any]) -> None:
+        """``stream.ackMsg`` for what the ack covered: the messages this consumer had pending
+        in ``(old floor, new floor]`` plus the acked seq itself."""
+        if engine.config.retention is RetentionPolicy.LIMITS:
+            return
+        c: Consumer = moved["c"]
+        old, new, upto = moved["old"], moved["new"], min(moved["new"], moved["upto"])
+
+        def candidates(v: StreamView, _cs: list[Consumer]) -> np.ndarray:
+            pending = v.deliverable(c.filters, c.state) & (v.seqs > old) & (v.seqs <= upto)
+            return pending | (v.seqs == new)
+
+        self._remove_unneeded(engine, candidates)
+
+    def _remove_unneeded(
+        self, engine: LakeStream, candidates: Callable[[StreamView, list[Consumer]], np.ndarray | bool],
+    ) -> int:
+        """Remove the candidate messages no consumer needs, deciding on the consumers as they
+        are in the catalog when the removal is planned. No consumers: remove every candidate."""
+        name = engine.name
+
+        def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
+            view = StreamView(index, snap.last_seq, engine.config)
+            consumers = self._all(name)
+            mask = np.broadcast_to(np.asarray(candidates(view, consumers), dtype=bool), view.seqs.shape).copy()
+            for c in consumers:
+                mask &= ~view.needed_by(c)
+            return view.seqs[mask]
+
+        return engine.remove_seqs(choose)
+
+    def check_interest(self, stream: str) -> int:
+        """Remove every message at or below some consumer's ack floor, on its filter, that no
+        consumer needs (``checkInterestState``); finishes removals a crash interrupted."""
+        engine = self.lake.stream(stream)
+        if engine.config.retention is RetentionPolicy.LIMITS:
+            return 0
+
+        def candidates(v: StreamView, cs: list[Consumer]) -> np.ndarray:
+            mask = np.zeros(len(v.seqs), dtype=bool)
+            for c in cs:
+                mask |= v.match(c.filters) & (v.seqs <= c.state.ack_floor.stream_seq)
+            return mask
+
+        return self._remove_unneeded(engine, candidates)
+
+
+def _partition_unique(name: str, partitions: list[str], others: list[Consumer]) -> bool:
+    """The server's ``partitionUnique`` over the other limitable consumers."""
+    for part in partitions:
+        for o in others:
+            if o.name == name or not o.limitable:
+                continue
+            theirs = o.filters
+            if not theirs or any(subjects_collide(part, f) for f in theirs):
+                return False
+    return True
+
+
+def _update_error(old: ConsumerConfig, new: ConsumerConfig) -> APIError | None:
+    """``checkNewConsumerConfig``: what an update may not change (500/10012 with the text)."""
+
+    def fail(text: str) -> APIError:
+        return api_error("JSConsumerCreateErrF", err=text)
+
+    checks = [
+        (old.deliver_policy != new.deliver_policy, "deliver policy can not be updated"),
+        (old.mem_storage != new.mem_storage, "storage type can not be updated"),
+        (old.direct != new.direct, "direct can not be updated"),
+        (old.sourcing != new.sourcing, "sourcing can not be updated"),
+        (old.opt_start_seq != new.opt_start_seq, "start sequence can not be updated"),
+        (old.opt_start_time != new.opt_start_time, "start time can not be updated"),
+        (old.ack_policy != new.ack_policy, "ack policy can not be updated"),
+        (old.replay_policy != new.replay_policy, "replay policy can not be updated"),
+        (old.idle_heartbeat != new.idle_heartbeat, "heart beats can not be updated"),
+        (old.flow_control != new.flow_control, "flow control can not be updated"),
+    ]
+    for bad, text in checks:
+        if bad:
+            return fail(text)
+    if old.deliver_subject != new.deliver_subject:
+        if not old.deliver_subject:
+            return fail("can not update pull consumer to push based")
+        if not new.deliver_subject:
+            return fail("can not update push consumer to pull based")
+    if old.max_waiting != new.max_waiting:
+        return fail("max waiting can not be updated")
+    if new.backoff and new.max_deliver != -1 and len(new.backoff) > new.max_deliver:
+        return api_error("JSConsumerMaxDeliverBackoffErr")
+    return None
+
+
+def _with_dynamic_metadata(cfg: ConsumerConfig) -> ConsumerConfig:
+    """``setDynamicConsumerMetadata``: responses carry the server version and API level,
+    stored configs do not."""
+    out = cfg.model_copy(deep=True)
+    out.metadata = {**out.metadata, SERVER_VERSION_KEY: SERVER_VERSION, SERVER_LEVEL_KEY: str(API_LEVEL)}
+    return out
+
+
+def _random_name() -> str:
+    """An ephemeral's generated name (the server hashes a nuid to 8 characters)."""
+    return "".join(secrets.choice(_NAME_CHARS) for _ in range(8))
+
+
+__all__ = ["ConsumerState", "Consumers", "StreamView", "filters_of", "is_filtered", "select_starting_seq"]

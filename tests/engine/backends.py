@@ -13,6 +13,7 @@ from typing import Any
 
 import nats
 
+from jsspark.config import ConsumerConfig
 from jsspark.engine import headers as H
 from jsspark.engine.lake import Lake
 from jsspark.errors import APIError, DirectGetError
@@ -26,6 +27,20 @@ def _ack(d: dict[str, Any]) -> dict[str, Any]:
     out = {"stream": d["stream"], "seq": d["seq"]}
     if d.get("duplicate"):
         out["duplicate"] = True
+    return out
+
+
+INFO_DROP = ("type", "created", "ts")
+
+
+def consumer_view(r: dict[str, Any]) -> dict[str, Any]:
+    """A consumer info / create / reset response without its times (they differ)."""
+    if "error" in r:
+        return {"error": r["error"]}
+    out = {k: v for k, v in r.items() if k not in INFO_DROP}
+    for key in ("delivered", "ack_floor"):
+        if key in out:
+            out[key] = {k: v for k, v in out[key].items() if k != "last_active"}
     return out
 
 
@@ -113,6 +128,64 @@ class ServerBackend:
         self.loop.run_until_complete(go())
         return replies
 
+    # -- consumers -------------------------------------------------------------------------------
+    def consumer_create(self, stream: str, cfg: dict[str, Any], action: str | None = None) -> dict[str, Any]:
+        name = cfg.get("durable_name") or cfg.get("name")
+        subject = f"$JS.API.CONSUMER.CREATE.{stream}.{name}" if name else f"$JS.API.CONSUMER.CREATE.{stream}"
+        req: dict[str, Any] = {"stream_name": stream, "config": cfg}
+        if action:
+            req["action"] = action
+        return consumer_view(self._req(subject, req))
+
+    def consumer_info(self, stream: str, name: str) -> dict[str, Any]:
+        return consumer_view(self._req(f"$JS.API.CONSUMER.INFO.{stream}.{name}"))
+
+    def consumer_delete(self, stream: str, name: str) -> dict[str, Any]:
+        r = self._req(f"$JS.API.CONSUMER.DELETE.{stream}.{name}")
+        return {"error": r["error"]} if "error" in r else {"ok": True}
+
+    def consumer_reset(self, stream: str, name: str, seq: int | None = None) -> dict[str, Any]:
+        """Raw ``$JS.API.CONSUMER.RESET``: no body without ``seq``, else ``{"seq": N}``."""
+        return consumer_view(self._req(f"$JS.API.CONSUMER.RESET.{stream}.{name}", None if seq is None else {"seq": seq}))
+
+    def fetch(self, stream: str, name: str, batch: int) -> list[tuple[int, int, str]]:
+        """One no-wait pull of up to ``batch``: ``(stream_seq, consumer_seq, subject)`` per message,
+        read from the ack reply subject."""
+        inbox = self.nc.new_inbox()
+        got: list[tuple[int, int, str]] = []
+
+        async def go() -> None:
+            done = asyncio.Event()
+
+            async def cb(msg: Any) -> None:
+                if msg.headers and msg.headers.get("Status"):
+                    done.set()
+                    return
+                tokens = msg.reply.split(".")
+                got.append((int(tokens[-4]), int(tokens[-3]), msg.subject))
+                if len(got) >= batch:
+                    done.set()
+
+            sub = await self.nc.subscribe(inbox, cb=cb)
+            req = json.dumps({"batch": batch, "no_wait": True}).encode()
+            await self.nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}", req, reply=inbox)
+            await asyncio.wait_for(done.wait(), 5)
+            await sub.unsubscribe()
+
+        self.loop.run_until_complete(go())
+        return got
+
+    def ack(self, stream: str, name: str, stream_seq: int, consumer_seq: int) -> None:
+        """``+ACK`` on the ack subject of ``(stream_seq, consumer_seq)``, then a ``+WPI`` request
+        on the same consumer: acks are handled in order and an ignored ack has no reply, so the
+        progress reply tells us the ack was processed."""
+
+        async def go() -> None:
+            await self.nc.publish(f"$JS.ACK.{stream}.{name}.1.{stream_seq}.{consumer_seq}.0.0", b"+ACK")
+            await self.nc.request(f"$JS.ACK.{stream}.{name}.1.{stream_seq}.{consumer_seq}.0.0", b"+WPI", timeout=5)
+
+        self.loop.run_until_complete(go())
+
 
 def _is_batch(req: dict[str, Any]) -> bool:
     return bool(req.get("batch") or req.get("multi_last"))
@@ -161,6 +234,38 @@ class LakeBackend:
     def messages(self, name: str) -> list[tuple[int, str, bytes, list[tuple[str, str]] | None]]:
         t = self.lake.stream(name).read(columns=["seq", "subject", "data", "headers"]).sort_by("seq")
         return [(r["seq"], r["subject"], r["data"] or b"", H.from_arrow(r["headers"])) for r in t.to_pylist()]
+
+    # -- consumers -------------------------------------------------------------------------------
+    def _info(self, fn: Any, *a: Any) -> dict[str, Any]:
+        r = self._call(fn, *a)
+        return r if isinstance(r, dict) else consumer_view(r.to_json())
+
+    def consumer_create(self, stream: str, cfg: dict[str, Any], action: str | None = None) -> dict[str, Any]:
+        return self._info(self.lake.consumers.add, stream, ConsumerConfig.from_json(cfg), action or "")
+
+    def consumer_info(self, stream: str, name: str) -> dict[str, Any]:
+        return self._info(self.lake.consumer_info, stream, name)
+
+    def consumer_delete(self, stream: str, name: str) -> dict[str, Any]:
+        r = self._call(self.lake.delete_consumer, stream, name)
+        return r if isinstance(r, dict) else {"ok": True}
+
+    def consumer_reset(self, stream: str, name: str, seq: int | None = None) -> dict[str, Any]:
+        return self._info(self.lake.reset_consumer, stream, name, seq)
+
+    def fetch(self, stream: str, name: str, batch: int) -> list[tuple[int, int, str]]:
+        """Deliver the next ``batch`` messages as a reader would and record the position."""
+        seqs = self.lake.next_seqs(stream, name, batch)
+        if not seqs:
+            return []
+        first_dseq = self.lake.consumer_info(stream, name).delivered.consumer_seq + 1
+        rows = self.lake.stream(stream).index().rows
+        subjects = dict(zip(rows["seq"].to_pylist(), rows["subject"].to_pylist(), strict=True))
+        self.lake.record_delivered(stream, name, seqs[-1], first_dseq + len(seqs) - 1)
+        return [(s, first_dseq + i, subjects[s]) for i, s in enumerate(seqs)]
+
+    def ack(self, stream: str, name: str, stream_seq: int, consumer_seq: int) -> None:
+        self.lake.ack(stream, name, stream_seq, consumer_seq)
 
     def direct_get(self, name: str, req: dict[str, Any]) -> list[tuple[str, dict[str, str], bytes]]:
         try:

@@ -1,0 +1,381 @@
+"""Durable consumers on a lake against a real nats-server, step by step.
+
+Each step (create, info, reset, pull, ack, delete) must answer the same on both, and the
+stream's state and stored messages must stay equal: start positions for every deliver policy
+on streams with gaps and several subjects, the reset rules, interest and work-queue removal.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from jsspark.config import ConsumerConfig
+from jsspark.engine.lake import connect
+from jsspark.errors import ConsumerNotFoundError
+from tests.engine.test_differential import Pair, pair, subj
+
+__all__ = ["pair"]
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _gappy(pair: Pair, s: str) -> str:
+    """Seqs 1..8 on a,b,a,c,b,a,c,b with 1 and 4 deleted; returns a time between 4 and 5."""
+    for t in "abac":
+        pair.publish(subj(s, t), t.encode())
+    middle = _now()
+    for t in "bacb":
+        pair.publish(subj(s, t), t.encode())
+    pair.delete_msg(s, 1)
+    pair.delete_msg(s, 4)
+    return middle
+
+
+def _filters(s: str, which: str) -> dict[str, Any]:
+    return {
+        "none": {},
+        "one": {"filter_subject": subj(s, "a")},
+        "many": {"filter_subjects": [subj(s, "a"), subj(s, "c")]},
+        "wild": {"filter_subject": subj(s, "*")},
+        "nomatch": {"filter_subject": subj(s, "x")},
+    }[which]
+
+
+POLICIES: list[dict[str, Any]] = [
+    {"deliver_policy": "all"},
+    {"deliver_policy": "last"},
+    {"deliver_policy": "new"},
+    {"deliver_policy": "by_start_sequence", "opt_start_seq": 1},
+    {"deliver_policy": "by_start_sequence", "opt_start_seq": 5},
+    {"deliver_policy": "by_start_sequence", "opt_start_seq": 40},
+    {"deliver_policy": "by_start_time", "opt_start_time": "MIDDLE"},
+    {"deliver_policy": "by_start_time", "opt_start_time": "2000-01-01T00:00:00Z"},
+    {"deliver_policy": "by_start_time", "opt_start_time": "2100-01-01T00:00:00Z"},
+    {"deliver_policy": "by_start_time", "opt_start_time": "2999-01-01T00:00:00Z"},  # Go's UnixNano wraps
+    {"deliver_policy": "last_per_subject"},
+]
+
+
+@pytest.mark.parametrize("flt", ["none", "one", "many", "wild", "nomatch"])
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: "-".join(str(v) for v in p.values()))
+def test_start_sequence_and_delivery_match_the_server(pair: Pair, policy: dict[str, Any], flt: str) -> None:
+    s = pair.stream()
+    middle = _gappy(pair, s)
+    cfg = {"durable_name": "C", "ack_policy": "all", **policy, **_filters(s, flt)}
+    if cfg.get("opt_start_time") == "MIDDLE":
+        cfg["opt_start_time"] = middle
+    created = pair.consumer_create(s, cfg)
+    if "error" in created:  # last_per_subject without a filter: both refuse alike
+        return
+    start, skip = pair.lake.lake.start_sequence(s, ConsumerConfig.from_json(cfg))
+    assert start == created["delivered"]["stream_seq"] + 1
+    delivered = pair.fetch(s, "C", 20)
+    if skip:
+        assert [seq for seq, _, _ in delivered[: len(skip)]] == skip
+    pair.consumer_info(s, "C")
+    pair.publish(subj(s, "a"), b"late")
+    pair.consumer_info(s, "C")
+    pair.fetch(s, "C", 20)
+    pair.consumer_info(s, "C")
+
+
+@pytest.mark.parametrize("policy", POLICIES[:6], ids=lambda p: "-".join(str(v) for v in p.values()))
+def test_start_on_empty_and_purged_streams(pair: Pair, policy: dict[str, Any]) -> None:
+    s = pair.stream(max_msgs_per_subject=1)
+    pair.consumer_create(s, {"durable_name": "E", "ack_policy": "all", **policy})
+    for t in "abab":
+        pair.publish(subj(s, t), b"x")
+    pair.consumer_info(s, "E")
+    pair.fetch(s, "E", 5)
+    pair.consumer_delete(s, "E")  # a purge moves consumers' floors; the lake does not (yet)
+    pair.purge(s)
+    pair.consumer_create(s, {"durable_name": "P", "ack_policy": "all", **policy})
+    pair.publish(subj(s, "c"), b"y")
+    pair.consumer_info(s, "P")
+    pair.fetch(s, "P", 5)
+
+
+def test_last_per_subject_with_one_message_per_subject_is_deliver_all(pair: Pair) -> None:
+    s = pair.stream(max_msgs_per_subject=1)
+    for t in "abcab":
+        pair.publish(subj(s, t), t.encode())
+    pair.consumer_create(s, {"durable_name": "L", "deliver_policy": "last_per_subject",
+                             "filter_subject": subj(s, "*"), "ack_policy": "all"})
+    pair.fetch(s, "L", 10)
+    pair.consumer_info(s, "L")
+
+
+def test_num_pending_matches_the_store(pair: Pair) -> None:
+    s = pair.stream()
+    _gappy(pair, s)
+    lake = pair.lake.lake
+    assert lake.num_pending(s, 1) == 6
+    assert lake.num_pending(s, 3, subj(s, "a")) == 2
+    assert lake.num_pending(s, 1, [subj(s, "b"), subj(s, "c")], last_per_subject=True) == 2
+    assert lake.num_pending(s, 100) == 0
+
+
+def test_push_consumer_info_and_list(pair: Pair) -> None:
+    s = pair.stream()
+    for t in "ab":
+        pair.publish(subj(s, t), b"x")
+    pair.consumer_create(s, {"durable_name": "P1", "deliver_subject": "nowhere.p1", "ack_policy": "explicit",
+                             "deliver_policy": "last", "description": "push"})
+    pair.consumer_create(s, {"name": "P2", "ack_policy": "none", "inactive_threshold": 60_000_000_000})
+    pair.consumer_info(s, "P1")
+    pair.consumer_info(s, "P2")
+    pair.consumer_info(s, "missing")
+    assert [c.name for c in pair.lake.lake.consumers_info(s)] == ["P1", "P2"]
+    pair.state(s)
+
+
+def test_create_is_idempotent_and_updates_follow_the_server_rules(pair: Pair) -> None:
+    s = pair.stream()
+    cfg = {"durable_name": "U", "ack_policy": "all", "filter_subject": subj(s, "a")}
+    pair.consumer_create(s, cfg)
+    pair.consumer_create(s, cfg)
+    pair.consumer_create(s, cfg, action="create")
+    pair.consumer_create(s, {**cfg, "description": "new"}, action="create")
+    pair.consumer_create(s, {**cfg, "ack_policy": "explicit"})
+    pair.consumer_create(s, {**cfg, "deliver_policy": "new"})
+    pair.consumer_create(s, {**cfg, "description": "now updated", "max_ack_pending": 7})
+    pair.consumer_create(s, {**cfg, "filter_subject": subj(s, "b")})
+    pair.consumer_create(s, {"durable_name": "nope", "ack_policy": "all"}, action="update")
+    pair.consumer_info(s, "U")
+    pair.consumer_delete(s, "U")
+    pair.consumer_delete(s, "U")
+
+
+def test_max_consumers(pair: Pair) -> None:
+    s = pair.stream(max_consumers=1)
+    pair.consumer_create(s, {"durable_name": "A", "ack_policy": "all"})
+    pair.consumer_create(s, {"durable_name": "B", "ack_policy": "all"})
+    pair.consumer_create(s, {"durable_name": "A", "ack_policy": "all", "description": "update is fine"})
+
+
+def test_workqueue_validation(pair: Pair) -> None:
+    s = pair.stream(retention="workqueue", max_consumers=2)
+    pair.consumer_create(s, {"durable_name": "W0", "ack_policy": "all"})
+    pair.consumer_create(s, {"durable_name": "W0", "ack_policy": "explicit", "deliver_policy": "last"})
+    pair.consumer_create(s, {"durable_name": "W1", "ack_policy": "explicit", "filter_subject": subj(s, "a.*")})
+    pair.consumer_create(s, {"durable_name": "W2", "ack_policy": "explicit"})
+    pair.consumer_create(s, {"durable_name": "W2", "ack_policy": "explicit", "filter_subject": subj(s, "a.b")})
+    pair.consumer_create(s, {"durable_name": "W2", "ack_policy": "explicit", "filter_subjects": [subj(s, "b"), subj(s, ">")]})
+    pair.consumer_create(s, {"durable_name": "W2", "ack_policy": "explicit", "filter_subject": subj(s, "b")})
+    # full: max_consumers comes before the work-queue rules
+    pair.consumer_create(s, {"durable_name": "W3", "ack_policy": "all", "filter_subject": subj(s, "c")})
+    pair.consumer_create(s, {"durable_name": "W3", "ack_policy": "explicit", "filter_subject": subj(s, "c")})
+    # an update may not take another consumer's partition
+    pair.consumer_create(s, {"durable_name": "W2", "ack_policy": "explicit", "filter_subject": subj(s, "a.x")})
+
+
+RESET_CONSUMERS: list[dict[str, Any]] = [
+    {"deliver_policy": "all"},
+    {"deliver_policy": "by_start_sequence", "opt_start_seq": 3},
+    {"deliver_policy": "by_start_time", "opt_start_time": "MIDDLE"},
+    {"deliver_policy": "last"},
+    {"deliver_policy": "new"},
+    {"deliver_policy": "last_per_subject", "filter_subject": "FILTER"},
+]
+
+
+@pytest.mark.parametrize("policy", RESET_CONSUMERS, ids=lambda p: p["deliver_policy"])
+def test_reset_rules_and_response(pair: Pair, policy: dict[str, Any]) -> None:
+    s = pair.stream()
+    middle = _gappy(pair, s)
+    cfg = {"durable_name": "R", "ack_policy": "all", **policy}
+    if cfg.get("opt_start_time") == "MIDDLE":
+        cfg["opt_start_time"] = middle
+    if cfg.get("filter_subject") == "FILTER":
+        cfg["filter_subject"] = subj(s, "*")
+    pair.consumer_create(s, cfg)
+    got = pair.fetch(s, "R", 2)
+    if got:
+        pair.ack(s, "R", got[0][0], got[0][1])
+    lps = policy["deliver_policy"] == "last_per_subject"
+    for seq in (None, 0, 1, 2, 3, 4, 5, 7, 100):
+        if lps:
+            # The server's reset to the ack floor adds the pending count to its running
+            # num_pending (7, pending, is counted though the kept skip list never delivers it
+            # again); the lake counts what it will deliver.
+            server, lake = pair.server.consumer_reset(s, "R", seq), pair.lake.consumer_reset(s, "R", seq)
+            if seq is None:
+                assert (server["num_pending"], lake["num_pending"]) == (2, 1)
+            server.pop("num_pending", None)
+            lake.pop("num_pending", None)
+            assert server == lake
+        else:
+            pair.consumer_reset(s, "R", seq)
+        pair.fetch(s, "R", 1)
+    if not lps:
+        pair.consumer_info(s, "R")
+    pair.check(s)
+
+
+def test_ack_rules_on_a_limits_stream(pair: Pair) -> None:
+    s = pair.stream()
+    for t in "abcabc":
+        pair.publish(subj(s, t), b"x")
+    pair.consumer_create(s, {"durable_name": "A", "ack_policy": "all"})
+    pair.fetch(s, "A", 3)
+    pair.ack(s, "A", 5, 5)  # not delivered yet: ignored
+    pair.consumer_info(s, "A")
+    pair.ack(s, "A", 2, 2)
+    pair.ack(s, "A", 1, 1)  # below the floor: no-op
+    pair.consumer_info(s, "A")
+    pair.ack(s, "A", 3, 3)
+    pair.consumer_info(s, "A")
+
+
+def test_interest_retention_removes_what_every_consumer_acked(pair: Pair) -> None:
+    s = pair.stream(retention="interest")
+    pair.consumer_create(s, {"durable_name": "ALL", "ack_policy": "all"})
+    pair.consumer_create(s, {"durable_name": "A", "ack_policy": "all", "filter_subject": subj(s, "a")})
+    for t in "abacab":
+        pair.publish(subj(s, t), t.encode())
+    a = pair.fetch(s, "A", 2)  # 1, 3
+    pair.ack(s, "A", a[-1][0], a[-1][1])
+    pair.check(s)  # ALL still needs everything
+    every = pair.fetch(s, "ALL", 4)  # 1..4
+    pair.ack(s, "ALL", every[-1][0], every[-1][1])
+    pair.check(s)  # 1, 2, 3, 4 go: 1 and 3 acked by A too, 2 and 4 only ALL's
+    pair.fetch(s, "ALL", 2)
+    pair.ack(s, "ALL", 6, 6)
+    pair.check(s)  # 6 goes; 5 (a) is still A's
+    pair.consumer_info(s, "A")
+    pair.consumer_info(s, "ALL")
+    pair.publish(subj(s, "b"), b"b")  # 7: only ALL wants it
+    pair.consumer_delete(s, "ALL")
+    pair.check(s)  # 7 had no other interest
+    pair.consumer_delete(s, "A")
+    pair.check(s)  # the last consumer: a full purge
+
+
+def test_interest_reset_forward_removes_messages_that_lost_interest(pair: Pair) -> None:
+    s = pair.stream(retention="interest")
+    pair.consumer_create(s, {"durable_name": "R", "ack_policy": "all"})
+    pair.consumer_create(s, {"durable_name": "B", "ack_policy": "all", "filter_subject": subj(s, "b")})
+    for t in "ababab":
+        pair.publish(subj(s, t), t.encode())
+    pair.consumer_reset(s, "R", 5)
+    pair.check(s)
+    pair.consumer_reset(s, "R", 2)
+    pair.check(s)
+    pair.consumer_info(s, "B")
+
+
+def test_interest_ack_none_removes_on_delivery(pair: Pair) -> None:
+    s = pair.stream(retention="interest")
+    pair.consumer_create(s, {"durable_name": "N", "ack_policy": "none"})
+    for t in "abc":
+        pair.publish(subj(s, t), t.encode())
+    pair.fetch(s, "N", 2)
+    pair.check(s)
+    pair.consumer_info(s, "N")
+
+
+def test_workqueue_removes_acked_messages(pair: Pair) -> None:
+    s = pair.stream(retention="workqueue")
+    pair.consumer_create(s, {"durable_name": "WA", "ack_policy": "explicit", "filter_subject": subj(s, "a")})
+    pair.consumer_create(s, {"durable_name": "WB", "ack_policy": "explicit", "filter_subject": subj(s, "b")})
+    for t in "abcaab":
+        pair.publish(subj(s, t), t.encode())
+    got = pair.fetch(s, "WA", 2)
+    for sseq, dseq, _ in got:
+        pair.ack(s, "WA", sseq, dseq)
+    pair.check(s)
+    pair.consumer_info(s, "WA")
+    pair.consumer_delete(s, "WB")  # no cleanup on a work queue
+    pair.check(s)
+
+
+# -- lake only -----------------------------------------------------------------------------------
+def test_stale_ack_from_before_a_reset_is_ignored(tmp_path: Any) -> None:
+    lake = connect(tmp_path / "lake")
+    lake.add_stream(name="S", subjects=["s.>"])
+    for i in range(5):
+        lake.publish(f"s.{i}", b"x")
+    info = lake.add_consumer("S", durable_name="C", ack_policy="all")
+    gen = info.reset_generation
+    assert lake.record_delivered("S", "C", 4, generation=gen)
+    assert lake.consumer_info("S", "C").delivered.consumer_seq == 4
+    reset = lake.reset_consumer("S", "C", 2)
+    assert (reset.reset_seq, reset.reset_generation) == (2, gen + 1)
+    assert not lake.ack("S", "C", 3, 3, generation=gen)  # in flight before the reset
+    assert not lake.record_delivered("S", "C", 4, 4, generation=gen)
+    after = lake.consumer_info("S", "C")
+    assert (after.ack_floor.stream_seq, after.delivered.stream_seq) == (1, 1)
+    assert lake.next_seqs("S", "C", 2) == [2, 3]
+    assert lake.record_delivered("S", "C", 3, generation=gen + 1)
+    assert lake.ack("S", "C", 3, generation=gen + 1)
+    assert not lake.record_delivered("S", "C", 2)  # never backwards
+    final = lake.consumer_info("S", "C")
+    assert (final.delivered.consumer_seq, final.delivered.stream_seq) == (2, 3)
+    assert (final.ack_floor.consumer_seq, final.ack_floor.stream_seq) == (2, 3)
+
+
+def test_consumer_record_and_info_shape(tmp_path: Any) -> None:
+    lake = connect(tmp_path / "lake")
+    lake.add_stream(name="S", subjects=["s.>"])
+    info = lake.add_consumer("S", durable_name="C", ack_policy="explicit", ack_wait=10.0)
+    body = lake.catalog.get("consumer", "S", "C").body
+    assert set(body) == {"config", "state", "created_ns"}
+    assert body["config"]["ack_wait"] == 10_000_000_000
+    doc = info.to_json()
+    assert list(doc)[:4] == ["stream_name", "name", "created", "config"]
+    assert doc["delivered"] == {"consumer_seq": 0, "stream_seq": 0}
+    json.dumps(doc)
+    assert lake.stream_info("S").state.consumer_count == 1
+    with pytest.raises(ConsumerNotFoundError):
+        lake.reset_consumer("S", "missing")
+    assert lake.delete_consumer("S", "C")
+    assert lake.consumers_info("S") == []
+
+
+def test_interest_sweep_finishes_an_interrupted_removal(tmp_path: Any) -> None:
+    lake = connect(tmp_path / "lake")
+    lake.add_stream(name="S", subjects=["s.>"], retention="interest")
+    lake.add_consumer("S", durable_name="C", ack_policy="all")
+    for i in range(4):
+        lake.publish(f"s.{i}", b"x")
+    lake.record_delivered("S", "C", 3)
+    # the floor moved in the catalog but the stream commit never happened (a crash)
+    rec = lake.catalog.get("consumer", "S", "C")
+    state = {**rec.body["state"], "ack_floor": {"consumer_seq": 3, "stream_seq": 3, "last_active_ns": 0}}
+    from jsspark.engine.catalog import Change
+
+    lake.catalog.transact(lambda _r: [Change("consumer", "S", "C", {**rec.body, "state": state})])
+    assert lake.stream_info("S").state.messages == 4
+    assert lake.check_interest("S") == 3
+    assert lake.stream_info("S").state.first_seq == 4
+
+
+def test_flow_control_ack_beyond_delivered_moves_the_floor(tmp_path: Any) -> None:
+    """A ``flow_control`` consumer takes acks past what it delivered (its state is not
+    replicated before delivery); an ack-all consumer ignores them."""
+    lake = connect(tmp_path / "lake")
+    lake.add_stream(name="S", subjects=["s.>"], retention="interest")
+    lake.add_consumer("S", durable_name="F", deliver_subject="fc.in", ack_policy="flow_control", max_ack_pending=10)
+    lake.add_consumer("S", durable_name="A", ack_policy="all", filter_subject="s.a")
+    for t in "abcda":
+        lake.publish(f"s.{t}", t.encode())
+    assert not lake.ack("S", "A", 1, 1)
+    assert lake.ack("S", "F", 3, 3)
+    info = lake.consumer_info("S", "F")
+    assert (info.ack_floor.stream_seq, info.delivered.stream_seq, info.num_pending) == (3, 0, 4)
+    # 3 (s.c) was acked and nobody else wants it; 1 and 2 were never pending for F
+    assert [m for m in range(1, 6) if _stored(lake, m)] == [1, 2, 4, 5]
+    assert lake.record_delivered("S", "F", 4, 4)
+    assert lake.check_interest("S") == 1  # 2 (s.b) is below F's floor and not A's
+    assert [m for m in range(1, 6) if _stored(lake, m)] == [1, 4, 5]
+
+
+def _stored(lake: Any, seq: int) -> bool:
+    rows = lake.stream("S").index().rows
+    return seq in set(rows["seq"].to_pylist())

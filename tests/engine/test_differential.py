@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from jsspark.engine.api import rfc3339nano
 from jsspark.engine.lake import connect
 from tests.engine.backends import LakeBackend, ServerBackend
 
@@ -254,3 +255,41 @@ def test_direct_get_forms_and_errors(pair: Pair, req: dict[str, Any]) -> None:
     lake = pair.lake.direct_get(s, req)
     strip = lambda rs: [(st, {k: v for k, v in h.items() if k != "Nats-Time-Stamp"}, d) for st, h, d in rs]  # noqa: E731
     assert strip(server) == strip(lake)
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        {"start_time": 3},
+        {"start_time": 3, "batch": 2},
+        {"start_time": 3, "next_by_subj": "SUBJ.a"},
+        {"multi_last": ["SUBJ.*"], "up_to_time": 4},
+        {"multi_last": ["SUBJ.a"], "up_to_time": 1},
+    ],
+)
+def test_direct_get_by_time(pair: Pair, form: dict[str, Any]) -> None:
+    """Times differ between the two stores, so each side is asked with its own time of the
+    message the scenario names (by sequence)."""
+    s = pair.stream(allow_direct=True)
+    _fill(pair, s)
+    prefix = subj(s, "")[:-1]
+
+    def server_time(seq: int) -> str:
+        return pair.server._req(f"$JS.API.STREAM.MSG.GET.{s}", {"seq": seq})["message"]["time"]
+
+    def lake_time(seq: int) -> str:
+        return rfc3339nano(pair.lake.lake.get_msg(s, seq=seq).ts_ns)
+
+    def build(time_of: Any) -> dict[str, Any]:
+        req: dict[str, Any] = {}
+        for k, v in form.items():
+            if k in ("start_time", "up_to_time"):
+                req[k] = time_of(v)
+            elif isinstance(v, list):
+                req[k] = [x.replace("SUBJ", prefix) for x in v]
+            else:
+                req[k] = v.replace("SUBJ", prefix) if isinstance(v, str) else v
+        return req
+
+    strip = lambda rs: [(st, {k: v for k, v in h.items() if k != "Nats-Time-Stamp"}, d) for st, h, d in rs]  # noqa: E731
+    assert strip(pair.server.direct_get(s, build(server_time))) == strip(pair.lake.direct_get(s, build(lake_time)))

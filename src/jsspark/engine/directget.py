@@ -9,7 +9,7 @@ Found, 408 Bad Request, ...), replies carry the server's headers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from jsspark.errors import DirectGetError, api_error
 from jsspark.subjects import is_literal, match_filter
 
 MAX_MULTI_RESULTS = 1024
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # the server's max_pending default
 
 _KNOWN = {"seq", "last_by_subj", "next_by_subj", "batch", "max_bytes", "start_time", "multi_last",
@@ -41,14 +42,14 @@ class DirectReply:
 
 
 def _time_ns(value: Any) -> int:
+    """Nanoseconds since the epoch of an int, a datetime or an RFC3339(Nano) string, exactly."""
     if isinstance(value, int):
         return value
-    if isinstance(value, datetime):
-        return int(value.timestamp()) * 1_000_000_000 + value.microsecond * 1000
     from jsspark.config.timestamps import UTCTime
 
-    t = UTCTime.parse(str(value))
-    return int(t.timestamp()) * 1_000_000_000 + t.nanosecond
+    t = value if isinstance(value, datetime) else UTCTime.parse(str(value))
+    micros = (t - _EPOCH) // timedelta(microseconds=1)
+    return micros * 1000 + getattr(t, "nanosecond", 0)
 
 
 class DirectGet:
@@ -156,11 +157,12 @@ class DirectGet:
     def _multi(self, index: MessageIndex, subjects: list[str], batch: int, up_to_seq: int, up_to_time: Any,
                max_bytes: int, no_hdr: bool) -> DirectReply:
         rows = index.rows
-        if up_to_time:
-            up_to_seq = self._seq_from_time(index, _time_ns(up_to_time)) - 1
-        if up_to_seq:
-            rows = rows.filter(pc.less_equal(rows["seq"], up_to_seq))
-        upto = up_to_seq or (int(rows["seq"][-1].as_py()) if rows.num_rows else 0)
+        bound: int | None = up_to_seq or None
+        if up_to_time:  # the last seq before that time; 0 means nothing qualifies
+            bound = self._seq_from_time(index, _time_ns(up_to_time)) - 1
+        if bound is not None:
+            rows = rows.filter(pc.less_equal(rows["seq"], bound))
+        upto = bound if bound is not None else (int(rows["seq"][-1].as_py()) if rows.num_rows else 0)
         mask = match_filter(rows["subject"], subjects)
         hit = rows.filter(mask)
         if not hit.num_rows:

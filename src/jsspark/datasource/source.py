@@ -39,11 +39,14 @@ except ImportError:  # pragma: no cover - Spark 4.0/4.1
     _STREAM_BASES = (DataSourceStreamReader,)
 
 
-def _partition_value(partition: InputPartition) -> ReadPartition:
+def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """Batches of one partition; Spark turns an empty plan into ``InputPartition(None)``."""
     value = partition.value
+    if value is None:
+        return
     if not isinstance(value, ReadPartition):
         raise TypeError(f"jetstream source: unexpected partition {partition!r}")
-    return value
+    yield from read_partition(value)
 
 
 class JetStreamDataSource(DataSource):
@@ -87,7 +90,7 @@ class JetStreamBatchReader(DataSourceReader):
         return [InputPartition(p) for p in planner.partitions(planner.initial(), None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from read_partition(_partition_value(partition))
+        yield from _read(partition)
 
 
 class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
@@ -152,4 +155,4 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         return [InputPartition(p) for p in parts]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from read_partition(_partition_value(partition))
+        yield from _read(partition)

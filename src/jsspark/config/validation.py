@@ -126,11 +126,24 @@ def check_stream_config(
     for max_msg_size, mirror_direct, external-prefix and cycle checks); without it only the
     config itself is seen. ``num_replicas`` 2-5, ``placement`` and ``storage`` are accepted
     (a standalone server refuses replicas > 1) and reported by ``report_ignored_fields``."""
-    _check_decodable(cfg)
+    check_decodable(cfg)
     _check_create_request(cfg)
     out = cfg.model_copy(deep=True)
     set_static_stream_metadata(out)
-    _check_identity(out)
+    out = check_shared_stream_config(out, pedantic=pedantic, lookup=lookup)
+    _check_source_filters(out)
+    report_ignored_fields(out)
+    return out
+
+
+def check_shared_stream_config(
+    cfg: StreamConfig, *, pedantic: bool = False, lookup: StreamLookup | None = None
+) -> StreamConfig:
+    """The server's ``checkStreamCfgLocked``: the checks and defaults create and update share
+    (neither the create API's request checks nor ``addStream``'s filter re-checks). Returns
+    a checked copy with the defaults filled in."""
+    out = cfg.model_copy(deep=True)
+    check_stream_identity(out)
     _check_limits(out, pedantic)
     _check_features(out, pedantic)
     stream_subjects: list[str] = []
@@ -148,12 +161,10 @@ def check_stream_config(
     default_placement(out)
     if out.placement is not None and out.placement.preferred:
         raise _invalid("preferred server not permitted in placement")
-    _check_source_filters(out)
-    report_ignored_fields(out)
     return out
 
 
-def _check_decodable(cfg: StreamConfig) -> None:
+def check_decodable(cfg: StreamConfig) -> None:
     """2.15.1 decodes requests strictly and does not know ``consumer.server_managed``."""
     for src in [cfg.mirror, *cfg.sources]:
         if src is not None and src.consumer is not None and src.consumer.server_managed is not None:
@@ -170,7 +181,8 @@ def _check_create_request(cfg: StreamConfig) -> None:
         raise _invalid("stream has no mirror but does have mirror direct")
 
 
-def _check_identity(cfg: StreamConfig) -> None:
+def check_stream_identity(cfg: StreamConfig) -> None:
+    """Name, description and metadata size: the first checks of ``checkStreamCfgLocked``."""
     if not is_valid_asset_name(cfg.name):
         raise _invalid(f"stream name is required and can not contain {_ASSET_CHARS}")
     if len(cfg.name.encode()) > MAX_NAME_LEN:

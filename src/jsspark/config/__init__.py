@@ -35,6 +35,7 @@ from jsspark.config.stream import (
     SubjectTransform,
 )
 from jsspark.config.timestamps import Timestamp, UTCTime
+from jsspark.config.update import check_stream_update
 from jsspark.config.validation import check_consumer_config, check_stream_config
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "apply_stream_defaults",
     "check_consumer_config",
     "check_stream_config",
+    "check_stream_update",
     "format_go_duration",
     "ignored_fields",
     "load_consumer_config",

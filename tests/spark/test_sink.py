@@ -1,0 +1,120 @@
+"""``write``/``writeStream`` ``format("jetstream")``: publish semantics, one commit per batch,
+exactly once across replays and restarts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+import jsspark
+from jsspark.datasource.options import WriteOptions
+from jsspark.sink.lake_sink import APP_ID_PREFIX, LakeStreamWriter, collect_task
+
+pytestmark = pytest.mark.spark
+
+
+def _lake(tmp_path: Path, *names: str) -> tuple[str, Any]:
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    for name in names:
+        lake.add_stream(name=name, subjects=[f"{name.lower()}.>"])
+    return loc, lake
+
+
+def _stored(lake: Any, name: str) -> list[tuple[int, str, bytes, Any]]:
+    rows = lake.stream(name).read().sort_by("seq").to_pylist()
+    return [(r["seq"], r["subject"], r["data"], r["headers"]) for r in rows]
+
+
+def test_batch_write_is_one_publish(spark: Any, tmp_path: Path) -> None:
+    loc, lake = _lake(tmp_path, "OUT")
+    lake.update_stream(name="OUT", subjects=["out.>"], duplicate_window=60_000_000_000)
+    df = spark.createDataFrame(
+        [
+            ("out.a", bytearray(b"1"), [("Nats-Msg-Id", "x")]),
+            ("out.b", bytearray(b"2"), None),
+            ("out.a", bytearray(b"dup"), [("Nats-Msg-Id", "x")]),
+        ],
+        "subject string, data binary, headers array<struct<name: string, value: string>>",
+    ).coalesce(2)
+    version = DeltaTable(lake.stream_uri("OUT")).version()
+    df.write.format("jetstream").option("stream", "OUT").mode("append").save(loc)
+    assert DeltaTable(lake.stream_uri("OUT")).version() == version + 1
+    stored = _stored(lake, "OUT")
+    assert [(s, subj, d) for s, subj, d, _ in stored] == [(1, "out.a", b"1"), (2, "out.b", b"2")]
+    assert stored[0][3] == [{"name": "Nats-Msg-Id", "value": "x"}]
+
+
+def test_batch_write_map_headers_string_data_extra_columns(spark: Any, tmp_path: Path) -> None:
+    loc, lake = _lake(tmp_path, "OUT")
+    df = spark.createDataFrame(
+        [("out.a", "hello", {"K": "v"}, 7)], "subject string, data string, headers map<string,string>, other int"
+    )
+    df.write.format("jetstream").option("stream", "OUT").mode("append").save(loc)
+    assert _stored(lake, "OUT") == [(1, "out.a", b"hello", [{"name": "K", "value": "v"}])]
+
+
+def test_write_errors(spark: Any, tmp_path: Path) -> None:
+    loc, lake = _lake(tmp_path, "OUT")
+    df = spark.createDataFrame([("out.a", b"1")], "subject string, data binary")
+    with pytest.raises(Exception, match="append-only"):
+        df.write.format("jetstream").option("stream", "OUT").mode("overwrite").save(loc)
+    with pytest.raises(Exception, match="does not listen on subject 'elsewhere'"):
+        spark.createDataFrame([("elsewhere", b"1")], "subject string, data binary").write.format(
+            "jetstream"
+        ).option("stream", "OUT").mode("append").save(loc)
+    assert _stored(lake, "OUT") == []
+
+
+def test_replayed_batch_id_is_skipped(tmp_path: Path) -> None:
+    """What Spark does after a crash between the sink commit and its commit log."""
+    loc, lake = _lake(tmp_path, "OUT")
+    writer = LakeStreamWriter(WriteOptions(loc, "OUT", txn_app_id="q1"))
+    batch = pa.record_batch({"subject": ["out.a", "out.b"], "data": [b"1", b"2"]})
+    inline = collect_task([batch], loc, "t")
+    staged = collect_task([batch], loc, "t", inline_limit=0)
+    assert inline.ipc is not None and staged.path is not None and Path(staged.path).exists()
+    writer.commit([inline, None], 0)
+    writer.commit([inline], 0)
+    assert [s for s, *_ in _stored(lake, "OUT")] == [1, 2]
+    writer.commit([staged], 1)
+    assert not Path(staged.path).exists()  # staging cleaned up after the publish
+    writer.commit([collect_task([batch], loc, "t", inline_limit=0)], 1)
+    assert [s for s, *_ in _stored(lake, "OUT")] == [1, 2, 3, 4]
+    assert DeltaTable(lake.stream_uri("OUT")).transaction_version("q1") == 1
+
+
+def test_streaming_write_exactly_once_across_restarts(spark: Any, tmp_path: Path) -> None:
+    loc, lake = _lake(tmp_path, "IN", "OUT")
+    lake.publish_batch("IN", pa.table({"subject": [f"in.{i}" for i in range(10)], "data": [b"%d" % i for i in range(10)]}))
+    ck = tmp_path / "ck"
+
+    def run() -> list[int]:
+        q = (
+            spark.readStream.format("jetstream").option("stream", "IN").option("maxMessagesPerTrigger", 4).load(loc)
+            .selectExpr("regexp_replace(subject, '^in', 'out') AS subject", "data", "headers")
+            .writeStream.format("jetstream").option("stream", "OUT")
+            .option("checkpointLocation", str(ck)).trigger(availableNow=True).start(loc)
+        )
+        q.awaitTermination(120)
+        if q.exception():
+            raise q.exception()
+        return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+
+    assert run() == [4, 4, 2]
+    query_id = json.loads((ck / "metadata").read_text())["id"]
+    out = DeltaTable(lake.stream_uri("OUT"))
+    assert out.transaction_version(APP_ID_PREFIX + query_id) == 2
+    for f in ("2", ".2.crc"):  # crash after the sink's commit, before Spark's commit log
+        (ck / "commits" / f).unlink(missing_ok=True)
+    assert run() == [2]  # batch 2 runs again ...
+    stored = _stored(lake, "OUT")
+    assert [(s, subj, d) for s, subj, d, _ in stored] == [(i + 1, f"out.{i}", b"%d" % i) for i in range(10)]  # ... once
+    lake.publish_batch("IN", pa.table({"subject": ["in.10", "in.11"], "data": [b"10", b"11"]}))
+    assert run() == [2]
+    assert [d for _, _, d, _ in _stored(lake, "OUT")] == [b"%d" % i for i in range(12)]

@@ -1,0 +1,95 @@
+"""Stream updates on a real nats-server and on a lake, compared step by step: the update's
+answer (error object, or stored config), then what the updated stream does with publishes,
+purges and deletes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from jsspark.engine.lake import connect
+from tests.config.conftest import stored
+from tests.engine.backends import LakeBackend, ServerBackend
+from tests.engine.test_differential import Pair, subj
+
+
+class UpdatingServer(ServerBackend):
+    def update_stream(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        r = self._req(f"$JS.API.STREAM.UPDATE.{cfg['name']}", cfg)
+        return {"error": r["error"]} if "error" in r else {"config": stored(r["config"])}
+
+
+class UpdatingLake(LakeBackend):
+    def update_stream(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        r = self._call(self.lake.update_stream, cfg)
+        return r if isinstance(r, dict) else {"config": r.config.to_json()}
+
+
+@pytest.fixture
+def pair(nats_server: Any, tmp_path: Any) -> Iterator[Pair]:
+    server = UpdatingServer(nats_server.url)
+    p = Pair(server, UpdatingLake(connect(tmp_path / "lake")))
+    try:
+        yield p
+    finally:
+        for name in p.streams:
+            server.delete_stream(name)
+        server.close()
+
+
+def test_add_subject_and_raise_max_msgs(pair: Pair) -> None:
+    s = pair.stream(max_msgs=3)
+    own = subj(s, ">")
+    for i in range(4):
+        pair.publish(subj(s, f"a.{i}"), b"x")
+    pair.update_stream({"name": s, "subjects": [own, f"x{s}.>"], "max_msgs": 10})
+    for i in range(8):
+        pair.publish(subj(s, f"b.{i}") if i % 2 else f"x{s}.{i}", b"y")
+    pair.check(s)
+
+
+def _sealed(pair: Pair) -> str:
+    s = pair.stream(max_age=3600 * 10**9, allow_rollup_hdrs=True)
+    pair.publish(subj(s, "a"), b"1")
+    pair.publish(subj(s, "b"), b"2")
+    cfg = {"name": s, "subjects": [subj(s, ">")], "max_age": 3600 * 10**9, "allow_rollup_hdrs": True}
+    sealed = pair.update_stream({**cfg, "sealed": True})
+    assert sealed["config"]["sealed"] and sealed["config"]["max_age"] == 0
+    return s
+
+
+def test_seal_then_publish_and_unseal_refused(pair: Pair) -> None:
+    s = _sealed(pair)
+    pair.publish(subj(s, "c"), b"3")
+    cfg = {"name": s, "subjects": [subj(s, ">")]}
+    assert "unseal" in pair.update_stream(cfg)["error"]["description"]
+    pair.update_stream({**cfg, "sealed": True, "description": "still sealed"})
+    pair.check(s)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="LakeStream checks deny_delete/deny_purge before sealed; the server answers 10109 first",
+)
+def test_sealed_refuses_delete_and_purge_as_sealed(pair: Pair) -> None:
+    s = _sealed(pair)
+    pair.delete_msg(s, 1)
+    assert pair.server.purge(s) == pair.lake.purge(s)
+
+
+def test_refused_updates(pair: Pair) -> None:
+    s = pair.stream(deny_delete=True)
+    other = pair.stream()
+    base = {"name": s, "subjects": [subj(s, ">")], "deny_delete": True}
+    pair.update_stream({**base, "storage": "memory"})
+    pair.update_stream({**base, "retention": "workqueue"})
+    pair.update_stream({**base, "deny_delete": False})
+    pair.update_stream({**base, "mirror": {"name": other}, "subjects": []})
+    pair.update_stream({**base, "subjects": [subj(s, ">"), subj(other, "a")]})  # overlap 10065
+    pair.update_stream({**base, "duplicate_window": -1})
+    pair.update_stream({"name": "NOPE_UPDATE", "subjects": ["nope.update"]})
+    pair.update_stream({"name": "NOPE_UPDATE", "duplicate_window": -1})
+    pair.publish(subj(s, "a"), b"still writable")
+    pair.check(s)

@@ -208,3 +208,30 @@ def test_invalid_options_name_the_option(spark: Any, tmp_path: Path) -> None:
         _read(spark, loc, deliver_policy="first")
     with pytest.raises(Exception, match="stream not found"):
         _read(spark, loc, stream="NOPE")
+
+
+def test_durable_consumer_follows_committed_batches(spark: Any, tmp_path: Path) -> None:
+    """``durable_name`` creates/binds a lake consumer; each batch Spark commits moves its
+    delivered position and ack floor, so an interest stream drops what Spark has processed."""
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="ORDERS", subjects=["orders.>"], retention="interest")
+    ck, out = tmp_path / "ck", tmp_path / "out"
+
+    def run(ckpt: Path = ck, dest: Path = out) -> list[int]:
+        return _run_available_now(_stream(spark, loc, durable_name="SPARK", maxMessagesPerTrigger=4), ckpt, dest)
+
+    assert run() == []  # binds the durable: from now on the stream keeps messages for it
+    assert [c.name for c in lake.consumers_info("ORDERS")] == ["SPARK"]
+    _publish(lake, "ORDERS", 0, 10)
+    assert run() == [4, 4, 2]
+    info = lake.consumer_info("ORDERS", "SPARK")
+    # batches 0 and 1 were committed while planning their successors; the last one never is
+    assert (info.delivered.stream_seq, info.delivered.consumer_seq, info.ack_floor.stream_seq) == (8, 8, 8)
+    assert lake.stream_info("ORDERS").state.first_seq == 9  # acked messages left the interest stream
+    # a new query (new checkpoint) on the same durable resumes where the durable stands
+    rows = [r.seq for r in spark.read.parquet(str(out)).collect()]
+    assert sorted(rows) == list(range(1, 11))
+    assert run(tmp_path / "ck2", tmp_path / "out2") == [2]
+    again = spark.read.parquet(str(tmp_path / "out2")).select("seq", "delivery_seq").collect()
+    assert sorted((r.seq, r.delivery_seq) for r in again) == [(9, 9), (10, 10)]

@@ -143,11 +143,14 @@ class Planner:
         return int(jsspark.connect(self.opts.location).stream_info(self.opts.stream).state.first_seq)
 
     # -- start ---------------------------------------------------------------------------------
-    def initial(self) -> Cursor:
-        """Where a new query starts, as the server would start a consumer with this config."""
+    def initial(self, bind: bool = False) -> Cursor:
+        """Where a new query starts, as the server would start a consumer with this config;
+        with ``bind`` and a ``durable_name``, where that durable consumer stands."""
         import jsspark
 
         lake = jsspark.connect(self.opts.location)
+        if bind and self.opts.consumer.durable_name:
+            return self._bind(lake)
         cfg = self.opts.consumer
         start_sequence = getattr(lake, "start_sequence", None)
         if start_sequence is not None:
@@ -159,6 +162,34 @@ class Planner:
             return Cursor(start - 1)
         resume = max(skip[-1], start - 1)
         return Cursor(min(start, skip[0]) - 1, 0, tuple(skip), resume)
+
+    def _bind(self, lake: Any) -> Cursor:
+        """Create the durable consumer (or bind to it when it exists with the same config, as
+        the server's create-or-update does) and start at its delivered position."""
+        from jsspark.engine.consumers import CONSUMER, Consumer, StreamView
+
+        cfg = self.opts.consumer
+        if cfg.rate_limit_bps:
+            raise OptionError("rate_limit_bps needs a push consumer; a durable_name binds a pull consumer: drop one")
+        name = cfg.durable_name
+        lake.add_consumer(self.opts.stream, cfg)
+        rec = lake.catalog.get(CONSUMER, self.opts.stream, name)
+        if rec is None:  # deleted between create and read
+            raise OptionError(f"durable consumer {name!r} on stream {self.opts.stream} disappeared while binding")
+        c = Consumer.of(rec)
+        st = c.state
+        skip = tuple(StreamView.of(lake.stream(self.opts.stream)).skip_list(c.filters, st)) if st.resume else ()
+        return Cursor(st.delivered.stream_seq, st.delivered.consumer_seq, skip, st.resume if skip else 0)
+
+    def record_delivered(self, end: Cursor) -> None:
+        """Move the durable consumer to ``end`` (delivered, and the ack floor for ack policy
+        none): called once Spark has committed the batch that ended there."""
+        name = self.opts.consumer.durable_name
+        if not name:
+            return
+        import jsspark
+
+        jsspark.connect(self.opts.location).record_delivered(self.opts.stream, name, end.seq, end.dseq)
 
     def _fallback_start(self, policy: DeliverPolicy, opt_start_seq: int) -> tuple[int, list[int]]:
         """``all`` and ``by_start_sequence`` without the engine's consumer start positions."""

@@ -113,7 +113,7 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         return self._planner
 
     def initialOffset(self) -> dict[str, Any]:
-        return self.planner.initial().to_offset()
+        return self.planner.initial(bind=True).to_offset()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self.planner.latest_available()
@@ -139,7 +139,7 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         return self.opts.max_messages, self.opts.max_bytes
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
-        cursor = Cursor.from_offset(start) if start is not None else self.planner.initial()
+        cursor = Cursor.from_offset(start) if start is not None else self.planner.initial(bind=True)
         max_rows, max_bytes = self._limits(limit)
         return self.planner.latest(cursor, max_rows, max_bytes, self._target).to_offset()
 
@@ -153,6 +153,15 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
             return []
         parts = self.planner.partitions(Cursor.from_offset(start), Cursor.from_offset(end))
         return [InputPartition(p) for p in parts]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark committed everything up to ``end``: a bound durable consumer moves there.
+
+        Spark calls this only while planning the next batch, so the durable lags the
+        checkpoint by one batch (and the last batch of an AvailableNow run is never
+        recorded); the checkpoint stays the source of truth for restarts.
+        """
+        self.planner.record_delivered(Cursor.from_offset(end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from _read(partition)

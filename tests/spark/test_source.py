@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ def _stream(spark: Any, loc: str, **opts: Any) -> Any:
     return r.load(loc)
 
 
-def _run_available_now(df: Any, ckpt: Path, out: Path) -> list[int]:
+def _run_available_now(df: Any, ckpt: Path, out: Path, progress: list[Any] | None = None) -> list[int]:
     """Run to the end with Trigger.AvailableNow into a Parquet sink; rows per batch."""
     q = (
         df.writeStream.format("parquet")
@@ -62,6 +63,8 @@ def _run_available_now(df: Any, ckpt: Path, out: Path) -> list[int]:
     q.awaitTermination(120)
     if q.exception():
         raise q.exception()
+    if progress is not None:
+        progress.extend(q.recentProgress)
     return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
 
 
@@ -125,8 +128,12 @@ def test_available_now_bounded_batches(spark: Any, tmp_path: Path) -> None:
 def test_available_now_max_bytes(spark: Any, tmp_path: Path) -> None:
     loc, lake = _lake(tmp_path, 6)
     size = lake.stream_info("ORDERS").state.bytes // 6  # all messages have the same stored size
-    counts = _run_available_now(_stream(spark, loc, maxBytesPerTrigger=size * 2 + 1), tmp_path / "ck", tmp_path / "out")
-    assert counts == [2, 2, 2]
+    progress: list[Any] = []
+    df = _stream(spark, loc, maxBytesPerTrigger=size * 2 + 1, reportLatestOffset="true")
+    assert _run_available_now(df, tmp_path / "ck", tmp_path / "out", progress) == [2, 2, 2]
+    source = progress[0]["sources"][0]
+    assert json.loads(source["endOffset"]) == {"seq": 2, "dseq": 2}
+    assert json.loads(source["latestOffset"]) == {"seq": 6}
 
 
 def test_restart_from_checkpoint_delivers_exactly_the_rest(spark: Any, tmp_path: Path) -> None:

@@ -82,7 +82,9 @@ class ServerBackend:
         return {k: s.get(k, 0) for k in STATE_KEYS}
 
     def purge(self, name: str, **req: Any) -> dict[str, Any]:
-        r = self._req(f"$JS.API.STREAM.PURGE.{name}", {k: v for k, v in req.items() if v is not None})
+        """Keywords as the lake's ``purge`` takes them (``subject`` is the request's ``filter``)."""
+        body = {("filter" if k == "subject" else k): v for k, v in req.items() if v is not None}
+        r = self._req(f"$JS.API.STREAM.PURGE.{name}", body)
         return {"error": r["error"]} if "error" in r else {"purged": r["purged"]}
 
     def delete_msg(self, name: str, seq: int) -> dict[str, Any]:

@@ -66,6 +66,15 @@ def subj(name: str, rest: str) -> str:
     return f"d{name[1:]}.{rest}"
 
 
+def test_empty_stream_state_and_purge(pair: Pair) -> None:
+    s = pair.stream()
+    pair.check(s)
+    pair.purge(s)
+    pair.check(s)
+    pair.publish(subj(s, "a"), b"1")
+    pair.check(s)
+
+
 def test_publish_sequences_headers_and_state(pair: Pair) -> None:
     s = pair.stream()
     for i in range(5):

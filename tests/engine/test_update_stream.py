@@ -69,10 +69,6 @@ def test_seal_then_publish_and_unseal_refused(pair: Pair) -> None:
     pair.check(s)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LakeStream checks deny_delete/deny_purge before sealed; the server answers 10109 first",
-)
 def test_sealed_refuses_delete_and_purge_as_sealed(pair: Pair) -> None:
     s = _sealed(pair)
     pair.delete_msg(s, 1)
@@ -92,4 +88,13 @@ def test_refused_updates(pair: Pair) -> None:
     pair.update_stream({"name": "NOPE_UPDATE", "subjects": ["nope.update"]})
     pair.update_stream({"name": "NOPE_UPDATE", "duplicate_window": -1})
     pair.publish(subj(s, "a"), b"still writable")
+    pair.check(s)
+
+
+@pytest.mark.parametrize("limits", [{"max_msgs": 2}, {"max_msgs_per_subject": 1}, {"max_bytes": 150}])
+def test_lowered_limits_apply_on_update(pair: Pair, limits: dict[str, Any]) -> None:
+    s = pair.stream()
+    for t in "abab":
+        pair.publish(subj(s, t), b"x" * 20)
+    pair.update_stream({"name": s, "subjects": [subj(s, ">")], **limits})
     pair.check(s)

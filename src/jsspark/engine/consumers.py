@@ -58,7 +58,7 @@ from jsspark.engine.index import MessageIndex
 from jsspark.engine.stream import LakeStream
 from jsspark.engine.table import Snapshot
 from jsspark.errors import APIError, api_error
-from jsspark.subjects import match_filter, subjects_collide
+from jsspark.subjects import match_filter, subject_is_subset_match, subjects_collide
 
 if TYPE_CHECKING:
     from jsspark.engine.lake import Lake
@@ -641,6 +641,68 @@ class Consumers:
             return view.seqs[mask]
 
         return engine.remove_seqs(choose)
+
+    def on_purge(self, stream: str, subject: str | None, before: StreamView) -> None:
+        """What a stream purge does to its consumers (``stream.purge`` → ``consumer.purge``).
+
+        A consumer whose filters lie within the purged subject (every consumer, for a full
+        purge) moves its next delivery up to the first message left on the purged subject; one
+        whose filters are wider starts from the stream's new first seq. Pending (delivered,
+        unacked) messages below that point, and for a wider consumer the pending messages the
+        purge removed, are acked one by one as the server's consumer store does: the floor ends
+        at the highest of them, or at the delivered position when nothing stays pending.
+        ``before`` is the stream as it was before the purge.
+        """
+        view = StreamView.of(self.lake.stream(stream))
+        if subject:
+            left = view.seqs[view.match([subject])]
+            fseq = int(left[0]) if len(left) else 0
+        else:
+            fseq = view.first
+        gone = np.setdiff1d(before.seqs, view.seqs, assume_unique=True)
+        now = time.time_ns()
+
+        def plan(records: dict[Key, Record]) -> list[Change]:
+            changes = []
+            for c in self._all(stream, records):
+                filters = c.filters or [">"]
+                start, wider = fseq, False
+                if subject and not all(subject_is_subset_match(f, subject) for f in filters):
+                    if not any(subjects_collide(f, subject) for f in filters):
+                        continue
+                    start, wider = view.first, True
+                if start == 0 and not wider:
+                    start = view.last + 1
+                st = c.state
+                delivered, floor = st.delivered, st.ack_floor
+                if delivered.stream_seq + 1 < start:
+                    delivered = Position(delivered.consumer_seq, start - 1, now)
+                # pending before the purge: delivered, unacked, in the consumer's filter
+                was = before.deliverable(c.filters, st)
+                pending = before.seqs[was & (before.seqs > floor.stream_seq) & (before.seqs <= st.delivered.stream_seq)]
+                dropped = pending[pending < start] if floor.stream_seq < start else pending[:0]
+                if wider:
+                    dropped = np.union1d(dropped, pending[np.isin(pending, gone)])
+                # the in-memory floor the server reports: stream part start-1 for what lies below
+                # the new start; a wider consumer's purged pending move it to that message
+                # (2.15.1), the consumer part to the highest dropped delivery
+                floor_sseq = max(floor.stream_seq, start - 1)
+                floor_dseq = floor.consumer_seq
+                if len(dropped):
+                    p = int(dropped[-1])
+                    floor_dseq = max(floor_dseq, st.delivered.consumer_seq - before.count(was, p, st.delivered.stream_seq))
+                    if wider and np.isin(p, gone):
+                        floor_sseq = max(floor_sseq, p)
+                floor = Position(floor_dseq, floor_sseq, now) if (floor_dseq, floor_sseq) != (
+                    floor.consumer_seq, floor.stream_seq) else floor
+                if len(dropped) == len(pending):  # nothing stays pending
+                    floor = Position(delivered.consumer_seq, delivered.stream_seq, now)
+                if (delivered, floor) != (st.delivered, st.ack_floor):
+                    new = ConsumerState(delivered, floor, st.resume, st.skipped_to, st.reset_generation)
+                    changes.append(Change(CONSUMER, stream, c.name, c.body(new)))
+            return changes
+
+        self.catalog.transact(plan)
 
     def check_interest(self, stream: str) -> int:
         """Remove every message at or below some consumer's ack floor, on its filter, that no

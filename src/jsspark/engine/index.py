@@ -11,6 +11,7 @@ commit by another writer makes it rebuild.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,13 @@ class MessageIndex:
         self._subjects: SubjectStats | None = None
         self._bytes: int | None = None
         self._seqs: np.ndarray | None = None
+
+    def frozen(self) -> MessageIndex:
+        """A view of the index as it is now, unaffected by later ``apply`` calls (the rows are
+        immutable Arrow data, so this copies nothing)."""
+        view = copy.copy(self)
+        view._subjects = None
+        return view
 
     @classmethod
     def empty(cls, version: int) -> MessageIndex:
@@ -128,7 +136,7 @@ class MessageIndex:
         size = self.bytes + int(pc.sum(added["size"]).as_py() or 0) - (
             int(pc.sum(removed["size"]).as_py() or 0) if removed is not None else 0
         )
-        first_seq, first_ts = last_seq + 1, 0
+        first_seq, first_ts = (last_seq + 1 if last_seq else 0), 0  # a never-written stream reads 0/0
         if msgs:
             alive = np.flatnonzero(~removed_mask) if removed is not None else None
             if n_old and (alive is None or len(alive)):

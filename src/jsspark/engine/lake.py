@@ -20,11 +20,18 @@ from typing import Any
 
 import pyarrow as pa
 
-from jsspark.config import ConsumerConfig, StreamConfig, check_stream_config, report_ignored_fields
+from jsspark.config import (
+    ConsumerConfig,
+    StreamConfig,
+    check_stream_config,
+    check_stream_update,
+    report_ignored_fields,
+)
+from jsspark.config.validation import check_shared_stream_config
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, ConsumerInfo, PubAck, RawStreamMsg, StreamInfo
 from jsspark.engine.catalog import Catalog, Change, Key, Record
-from jsspark.engine.consumers import Consumers
+from jsspark.engine.consumers import Consumers, StreamView
 from jsspark.engine.directget import DirectGet, DirectReply
 from jsspark.engine.partitioning import DEFAULT_PARTITION_KEY
 from jsspark.engine.stream import Incoming, LakeStream, NoRespondersError
@@ -97,17 +104,22 @@ class Lake:
                 raise api_error("JSStreamSubjectOverlapErr")
 
     def update_stream(self, config: StreamConfig | dict[str, Any] | str | None = None, **params: Any) -> StreamInfo:
-        cfg = check_stream_config(self._coerce_config(config, params))
-        name = cfg.name
+        """nats-py ``update_stream``: checked against the stored config in the same catalog
+        transaction (``check_stream_update``), so a concurrent update cannot slip past a rule."""
+        new = self._coerce_config(config, params)
+        name = new.name
 
         def plan(records: dict[Key, Record]) -> list[Change]:
             existing = records.get((STREAM, name, ""))
             if existing is None:
+                check_shared_stream_config(new)  # the server validates before it looks the stream up
                 raise api_error("JSStreamNotFoundErr")
+            cfg = check_stream_update(StreamConfig.from_json(existing.body["config"]), new)
             self._check_overlap(records, cfg)
             return [Change(STREAM, name, "", {**existing.body, "config": cfg.to_json()})]
 
         self.catalog.transact(plan)
+        self.stream(name).enforce_limits()  # lowered limits apply at once, as on the server
         return self.stream_info(name)
 
     def delete_stream(self, name: str) -> bool:
@@ -213,12 +225,19 @@ class Lake:
 
     # -- maintenance ---------------------------------------------------------------------------
     def purge_stream(self, name: str, seq: int | None = None, subject: str | None = None, keep: int | None = None) -> bool:
-        self.stream(name).purge(subject=subject, seq=seq, keep=keep)
+        self.purge(name, seq=seq, subject=subject, keep=keep)
         return True
 
     def purge(self, name: str, seq: int | None = None, subject: str | None = None, keep: int | None = None) -> int:
-        """Like ``purge_stream`` but returns ``purged`` as the server's response carries it."""
-        return self.stream(name).purge(subject=subject, seq=seq, keep=keep)
+        """Like ``purge_stream`` but returns ``purged`` as the server's response carries it.
+
+        Consumers within the purged subject move past the purged messages, as on the server.
+        """
+        engine = self.stream(name)
+        before = StreamView(engine.index().frozen(), engine.state().last_seq, engine.config)
+        purged = engine.purge(subject=subject, seq=seq, keep=keep)
+        self.consumers.on_purge(name, subject if subject and subject != ">" else None, before)
+        return purged
 
     def delete_msg(self, stream_name: str, seq: int) -> bool:
         self.stream(stream_name).delete_msg(seq)

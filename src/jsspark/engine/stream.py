@@ -496,10 +496,10 @@ class LakeStream:
 
     def purge(self, subject: str | None = None, seq: int | None = None, keep: int | None = None) -> int:
         """The server's ``PurgeEx``: ``seq`` is exclusive; ``keep`` keeps the newest K across the filter."""
+        if self.config.sealed:  # before deny_purge, which sealing always sets: the server answers 10109
+            raise api_error("JSStreamSealedErr")
         if self.config.deny_purge:
             raise api_error("JSStreamPurgeFailedF", err="stream purge not permitted")
-        if self.config.sealed:
-            raise api_error("JSStreamSealedErr")
         if seq is not None and keep is not None:
             raise api_error("JSBadRequestErr")
         if not subject and not keep and seq is not None and seq > 1:
@@ -517,7 +517,25 @@ class LakeStream:
                 chosen = chosen[: max(len(chosen) - keep, 0)]
             return chosen
 
-        return self.remove_seqs(choose)
+        removed = self.remove_seqs(choose)
+        if not removed and not subject and seq is None and not keep:
+            self._mark_purged()
+        return removed
+
+    def _mark_purged(self) -> None:
+        """A never-written stream reports first_seq 0 until its first purge, then last+1: record it."""
+        for _ in range(MAX_ATTEMPTS):
+            snap, index = self._load()
+            state = self._state_of(index, snap.last_seq, self._last_ts_ns)
+            if state["messages"] or state["first_seq"]:
+                return
+            state["first_seq"] = snap.last_seq + 1
+            try:
+                version = self.table.commit(snap, None, last_seq=snap.last_seq, state=state)
+            except ConcurrentCommit:
+                continue
+            self._after_commit(index, snap, version, None, None, state)
+            return
 
     def _compact(self, seq: int) -> int:
         """Purge everything below ``seq``; past the last seq, the next seq becomes ``seq``."""
@@ -542,10 +560,10 @@ class LakeStream:
         raise RuntimeError(f"stream {self.name}: gave up after {MAX_ATTEMPTS} concurrent commits")
 
     def delete_msg(self, seq: int) -> None:
-        if self.config.deny_delete:
-            raise api_error("JSStreamMsgDeleteFailedF", err="message delete not permitted")
         if self.config.sealed:
             raise api_error("JSStreamSealedErr")
+        if self.config.deny_delete:
+            raise api_error("JSStreamMsgDeleteFailedF", err="message delete not permitted")
 
         def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
             if not index.has(seq):

@@ -186,6 +186,9 @@ VALID: dict[str, dict[str, Any]] = {
         "sources": [{"name": "O", "consumer": {"name": "dc", "deliver_subject": "dl.x"}}]
     },
     "republish-defaults-src": {"subjects": ["rp.>"], "republish": {"dest": "out.>", "headers_only": True}},
+    # republish builds its transform without ValidateMapping, which would refuse the space
+    "republish-space-in-dest": {"subjects": ["rp.*"], "republish": {"src": "rp.*", "dest": "out.a b"}},
+    "republish-left-right": {"subjects": ["rp.*"], "republish": {"src": "rp.*", "dest": "o.{{left(1,2)}}.{{right(1,1)}}"}},
     "implicit-republish": {
         "subjects": ["in.>"],
         "subject_transform": {"src": "in.>", "dest": "tr.>"},

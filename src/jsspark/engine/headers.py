@@ -141,16 +141,16 @@ def column_lookup(headers: pa.Array, key: str) -> pa.Array:
     """Vectorised ``get``: the first value of ``key`` per row (null where absent)."""
     headers = _flat_chunks(headers)
     n = len(headers)
-    result = np.full(n, None, dtype=object)
     if n == 0 or headers.null_count == n:
-        return pa.array(result, type=pa.string())
+        return pa.nulls(n, pa.string())
     entries = pc.list_flatten(headers)
     if len(entries) == 0:
-        return pa.array(result, type=pa.string())
+        return pa.nulls(n, pa.string())
     names = pc.struct_field(entries, "name")
     hit = pc.fill_null(pc.equal(names, key), False).to_numpy(zero_copy_only=False)
     if not hit.any():
         return pa.nulls(n, pa.string())
+    result = np.full(n, None, dtype=object)
     parents = pc.list_parent_indices(headers).to_numpy()
     idx = np.nonzero(hit)[0]
     rows = parents[idx]

@@ -36,7 +36,7 @@ from jsspark.engine.directget import DirectGet, DirectReply
 from jsspark.engine.partitioning import DEFAULT_PARTITION_KEY
 from jsspark.engine.stream import Incoming, LakeStream, NoRespondersError
 from jsspark.engine.table import MessageTable
-from jsspark.errors import APIError, api_error
+from jsspark.errors import APIError, JSSparkError, api_error
 from jsspark.subjects import subject_matches, subjects_collide, validate_asset_name
 
 STREAM = "stream"
@@ -86,6 +86,13 @@ class Lake:
             self._check_overlap(records, cfg)
             return [Change(STREAM, name, "", body)]
 
+        table = MessageTable(uri, self.storage_options)
+        if self.catalog.get(STREAM, name) is None and table.exists():
+            # a table left by a deleted stream would carry its old sequence counter on
+            raise JSSparkError(
+                f"stream {name}: a table already exists at {uri} with no stream in the catalog "
+                "(left by a deleted stream?); remove it or use another name"
+            )
         changes = self.catalog.transact(plan)
         if changes:
             MessageTable.create(uri, self.storage_options, name=name)
@@ -338,10 +345,31 @@ class Lake:
 
 
 def _remove_tree(uri: str, storage_options: dict[str, str] | None) -> None:
+    """Delete a stream table's directory, on the same storage and credentials delta-rs used."""
     if "://" not in uri or uri.startswith("file://"):
         shutil.rmtree(uri.removeprefix("file://"), ignore_errors=True)
         return
+    filesystem, path = _filesystem(uri, storage_options or {})
+    filesystem.delete_dir(path)
+
+
+def _filesystem(uri: str, options: dict[str, str]) -> tuple[Any, str]:
+    """A pyarrow filesystem for ``uri`` built from delta-rs storage options (S3 keys mapped;
+    other stores resolve their credentials from the environment, as delta-rs does)."""
     from pyarrow import fs
 
-    filesystem, path = fs.FileSystem.from_uri(uri)
-    filesystem.delete_dir(path)
+    opts = {k.lower(): v for k, v in options.items()}
+    scheme, _, rest = uri.partition("://")
+    if scheme in ("s3", "s3a"):
+        endpoint = opts.get("aws_endpoint_url") or opts.get("aws_endpoint") or opts.get("endpoint")
+        kwargs: dict[str, Any] = {
+            "access_key": opts.get("aws_access_key_id") or opts.get("access_key_id"),
+            "secret_key": opts.get("aws_secret_access_key") or opts.get("secret_access_key"),
+            "session_token": opts.get("aws_session_token") or opts.get("session_token"),
+            "region": opts.get("aws_region") or opts.get("aws_default_region") or opts.get("region"),
+        }
+        if endpoint:
+            kind, _, host = endpoint.partition("://")
+            kwargs.update(endpoint_override=host or kind, scheme=kind if host else "https")
+        return fs.S3FileSystem(**{k: v for k, v in kwargs.items() if v}), rest
+    return fs.FileSystem.from_uri(uri)

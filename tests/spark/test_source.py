@@ -218,8 +218,9 @@ def test_invalid_options_name_the_option(spark: Any, tmp_path: Path) -> None:
 
 
 def test_durable_consumer_follows_committed_batches(spark: Any, tmp_path: Path) -> None:
-    """``durable_name`` creates/binds a lake consumer; each batch Spark commits moves its
-    delivered position and ack floor, so an interest stream drops what Spark has processed."""
+    """``durable_name`` creates/binds a lake consumer; every batch Spark commits is acked
+    (when the next batch is planned, which AvailableNow also does after its last batch), so an
+    interest stream drops what Spark has processed."""
     loc = str(tmp_path / "lake")
     lake = jsspark.connect(loc)
     lake.add_stream(name="ORDERS", subjects=["orders.>"], retention="interest")
@@ -233,12 +234,12 @@ def test_durable_consumer_follows_committed_batches(spark: Any, tmp_path: Path) 
     _publish(lake, "ORDERS", 0, 10)
     assert run() == [4, 4, 2]
     info = lake.consumer_info("ORDERS", "SPARK")
-    # batches 0 and 1 were committed while planning their successors; the last one never is
-    assert (info.delivered.stream_seq, info.delivered.consumer_seq, info.ack_floor.stream_seq) == (8, 8, 8)
-    assert lake.stream_info("ORDERS").state.first_seq == 9  # acked messages left the interest stream
-    # a new query (new checkpoint) on the same durable resumes where the durable stands
+    assert (info.delivered.stream_seq, info.delivered.consumer_seq, info.ack_floor.stream_seq) == (10, 10, 10)
+    assert lake.stream_info("ORDERS").state.first_seq == 11  # acked messages left the interest stream
     rows = [r.seq for r in spark.read.parquet(str(out)).collect()]
     assert sorted(rows) == list(range(1, 11))
+    # a new query (new checkpoint) on the same durable resumes where the durable stands
+    _publish(lake, "ORDERS", 10, 2)
     assert run(tmp_path / "ck2", tmp_path / "out2") == [2]
     again = spark.read.parquet(str(tmp_path / "out2")).select("seq", "delivery_seq").collect()
-    assert sorted((r.seq, r.delivery_seq) for r in again) == [(9, 9), (10, 10)]
+    assert sorted((r.seq, r.delivery_seq) for r in again) == [(11, 11), (12, 12)]

@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsspark.config import ConsumerConfig, DeliverPolicy, ReplayPolicy, check_consumer_config
+from jsspark.config import AckPolicy, ConsumerConfig, DeliverPolicy, ReplayPolicy, check_consumer_config
 
 # Consumer options: JetStream ConsumerConfig JSON names.
 CONSUMER_OPTIONS = (
     "durable_name",
+    "ack_policy",
     "deliver_policy",
     "opt_start_seq",
     "opt_start_time",
@@ -37,7 +38,7 @@ SPARK_READ_OPTIONS = (
     "minPartitions",
 )
 COMMON_OPTIONS = ("path", "stream")
-SINK_OPTIONS = ("checkpointLocation", "txnAppId")
+SINK_OPTIONS = ("checkpointLocation", "txnAppId", "dedupByOrigin", "ackSource")
 
 # A Spark source is neither a pull nor a push consumer; with a rate limit it is checked as a
 # push consumer (the server refuses ``rate_limit_bps`` on pull consumers) delivering here.
@@ -110,6 +111,8 @@ def consumer_config(opts: Mapping[str, str]) -> ConsumerConfig:
     wire: dict[str, Any] = {}
     if "durable_name" in opts:
         wire["durable_name"] = opts["durable_name"]
+    if "ack_policy" in opts:  # explicit/all: needed on work-queue streams; acked as batches commit
+        wire["ack_policy"] = _enum("ack_policy", opts["ack_policy"], AckPolicy)
     if "deliver_policy" in opts:
         wire["deliver_policy"] = _enum("deliver_policy", opts["deliver_policy"], DeliverPolicy)
     if "opt_start_seq" in opts:
@@ -188,16 +191,30 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
 
 @dataclass(frozen=True)
 class WriteOptions:
+    """Sink options. ``dedup_by_origin``: rows that carry the jetstream source's ``stream`` and
+    ``seq`` columns are published at most once per origin message (see ``lake_sink``).
+    ``ack_source``: after its Delta commit a streaming sink acks the durable consumers the
+    batch was read from (their offsets in ``<checkpointLocation>/offsets/<batchId>``)."""
+
     location: str
     stream: str
     checkpoint_location: str | None = None
     txn_app_id: str | None = None
+    dedup_by_origin: bool = True
+    ack_source: bool = True
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     opts = check_known(options, COMMON_OPTIONS + SINK_OPTIONS, "sink")
     location, stream = _location_and_stream(opts)
-    return WriteOptions(location, stream, opts.get("checkpointLocation"), opts.get("txnAppId"))
+    return WriteOptions(
+        location,
+        stream,
+        opts.get("checkpointLocation"),
+        opts.get("txnAppId"),
+        parse_bool("dedupByOrigin", opts.get("dedupByOrigin", "true")),
+        parse_bool("ackSource", opts.get("ackSource", "true")),
+    )
 
 
 def _location_and_stream(opts: Mapping[str, str]) -> tuple[str, str]:

@@ -11,6 +11,20 @@ how many there must be).
 A start with a skip list (``deliver_policy`` ``last_per_subject``: only the listed sequences
 up to ``resume``, then every wanted message after it) keeps ``skip``/``resume`` in the offset
 until the cursor passes ``resume``. Nothing here imports pyspark.
+
+Durable queries (``durable_name``) add ``gen``, the consumer's ``reset_generation`` the
+cursor belongs to, and ``durable`` (lake location, stream, consumer name) so a sink in the
+same query can ack the batch it committed (``lake_sink``). A reset made by anyone
+(``Lake.reset_consumer``, the CLI) bumps the generation; the next ``latestOffset`` sees it and
+plans the next batch from where the reset put the consumer. That batch's end offset then
+carries ``base``, the cursor the batch starts from, because Spark hands ``partitions`` the
+previous end as start: a replayed batch reads the same range from the offset log alone.
+
+Acks: everything up to an offset is acked once the batch that ended there is committed by
+the sink, never before. ``latestOffset(start)`` is only called after the batch ending at
+``start`` is committed (Spark writes the commit log before planning the next batch), so the
+planner acks ``start`` there; this also acks, on restart, the last batch of an AvailableNow
+run that Spark never ``commit()``s. Acks carry ``gen``: one planned before a reset is ignored.
 """
 
 from __future__ import annotations
@@ -39,13 +53,30 @@ class DataLossError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Durable:
+    """Which lake consumer a durable query moves: enough for any process to ack it."""
+
+    location: str
+    stream: str
+    name: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"location": self.location, "stream": self.stream, "name": self.name}
+
+
+@dataclass(frozen=True)
 class Cursor:
-    """A source offset: last delivered stream sequence, delivered count, pending skip list."""
+    """A source offset: last delivered stream sequence, delivered count, pending skip list;
+    for a durable query also the consumer's reset generation, the consumer itself and, on the
+    first batch after a reset, the cursor that batch starts from (``base``)."""
 
     seq: int
     dseq: int = 0
     skip: tuple[int, ...] = ()
     resume: int = 0
+    gen: int | None = None
+    durable: Durable | None = None
+    base: Cursor | None = None
 
     def to_offset(self) -> dict[str, Any]:
         """JSON-ready, keys always in the same order (Spark compares offsets as JSON text)."""
@@ -53,21 +84,42 @@ class Cursor:
         if self.resume > self.seq:
             out["skip"] = [int(s) for s in self.skip]
             out["resume"] = int(self.resume)
+        if self.gen is not None:
+            out["gen"] = int(self.gen)
+        if self.base is not None:
+            out["base"] = self.base.to_offset()
+        if self.durable is not None:
+            out["durable"] = self.durable.to_json()
         return out
 
     @classmethod
     def from_offset(cls, offset: dict[str, Any]) -> Cursor:
+        d = offset.get("durable")
+        base = offset.get("base")
         return cls(
             int(offset["seq"]),
             int(offset.get("dseq", 0)),
             tuple(int(s) for s in offset.get("skip", ())),
             int(offset.get("resume", 0)),
+            int(offset["gen"]) if "gen" in offset else None,
+            Durable(str(d["location"]), str(d["stream"]), str(d["name"])) if d else None,
+            cls.from_offset(base) if base else None,
         )
 
     def advance(self, seq: int, dseq: int) -> Cursor:
         if seq >= self.resume:
-            return Cursor(seq, dseq)
-        return Cursor(seq, dseq, tuple(s for s in self.skip if s > seq), self.resume)
+            return replace(self, seq=seq, dseq=dseq, skip=(), resume=0, base=None)
+        return replace(self, seq=seq, dseq=dseq, skip=tuple(s for s in self.skip if s > seq), base=None)
+
+
+def settle(lake: Any, cur: Cursor) -> None:
+    """Move the durable consumer of ``cur`` to it: delivered, then acked (ack policies all and
+    explicit ack cumulatively on a lake; ack none follows delivery). Both carry the cursor's
+    reset generation, so after a reset the engine ignores them."""
+    assert cur.durable is not None and cur.gen is not None
+    stream, name = cur.durable.stream, cur.durable.name
+    lake.record_delivered(stream, name, cur.seq, cur.dseq, generation=cur.gen)
+    lake.ack(stream, name, cur.seq, cur.dseq, generation=cur.gen)
 
 
 def delivery_mask(
@@ -120,15 +172,27 @@ class Planner:
 
     opts: ReadOptions
     _table: MessageTable | None = None
+    _lake: Any = None
 
     # -- the stream ----------------------------------------------------------------------------
-    def table(self) -> MessageTable:
-        if self._table is None:
+    def lake(self) -> Any:
+        """One ``Lake`` per planner: its catalog and stream engines refresh incrementally."""
+        if self._lake is None:
             import jsspark
 
-            uri = jsspark.connect(self.opts.location).stream_uri(self.opts.stream)
+            self._lake = jsspark.connect(self.opts.location, self.opts.storage_options)
+        return self._lake
+
+    def table(self) -> MessageTable:
+        if self._table is None:
+            uri = self.lake().stream_uri(self.opts.stream)
             self._table = MessageTable(uri, self.opts.storage_options)
         return self._table
+
+    @property
+    def durable(self) -> Durable | None:
+        name = self.opts.consumer.durable_name
+        return Durable(self.opts.location, self.opts.stream, name) if name else None
 
     def snapshot(self) -> Snapshot:
         return self.table().snapshot()
@@ -146,9 +210,7 @@ class Planner:
     def initial(self, bind: bool = False) -> Cursor:
         """Where a new query starts, as the server would start a consumer with this config;
         with ``bind`` and a ``durable_name``, where that durable consumer stands."""
-        import jsspark
-
-        lake = jsspark.connect(self.opts.location)
+        lake = self.lake()
         if bind and self.opts.consumer.durable_name:
             return self._bind(lake)
         cfg = self.opts.consumer
@@ -166,30 +228,76 @@ class Planner:
     def _bind(self, lake: Any) -> Cursor:
         """Create the durable consumer (or bind to it when it exists with the same config, as
         the server's create-or-update does) and start at its delivered position."""
-        from jsspark.engine.consumers import CONSUMER, Consumer, StreamView
-
         cfg = self.opts.consumer
         if cfg.rate_limit_bps:
             raise OptionError("rate_limit_bps needs a push consumer; a durable_name binds a pull consumer: drop one")
-        name = cfg.durable_name
         lake.add_consumer(self.opts.stream, cfg)
-        rec = lake.catalog.get(CONSUMER, self.opts.stream, name)
-        if rec is None:  # deleted between create and read
-            raise OptionError(f"durable consumer {name!r} on stream {self.opts.stream} disappeared while binding")
-        c = Consumer.of(rec)
+        return self._cursor_of(self._consumer())
+
+    def _consumer(self) -> Any:
+        """The bound durable consumer as the catalog holds it now."""
+        from jsspark.engine.consumers import CONSUMER, Consumer
+
+        name = self.opts.consumer.durable_name
+        rec = self.lake().catalog.get(CONSUMER, self.opts.stream, name)
+        if rec is None:
+            raise OptionError(
+                f"durable consumer {name!r} on stream {self.opts.stream} was deleted while the query used it; "
+                "restart the query to create it again"
+            )
+        return Consumer.of(rec)
+
+    def _cursor_of(self, c: Any) -> Cursor:
+        """A cursor at the consumer's delivered position, in its current reset generation.
+
+        A consumer that delivered nothing since it was created or reset stands at a *start*
+        position; like the server's start (``selectStartingSeqNo`` clamps to the first seq)
+        it begins at the stream's first message when what lies before is gone (a reset back
+        on a work-queue stream whose acked messages were removed), instead of reporting loss.
+        """
+        from jsspark.engine.consumers import StreamView
+
         st = c.state
+        lake = self.lake()
         skip = tuple(StreamView.of(lake.stream(self.opts.stream)).skip_list(c.filters, st)) if st.resume else ()
-        return Cursor(st.delivered.stream_seq, st.delivered.consumer_seq, skip, st.resume if skip else 0)
+        seq = st.delivered.stream_seq
+        if st.delivered.consumer_seq == 0:
+            seq = max(seq, self.first_seq(self.snapshot()) - 1)
+        return Cursor(
+            seq, st.delivered.consumer_seq, skip, st.resume if skip else 0, st.reset_generation, self.durable
+        )
+
+    def on_planning(self, start: Cursor) -> tuple[Cursor, Cursor | None]:
+        """``latestOffset(start)`` for a durable query: ack ``start`` (committed by now), and
+        notice a reset. Returns the cursor the next batch starts from and, after a reset, that
+        same cursor as the ``base`` the batch's end offset must carry."""
+        if self.durable is None:
+            return start, None
+        c = self._consumer()
+        gen = c.state.reset_generation
+        if start.gen is None:  # an offset from before generations were recorded: adopt the current one
+            start = replace(start, gen=gen, durable=self.durable)
+        if gen > start.gen:
+            base = self._cursor_of(c)
+            return base, Cursor(base.seq, base.dseq, base.skip, base.resume)
+        start = replace(start, durable=self.durable)
+        self.settle(start, c)
+        return start, None
+
+    def settle(self, cur: Cursor, consumer: Any = None) -> None:
+        """Record delivery and ack everything up to ``cur``: only ever called once the batch
+        ending at ``cur`` is committed. Ignored by the engine after a reset (``gen``)."""
+        if cur.durable is None or cur.gen is None:
+            return
+        st = consumer.state if consumer is not None else None
+        if st is not None and (st.reset_generation != cur.gen or st.ack_floor.stream_seq >= cur.seq):
+            return  # nothing to move: saves two catalog transactions per batch
+        settle(self.lake(), cur)
 
     def record_delivered(self, end: Cursor) -> None:
-        """Move the durable consumer to ``end`` (delivered, and the ack floor for ack policy
-        none): called once Spark has committed the batch that ended there."""
-        name = self.opts.consumer.durable_name
-        if not name:
-            return
-        import jsspark
-
-        jsspark.connect(self.opts.location).record_delivered(self.opts.stream, name, end.seq, end.dseq)
+        """Spark's ``commit(end)``: the batch ending at ``end`` is committed; ack it (usually
+        already acked by the next ``latestOffset``, then this changes nothing)."""
+        self.settle(end)
 
     def _fallback_start(self, policy: DeliverPolicy, opt_start_seq: int) -> tuple[int, list[int]]:
         """``all`` and ``by_start_sequence`` without the engine's consumer start positions."""
@@ -259,11 +367,14 @@ class Planner:
     def partitions(self, start: Cursor, end: Cursor | None) -> list[ReadPartition]:
         """Split ``(start, end]`` (``end=None``: everything now stored) into tasks over one
         pinned version; checks that no planned message has disappeared."""
+        if end is not None and end.base is not None:
+            start = end.base  # the first batch after a reset starts where the reset put the consumer
         snap = self.snapshot()
         upto = snap.last_seq if end is None else end.seq
         if upto <= start.seq:
             return []
-        self._check_gap(snap, start, upto)
+        settled = self._settled(end)
+        self._check_gap(snap, replace(start, seq=max(start.seq, settled)), upto)
         rows = self._scan(snap, start.seq, None)
         seqs_all = rows["seq"].to_numpy()
         wanted = self._wanted(rows, start)
@@ -272,7 +383,7 @@ class Planner:
         tail = int(np.count_nonzero(wanted & ~in_range))
         if end is not None:
             expected = end.dseq - start.dseq
-            if len(seqs) < expected and self.opts.fail_on_data_loss:
+            if len(seqs) < expected and self.opts.fail_on_data_loss and settled <= start.seq:
                 raise DataLossError(
                     f"jetstream source: stream {self.opts.stream}: the batch over sequences "
                     f"{start.seq + 1}..{end.seq} must deliver {expected} messages but only {len(seqs)} are "
@@ -320,6 +431,15 @@ class Planner:
                 )
             )
         return out
+
+    def _settled(self, end: Cursor | None) -> int:
+        """How far the durable is acked in ``end``'s generation. A batch replayed after a crash
+        between the sink's commit (which acks) and Spark's commit log may find its acked
+        messages gone from a work-queue or interest stream: that is not data loss."""
+        if end is None or end.durable is None or end.gen is None:
+            return 0
+        st = self._consumer().state
+        return st.ack_floor.stream_seq if st.reset_generation == end.gen else 0
 
     def _files(self, snap: Snapshot) -> list[tuple[str, int, int]]:
         """(path, min seq, max seq) of each data file; files without stats span everything."""

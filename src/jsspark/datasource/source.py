@@ -15,6 +15,7 @@ the stream's last sequence at query start, in bounded batches.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -58,6 +59,11 @@ class JetStreamDataSource(DataSource):
 
     def schema(self) -> StructType:
         # Validate here: Spark calls schema() from load(), so bad options fail at load().
+        if "servers" in self.options:  # a live JetStream server (jsspark.live)
+            from jsspark.datasource.live_source import live_stream_reader
+
+            live_stream_reader(self.options)
+            return spark_schema()
         parse_read_options(self.options)
         return spark_schema()
 
@@ -65,6 +71,10 @@ class JetStreamDataSource(DataSource):
         return JetStreamBatchReader(parse_read_options(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if "servers" in self.options:  # a live JetStream server (jsspark.live)
+            from jsspark.datasource.live_source import live_stream_reader
+
+            return live_stream_reader(self.options)
         return JetStreamStreamReader(parse_read_options(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
@@ -139,9 +149,20 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         return self.opts.max_messages, self.opts.max_bytes
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
-        cursor = Cursor.from_offset(start) if start is not None else self.planner.initial(bind=True)
+        """The next batch's end. Spark calls this only once the batch ending at ``start`` is
+        committed (commit log written), so a durable consumer is acked up to ``start`` here,
+        and a reset of it (by any process) is noticed here: the batch then starts where the
+        reset put the consumer and its end offset carries that start (``base``)."""
+        base = None
+        if start is None:
+            cursor = self.planner.initial(bind=True)
+        else:
+            cursor, base = self.planner.on_planning(Cursor.from_offset(start))
         max_rows, max_bytes = self._limits(limit)
-        return self.planner.latest(cursor, max_rows, max_bytes, self._target).to_offset()
+        end = self.planner.latest(cursor, max_rows, max_bytes, self._target)
+        if base is not None:
+            end = replace(end, base=base)
+        return end.to_offset()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         if not self.opts.report_latest_offset:
@@ -155,11 +176,12 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         return [InputPartition(p) for p in parts]
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Spark committed everything up to ``end``: a bound durable consumer moves there.
+        """Spark committed everything up to ``end``: a bound durable consumer is acked there.
 
-        Spark calls this only while planning the next batch, so the durable lags the
-        checkpoint by one batch (and the last batch of an AvailableNow run is never
-        recorded); the checkpoint stays the source of truth for restarts.
+        Spark calls this while planning the next batch, after ``latestOffset(end)`` already
+        acked ``end``, and never for the last batch of an AvailableNow run. So this is only a
+        second chance; acks come from ``latestOffset`` (also on restart) and from the
+        ``jetstream`` sink right after its Delta commit. The checkpoint stays the truth.
         """
         self.planner.record_delivered(Cursor.from_offset(end))
 

@@ -14,6 +14,25 @@ same Delta commit as the messages, and a batch whose id the stream already holds
 app id is skipped, so a micro-batch Spark replays after a crash is not stored twice. The app
 id is the query's persistent id from ``<checkpointLocation>/metadata`` (a new checkpoint is
 a new query, whose batch ids restart at 0), or ``txnAppId`` when given.
+
+At most once per origin message (``dedupByOrigin``, on by default): when the rows carry the
+``jetstream`` source's ``stream`` and ``seq`` columns, the target keeps a high-water mark per
+origin stream, the Delta ``txn`` ``("jsspark.origin.<stream>", <highest origin seq stored>)``,
+written in the same Delta commit as the messages; rows at or below it are dropped before the
+publish. So a durable source reset back (``Lake.reset_consumer``) re-delivers without
+duplicating what the target holds, a replayed micro-batch stores nothing twice, and a new
+checkpoint on the same durable continues cleanly. Why a high-water mark and not a
+``Nats-Msg-Id`` per origin message: it is exact however far back a reset goes (a dedup
+window expires), costs one number instead of an id per message, and allows several output
+rows per origin message. It is what the server's sourcing keeps (the last origin sequence
+received); like it, messages skipped by a reset ahead and then reached by a reset back are
+below the mark and are not stored. One origin stream per batch (one mark per commit).
+
+Acks (``ackSource``, on by default): once its Delta commit succeeded, a streaming sink reads
+the batch's source offsets from ``<checkpointLocation>/offsets/<batchId>`` (Spark writes them
+before the batch runs) and acks each durable ``jetstream`` source up to the batch's end, in
+the offset's reset generation. Never earlier: the ack follows the commit, in this process.
+The source's own acks (next ``latestOffset``, restart) cover sinks that are not this one.
 """
 
 from __future__ import annotations
@@ -23,8 +42,10 @@ import io
 import json
 import os
 import uuid
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,6 +59,11 @@ from jsspark.engine.api import BatchAck
 SINK_SCHEMA = pa.schema(
     [pa.field("subject", pa.string()), pa.field("data", pa.binary()), pa.field("headers", H.HEADER_TYPE)]
 )
+# What a task hands the driver: the publishable columns and each row's origin message, if any.
+TASK_SCHEMA = pa.schema(
+    [*SINK_SCHEMA, pa.field("origin_stream", pa.string()), pa.field("origin_seq", pa.int64())]
+)
+ORIGIN_APP_PREFIX = "jsspark.origin."
 # Above this many bytes a task stages its rows as Parquet instead of returning them inline.
 INLINE_LIMIT_BYTES = 16 * 1024 * 1024
 APP_ID_PREFIX = "jsspark.sink."
@@ -63,8 +89,9 @@ def _headers_column(col: pa.Array) -> pa.Array:
     return H.to_arrow([H.normalize(v) for v in col.to_pylist()])
 
 
-def normalize(batch: pa.RecordBatch | pa.Table) -> pa.Table:
-    """The publishable columns of a Spark batch, typed as the engine stores them."""
+def normalize(batch: pa.RecordBatch | pa.Table, origin: bool = True) -> pa.Table:
+    """The publishable columns of a Spark batch, typed as the engine stores them, and (with
+    ``origin``) each row's origin message from the source's ``stream``/``seq`` columns."""
     names = batch.schema.names
     if "subject" not in names:
         raise ValueError(f"writing to a lake stream needs a 'subject' column; got columns {names}")
@@ -76,7 +103,11 @@ def normalize(batch: pa.RecordBatch | pa.Table) -> pa.Table:
     else:
         data = pa.array([b""] * n, pa.binary())
     headers = _headers_column(batch.column("headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
-    return pa.Table.from_arrays([subject, data, headers], schema=SINK_SCHEMA)
+    if origin and "stream" in names and "seq" in names:
+        o_stream, o_seq = batch.column("stream").cast(pa.string()), batch.column("seq").cast(pa.int64())
+    else:
+        o_stream, o_seq = pa.nulls(n, pa.string()), pa.nulls(n, pa.int64())
+    return pa.Table.from_arrays([subject, data, headers, o_stream, o_seq], schema=TASK_SCHEMA)
 
 
 # -- task output -------------------------------------------------------------------------------
@@ -103,14 +134,15 @@ def staging_dir(location: str, tag: str) -> str:
 
 
 def collect_task(
-    batches: Iterable[pa.RecordBatch], location: str, tag: str, inline_limit: int = INLINE_LIMIT_BYTES
+    batches: Iterable[pa.RecordBatch], location: str, tag: str, inline_limit: int = INLINE_LIMIT_BYTES,
+    origin: bool = True,
 ) -> LakeSinkMessage:
     """Normalise a task's rows and package them for the driver's commit."""
-    tables = [normalize(b) for b in batches]
-    table = pa.concat_tables(tables) if tables else SINK_SCHEMA.empty_table()
+    tables = [normalize(b, origin) for b in batches]
+    table = pa.concat_tables(tables) if tables else TASK_SCHEMA.empty_table()
     if table.nbytes <= inline_limit:
         sink = io.BytesIO()
-        with pa.ipc.new_stream(sink, SINK_SCHEMA) as w:
+        with pa.ipc.new_stream(sink, TASK_SCHEMA) as w:
             w.write_table(table)
         return LakeSinkMessage(table.num_rows, ipc=sink.getvalue())
     filesystem, root = _filesystem(staging_dir(location, tag))
@@ -142,7 +174,7 @@ def load_messages(messages: Iterable[WriterCommitMessage | None], location: str)
         elif m.path is not None:
             filesystem, _ = _filesystem(location)
             tables.append(pq.read_table(m.path, filesystem=filesystem))
-    return pa.concat_tables(tables) if tables else SINK_SCHEMA.empty_table()
+    return pa.concat_tables(tables) if tables else TASK_SCHEMA.empty_table()
 
 
 def remove_staged(messages: Iterable[WriterCommitMessage | None], location: str) -> None:
@@ -156,11 +188,81 @@ def remove_staged(messages: Iterable[WriterCommitMessage | None], location: str)
 
 
 # -- publishing --------------------------------------------------------------------------------
-def publish(opts: WriteOptions, table: pa.Table, txn: tuple[str, int] | None = None) -> BatchAck:
-    """One ``publish_batch`` (one Delta commit), idempotent per ``txn`` when given."""
+def publish(opts: WriteOptions, table: pa.Table, txn: tuple[str, int] | None = None) -> BatchAck | None:
+    """One ``publish_batch`` (one Delta commit): deduplicated by origin when the rows carry
+    one (the origin mark is then the commit's ``txn``), else idempotent per ``txn`` when given.
+    ``None``: every row was already stored (nothing committed)."""
     import jsspark
 
-    return jsspark.connect(opts.location).publish_batch(opts.stream, table, txn=txn)
+    if not table.num_rows:  # an empty micro-batch (e.g. right after a reset): nothing to store or replay
+        return None
+    lake = jsspark.connect(opts.location)
+    origins = table.column("origin_stream") if "origin_stream" in table.column_names else None
+    if not opts.dedup_by_origin or origins is None or origins.null_count == len(table):
+        return lake.publish_batch(opts.stream, table.select(SINK_SCHEMA.names), txn=txn)
+    if origins.null_count:
+        raise ValueError(
+            "jetstream sink: some rows carry an origin message (columns 'stream' and 'seq') and some do "
+            "not; drop those columns or set option dedupByOrigin=false"
+        )
+    names = pc.unique(origins).to_pylist()
+    if len(names) > 1:
+        raise ValueError(
+            f"jetstream sink: one batch holds messages of several origin streams {sorted(names)}; one Delta "
+            "commit keeps one origin mark: write each origin with its own query or set dedupByOrigin=false"
+        )
+    app_id = ORIGIN_APP_PREFIX + names[0]
+    mark = lake.stream(opts.stream).table.snapshot().table.transaction_version(app_id) or 0
+    fresh = table.filter(pc.greater(table.column("origin_seq"), mark))
+    if not fresh.num_rows:
+        return None
+    fresh = fresh.sort_by([("origin_seq", "ascending")])  # origin order, however Spark partitioned
+    top = int(pc.max(fresh.column("origin_seq")).as_py())
+    return lake.publish_batch(opts.stream, fresh.select(SINK_SCHEMA.names), txn=(app_id, top))
+
+
+def source_offsets(checkpoint_location: str, batch_id: int) -> list[dict[str, Any]]:
+    """The source offsets Spark logged for ``batch_id`` (``offsets/<id>``: a version line, a
+    metadata line, then one JSON offset per source)."""
+    filesystem, root = _filesystem(checkpoint_location)
+    try:
+        with filesystem.open_input_stream(f"{root.rstrip('/')}/offsets/{batch_id}") as f:
+            lines = f.read().decode().splitlines()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in lines[2:]:
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
+def ack_sources(opts: WriteOptions, batch_id: int) -> int:
+    """Ack the durable ``jetstream`` sources of a committed batch up to its end offsets;
+    returns how many were acked. Call only after the batch's Delta commit succeeded."""
+    if not opts.ack_source or not opts.checkpoint_location:
+        return 0
+    import jsspark
+    from jsspark.datasource.planning import Cursor, settle
+    from jsspark.errors import APIError
+
+    acked = 0
+    for offset in source_offsets(opts.checkpoint_location, batch_id):
+        if "durable" not in offset or "gen" not in offset or "seq" not in offset:
+            continue
+        cur = Cursor.from_offset(offset)
+        assert cur.durable is not None
+        try:
+            settle(jsspark.connect(cur.durable.location), cur)
+        except APIError as e:  # the consumer or stream was deleted: the data is committed anyway
+            warnings.warn(f"jetstream sink: could not ack {cur.durable.stream}/{cur.durable.name}: {e}", stacklevel=2)
+            continue
+        acked += 1
+    return acked
 
 
 def query_app_id(opts: WriteOptions) -> str:
@@ -197,7 +299,7 @@ class LakeBatchWriter(DataSourceArrowWriter):
         self.tag = _tag(opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LakeSinkMessage:
-        return collect_task(iterator, self.opts.location, self.tag)
+        return collect_task(iterator, self.opts.location, self.tag, origin=self.opts.dedup_by_origin)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         try:
@@ -217,13 +319,14 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         self.tag = _tag(opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LakeSinkMessage:
-        return collect_task(iterator, self.opts.location, self.tag)
+        return collect_task(iterator, self.opts.location, self.tag, origin=self.opts.dedup_by_origin)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         try:
             publish(self.opts, load_messages(messages, self.opts.location), txn=(query_app_id(self.opts), batchId))
         finally:
             remove_staged(messages, self.opts.location)
+        ack_sources(self.opts, batchId)  # only reached once the publish above committed
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         remove_staged(messages, self.opts.location)

@@ -1,0 +1,128 @@
+"""``format("jetstream").option("servers", ...)``: a live JetStream server as a Spark stream.
+
+The reader's driver process owns the connection and the consumer (``jsspark.live.ingestor``,
+whose docstring has the full design: origin-seq offsets, acks only for what Spark's checkpoint
+holds, spill files for executors, gap repair by consumer reset). This module is the Spark
+glue: offsets are ``{"seq": <origin stream seq>}``; ``read()`` on executors only opens the
+spill files its partition names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+from jsspark.live.options import LiveReadOptions, redact
+from jsspark.live.spill import SpillPartition, read_spill
+
+try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    _STREAM_BASES: tuple[type, ...] = (DataSourceStreamReader, SupportsTriggerAvailableNow)
+except ImportError:  # pragma: no cover - Spark 4.0/4.1
+    _STREAM_BASES = (DataSourceStreamReader,)
+
+
+def _seq(offset: dict[str, Any] | None) -> int | None:
+    return None if offset is None else int(offset["seq"])
+
+
+async def _origin_last_seq(opts: LiveReadOptions) -> int:
+    """The origin's last sequence now: what an AvailableNow run reads up to."""
+    from jsspark.live.consumer import stream_info
+    from jsspark.live.ingestor import _client_class
+
+    nc = _client_class()()
+    kw = opts.conn.connect_kwargs()
+    kw["max_reconnect_attempts"] = 0
+    await nc.connect(**kw)
+    try:
+        info = await stream_info(nc, opts.conn, opts.stream)
+        return int(info["state"]["last_seq"])
+    finally:
+        await nc.close()
+
+
+class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
+    """Streaming read of one origin stream through one consumer (see ``jsspark.live``)."""
+
+    def __init__(self, opts: LiveReadOptions) -> None:
+        self.opts = opts
+        self._ingestor: Any = None
+        self._target: int | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_ingestor"] = None  # a thread and a socket: executors only read spill files
+        return state
+
+    def _ing(self, floor: int | None) -> Any:
+        if self._ingestor is None:
+            from jsspark.live.ingestor import Ingestor
+
+            self._ingestor = Ingestor(self.opts)
+        if not self._ingestor.started:
+            self._ingestor.start(floor)
+        return self._ingestor
+
+    def initialOffset(self) -> dict[str, Any]:
+        return {"seq": self._ing(None).floor}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        try:
+            self._target = asyncio.run(_origin_last_seq(self.opts))
+        except Exception as e:
+            raise RuntimeError(redact(f"jetstream (live): stream info for {self.opts.stream!r}: {e}",
+                                      self.opts.conn)) from None
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        if self.opts.max_messages is not None:
+            return ReadMaxRows(self.opts.max_messages)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        begin = _seq(start)
+        ing = self._ing(begin)
+        if begin is None:
+            begin = ing.floor
+        max_rows = int(limit.max_rows) if type(limit).__name__ == "ReadMaxRows" else self.opts.max_messages
+        if type(limit).__name__ == "ReadAllAvailable":
+            max_rows = None
+        return {"seq": ing.latest(begin, max_rows, self._target)}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        lo, hi = int(start["seq"]), int(end["seq"])
+        ing = self._ing(lo)
+        if lo >= hi:
+            return []
+        return [InputPartition(p) for p in ing.plan(lo, hi)]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark committed up to ``end`` (one batch late): acks may now cover it."""
+        if self._ingestor is not None and self._ingestor.started:
+            self._ingestor.commit(int(end["seq"]))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        value = partition.value
+        if value is None:
+            return
+        if not isinstance(value, SpillPartition):
+            raise TypeError(f"jetstream (live): unexpected partition {partition!r}")
+        yield from read_spill(value)
+
+    def stop(self) -> None:
+        if self._ingestor is not None:
+            self._ingestor.stop()
+
+
+def live_stream_reader(options: Any) -> LiveStreamReader:
+    """The dispatch target of ``JetStreamDataSource.streamReader`` when ``servers`` is set."""
+    from jsspark.live.options import parse_live_read_options
+
+    return LiveStreamReader(parse_live_read_options(options))

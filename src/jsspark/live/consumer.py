@@ -1,0 +1,145 @@
+"""The origin-side consumer: create (server-managed), bind (user-managed) or recreate (ordered).
+
+Why these three, and why reset rather than recreate for durables (ADR "durable sourcing"):
+
+- **server-managed**: jsspark creates the durable itself with the only configuration that makes
+  sourcing reliable: ``ack_policy flow_control`` (acks ride on flow-control replies carrying
+  ``Nats-Last-Stream``/``Nats-Last-Consumer``), ``flow_control true``, ``idle_heartbeat 1s``,
+  ``max_ack_pending`` (the back-pressure bound: the server stops delivering once that many
+  messages are unacked, so the local buffer is bounded), no ``ack_wait`` and
+  ``max_deliver -1``. The start position and filter come from the options, as with a
+  server-managed stream source.
+- **user-managed**: bind to an operator's durable by name + deliver subject. Binding *is* a
+  ``$JS.API.CONSUMER.RESET`` with an empty body, exactly as nats-server's sourcing does: it
+  restarts delivery at the ack floor + 1 and answers with the consumer's config, which must say
+  ``flow_control`` (else 10217, the server's own refusal text) and deliver to the subject given.
+- **ordered** (Limits origins only): an ephemeral ``ack_policy none`` push consumer started at
+  the next needed sequence; on a gap it is deleted and recreated there, as an ordered consumer
+  does. It never acks, so it must not be used where acks remove messages.
+
+A durable is never deleted and recreated: on an Interest origin that would drop interest and
+lose messages. Gaps and (re)binds use the reset API.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jsspark.errors import APIError, api_error
+from jsspark.live.options import Connection, LiveReadOptions
+
+HEARTBEAT_NS = 1_000_000_000
+REQUEST_TIMEOUT = 10.0
+
+
+def _raise_api(resp: dict[str, Any]) -> None:
+    """Raise the server's API error with its exact code, err_code and description."""
+    err = resp.get("error")
+    if err:
+        raise APIError.from_dict(err)
+
+
+async def js_request(nc: Any, conn: Connection, api: str, body: dict[str, Any] | None,
+                     timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
+    """One JetStream API request (``api`` after the prefix, e.g. ``STREAM.INFO.ORDERS``)."""
+    payload = b"" if body is None else json.dumps(body).encode()
+    msg = await nc.request(f"{conn.js_prefix}.{api}", payload, timeout=timeout)
+    resp = json.loads(msg.data or b"{}")
+    _raise_api(resp)
+    return resp
+
+
+def deliver_subject_for(opts: LiveReadOptions) -> str:
+    """A stable deliver subject for a server-managed durable (stable so restarts reuse the
+    durable's config unchanged); user-managed uses the operator's."""
+    if opts.deliver_subject:
+        return opts.deliver_subject
+    return f"{opts.conn.inbox_prefix}.jsspark.{opts.stream}.{opts.consumer}"
+
+
+def durable_config(opts: LiveReadOptions) -> dict[str, Any]:
+    """The server-managed durable's config (JetStream JSON names)."""
+    cfg: dict[str, Any] = {
+        "durable_name": opts.consumer,
+        "name": opts.consumer,
+        "deliver_subject": deliver_subject_for(opts),
+        "deliver_policy": opts.deliver_policy,
+        "ack_policy": "flow_control",
+        "flow_control": True,
+        "idle_heartbeat": HEARTBEAT_NS,
+        "max_ack_pending": opts.max_ack_pending,
+        "max_deliver": -1,
+        "replay_policy": "instant",
+    }
+    if opts.opt_start_seq is not None:
+        cfg["opt_start_seq"] = opts.opt_start_seq
+    if opts.opt_start_time is not None:
+        cfg["opt_start_time"] = opts.opt_start_time
+    if opts.filter_subject:
+        cfg["filter_subject"] = opts.filter_subject
+    return cfg
+
+
+def ordered_config(opts: LiveReadOptions, start_seq: int | None, deliver_subject: str) -> dict[str, Any]:
+    """An ephemeral ordered push consumer from ``start_seq`` (or the options on first start)."""
+    cfg: dict[str, Any] = {
+        "deliver_subject": deliver_subject,
+        "ack_policy": "none",
+        "flow_control": True,
+        "idle_heartbeat": HEARTBEAT_NS,
+        "max_deliver": 1,
+        "mem_storage": True,
+        "num_replicas": 1,
+        "inactive_threshold": 30 * HEARTBEAT_NS,
+        "replay_policy": "instant",
+    }
+    if start_seq is not None:
+        cfg["deliver_policy"], cfg["opt_start_seq"] = "by_start_sequence", start_seq
+    else:
+        cfg["deliver_policy"] = opts.deliver_policy
+        if opts.opt_start_seq is not None:
+            cfg["opt_start_seq"] = opts.opt_start_seq
+        if opts.opt_start_time is not None:
+            cfg["opt_start_time"] = opts.opt_start_time
+    if opts.filter_subject:
+        cfg["filter_subject"] = opts.filter_subject
+    return cfg
+
+
+async def create_durable(nc: Any, opts: LiveReadOptions) -> dict[str, Any]:
+    """Create (or find unchanged) the server-managed durable; the server validates the config."""
+    body = {"stream_name": opts.stream, "config": durable_config(opts), "action": ""}
+    return await js_request(nc, opts.conn, f"CONSUMER.CREATE.{opts.stream}.{opts.consumer}", body)
+
+
+async def create_ordered(nc: Any, opts: LiveReadOptions, start_seq: int | None, deliver_subject: str) -> dict[str, Any]:
+    body = {"stream_name": opts.stream, "config": ordered_config(opts, start_seq, deliver_subject)}
+    return await js_request(nc, opts.conn, f"CONSUMER.CREATE.{opts.stream}", body)
+
+
+async def delete_consumer(nc: Any, conn: Connection, stream: str, name: str) -> None:
+    try:
+        await js_request(nc, conn, f"CONSUMER.DELETE.{stream}.{name}", None)
+    except APIError as e:
+        if e.err_code != 10014:  # consumer not found: already gone (inactive threshold)
+            raise
+
+
+async def reset_consumer(nc: Any, conn: Connection, stream: str, name: str, seq: int | None = None) -> dict[str, Any]:
+    """``$JS.API.CONSUMER.RESET``: empty body restarts delivery at the ack floor + 1, dseq 1."""
+    return await js_request(nc, conn, f"CONSUMER.RESET.{stream}.{name}", None if seq is None else {"seq": seq})
+
+
+def check_bound(info: dict[str, Any], opts: LiveReadOptions) -> None:
+    """A durable jsspark reads from must be a flow-control push consumer delivering where we
+    listen; otherwise refuse with the server's texts (10217 / 10215) for a source consumer."""
+    cfg = info.get("config") or {}
+    if cfg.get("ack_policy") != "flow_control":
+        raise api_error("JSSourceConsumerRequiresAckFCErr")
+    if opts.mode == "user" and cfg.get("deliver_subject") != opts.deliver_subject:
+        raise api_error("JSSourceDurableConsumerCfgInvalid")
+
+
+async def stream_info(nc: Any, conn: Connection, stream: str) -> dict[str, Any]:
+    return await js_request(nc, conn, f"STREAM.INFO.{stream}", None)

@@ -1,0 +1,269 @@
+"""Options of the live (``servers=...``) ``jetstream`` source and sink, and secret redaction.
+
+Spark hands options over as a case-insensitive dict of strings. Connection options map 1:1 onto
+``nats.connect`` keyword arguments so nothing jsspark does not understand is invented; the
+secret ones (password, token, nkey seed, creds path contents) are kept out of every ``repr``,
+log line and error message: ``LiveOptions.__repr__`` prints them as ``***`` and
+``redact(text, opts)`` scrubs them from any text (an exception from nats-py may echo a URL with
+``user:pass@``). Spark's query progress shows only the offsets, which never hold secrets.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from jsspark.datasource.options import OptionError
+
+CONNECTION_OPTIONS = (
+    "servers", "user", "password", "token", "creds", "nkeySeed", "tlsCa", "tlsCert", "tlsKey",
+    "tlsHostname", "domain", "apiPrefix", "inboxPrefix", "connectTimeout", "name",
+)
+READ_OPTIONS = (
+    "stream", "consumer", "consumerMode", "deliverSubject", "deliverPolicy", "optStartSeq", "optStartTime",
+    "filterSubject", "maxAckPending", "maxMessagesPerTrigger", "spillDir", "chunkRows", "waitTimeout",
+)
+WRITE_OPTIONS = ("subject", "msgIdColumn", "maxInFlight", "publishTimeout", "checkpointLocation", "stream")
+SECRET_OPTIONS = ("password", "token", "nkeySeed")
+CONSUMER_MODES = ("server", "user", "ordered")
+DELIVER_POLICIES = ("all", "by_start_sequence", "by_start_time", "last", "new", "last_per_subject")
+_URL_CREDS = re.compile(r"(\w+://)[^/@\s]+@")
+
+
+def _canonical(options: Mapping[str, str], allowed: tuple[str, ...]) -> dict[str, str]:
+    known = {n.lower(): n for n in allowed}
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        name = known.get(key.lower())
+        if name is None:
+            raise OptionError(f"jetstream (live): unknown option {key!r}; known: {', '.join(allowed)}")
+        out[name] = str(value)
+    return out
+
+
+def _int(opts: Mapping[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
+    if key not in opts:
+        return default
+    try:
+        value = int(opts[key])
+    except ValueError:
+        raise OptionError(f"jetstream (live): option {key} must be an integer, got {opts[key]!r}") from None
+    if value < minimum:
+        raise OptionError(f"jetstream (live): option {key} must be >= {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where and how to connect; picklable so executors (the sink) can connect too."""
+
+    servers: tuple[str, ...]
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    creds: str | None = None
+    nkey_seed: str | None = field(default=None, repr=False)
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_hostname: str | None = None
+    domain: str | None = None
+    api_prefix: str | None = None
+    inbox_prefix: str = "_INBOX"
+    connect_timeout: int = 5
+    name: str = "jsspark"
+
+    def __repr__(self) -> str:
+        shown = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if f.name in ("password", "token", "nkey_seed"):
+                value = "***"
+            elif f.name == "servers":
+                value = tuple(_URL_CREDS.sub(r"\1***@", s) for s in value)
+            shown.append(f"{f.name}={value!r}")
+        return f"Connection({', '.join(shown)})"
+
+    @property
+    def js_prefix(self) -> str:
+        """The JetStream API prefix requests go to (``$JS.<domain>.API`` for a domain)."""
+        if self.api_prefix:
+            return self.api_prefix.rstrip(".")
+        if self.domain:
+            return f"$JS.{self.domain}.API"
+        return "$JS.API"
+
+    def secrets(self) -> list[str]:
+        """Every secret value, for scrubbing texts (URL passwords included)."""
+        out = [s for s in (self.password, self.token, self.nkey_seed) if s]
+        for url in self.servers:
+            m = re.match(r"\w+://([^/@\s]+)@", url)
+            if m:
+                out.extend(p for p in m.group(1).split(":", 1)[1:] if p)
+        return out
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``nats.connect``: only what was set, TLS as an SSL context."""
+        kw: dict[str, Any] = {
+            "servers": list(self.servers),
+            "name": self.name,
+            "connect_timeout": self.connect_timeout,
+            "inbox_prefix": self.inbox_prefix,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": 0.25,
+        }
+        if self.user is not None:
+            kw["user"] = self.user
+        if self.password is not None:
+            kw["password"] = self.password
+        if self.token is not None:
+            kw["token"] = self.token
+        if self.creds is not None:
+            kw["user_credentials"] = self.creds
+        if self.nkey_seed is not None:
+            kw["nkeys_seed_str"] = self.nkey_seed
+        if self.tls_ca or self.tls_cert:
+            import ssl
+
+            ctx = ssl.create_default_context(cafile=self.tls_ca) if self.tls_ca else ssl.create_default_context()
+            if self.tls_cert:
+                ctx.load_cert_chain(self.tls_cert, self.tls_key)
+            kw["tls"] = ctx
+            if self.tls_hostname:
+                kw["tls_hostname"] = self.tls_hostname
+        return kw
+
+
+def redact(text: str, conn: Connection | None) -> str:
+    """``text`` with every secret of ``conn`` and any ``user:pass@`` in URLs replaced by ``***``."""
+    text = _URL_CREDS.sub(r"\1***@", text)
+    for secret in conn.secrets() if conn is not None else ():
+        text = text.replace(secret, "***")
+    return text
+
+
+def parse_connection(opts: Mapping[str, str]) -> Connection:
+    servers = tuple(s.strip() for s in opts.get("servers", "").split(",") if s.strip())
+    if not servers:
+        raise OptionError("jetstream (live): option servers must name at least one nats:// URL")
+    if opts.get("tlsKey") and not opts.get("tlsCert"):
+        raise OptionError("jetstream (live): option tlsKey needs tlsCert")
+    if opts.get("domain") and opts.get("apiPrefix"):
+        raise OptionError("jetstream (live): options domain and apiPrefix are exclusive")
+    return Connection(
+        servers=servers,
+        user=opts.get("user"),
+        password=opts.get("password"),
+        token=opts.get("token"),
+        creds=opts.get("creds"),
+        nkey_seed=opts.get("nkeySeed"),
+        tls_ca=opts.get("tlsCa"),
+        tls_cert=opts.get("tlsCert"),
+        tls_key=opts.get("tlsKey"),
+        tls_hostname=opts.get("tlsHostname"),
+        domain=opts.get("domain"),
+        api_prefix=opts.get("apiPrefix"),
+        inbox_prefix=opts.get("inboxPrefix", "_INBOX"),
+        connect_timeout=_int(opts, "connectTimeout", 5, 1) or 5,
+        name=opts.get("name", "jsspark"),
+    )
+
+
+@dataclass(frozen=True)
+class LiveReadOptions:
+    """The live source: which origin stream, which consumer and how, and batch sizing."""
+
+    conn: Connection
+    stream: str
+    consumer: str
+    mode: str = "server"
+    deliver_subject: str | None = None
+    deliver_policy: str = "all"
+    opt_start_seq: int | None = None
+    opt_start_time: str | None = None
+    filter_subject: str | None = None
+    max_ack_pending: int = 20_000
+    max_messages: int | None = None
+    spill_dir: str | None = None
+    chunk_rows: int = 5_000
+    wait_timeout: float = 60.0
+
+
+def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
+    """Validated read options; errors name the option and never echo a secret."""
+    opts = _canonical(options, CONNECTION_OPTIONS + READ_OPTIONS)
+    conn = parse_connection(opts)
+    stream = opts.get("stream")
+    if not stream:
+        raise OptionError("jetstream (live): option stream names the origin stream")
+    mode = opts.get("consumerMode", "server").lower()
+    if mode not in CONSUMER_MODES:
+        raise OptionError(f"jetstream (live): consumerMode must be one of {CONSUMER_MODES}, got {mode!r}")
+    policy = opts.get("deliverPolicy", "all").lower()
+    if policy not in DELIVER_POLICIES:
+        raise OptionError(f"jetstream (live): deliverPolicy must be one of {DELIVER_POLICIES}, got {policy!r}")
+    if mode == "user":
+        if not opts.get("consumer") or not opts.get("deliverSubject"):
+            raise OptionError("jetstream (live): consumerMode user binds an existing durable: "
+                              "options consumer and deliverSubject are both required")
+        if any(k in opts for k in ("deliverPolicy", "optStartSeq", "optStartTime", "filterSubject")):
+            raise OptionError("jetstream (live): with consumerMode user the start position and filter "
+                              "are the durable's own; do not set deliverPolicy/optStartSeq/optStartTime/filterSubject")
+    start_seq = _int(opts, "optStartSeq", None, 1)
+    if policy == "by_start_sequence" and start_seq is None:
+        raise OptionError("jetstream (live): deliverPolicy by_start_sequence needs optStartSeq")
+    if policy == "by_start_time" and not opts.get("optStartTime"):
+        raise OptionError("jetstream (live): deliverPolicy by_start_time needs optStartTime")
+    try:
+        wait = float(opts.get("waitTimeout", "60"))
+    except ValueError:
+        raise OptionError(f"jetstream (live): waitTimeout must be seconds, got {opts['waitTimeout']!r}") from None
+    return LiveReadOptions(
+        conn=conn,
+        stream=stream,
+        consumer=opts.get("consumer") or f"jsspark_{stream}",
+        mode=mode,
+        deliver_subject=opts.get("deliverSubject"),
+        deliver_policy=policy,
+        opt_start_seq=start_seq,
+        opt_start_time=opts.get("optStartTime"),
+        filter_subject=opts.get("filterSubject"),
+        max_ack_pending=_int(opts, "maxAckPending", 20_000, 1) or 20_000,
+        max_messages=_int(opts, "maxMessagesPerTrigger", None, 1),
+        spill_dir=opts.get("spillDir"),
+        chunk_rows=_int(opts, "chunkRows", 5_000, 1) or 5_000,
+        wait_timeout=wait,
+    )
+
+
+@dataclass(frozen=True)
+class LiveWriteOptions:
+    """The live sink: rows published to a server with JetStream acks."""
+
+    conn: Connection
+    subject: str | None = None
+    msg_id_column: str | None = None
+    max_in_flight: int = 1_000
+    publish_timeout: float = 10.0
+    expected_stream: str | None = None
+
+
+def parse_live_write_options(options: Mapping[str, str]) -> LiveWriteOptions:
+    opts = _canonical(options, CONNECTION_OPTIONS + WRITE_OPTIONS)
+    conn = parse_connection(opts)
+    try:
+        timeout = float(opts.get("publishTimeout", "10"))
+    except ValueError:
+        raise OptionError(f"jetstream (live): publishTimeout must be seconds, got {opts['publishTimeout']!r}") from None
+    return LiveWriteOptions(
+        conn=conn,
+        subject=opts.get("subject"),
+        msg_id_column=opts.get("msgIdColumn"),
+        max_in_flight=_int(opts, "maxInFlight", 1_000, 1) or 1_000,
+        publish_timeout=timeout,
+        expected_stream=opts.get("stream"),
+    )

@@ -1,0 +1,122 @@
+"""Delivered origin messages as Arrow: the row form, the local spill files, and their reader.
+
+Why spill files: Spark runs ``read()`` on executors from a pickled reader, so messages a
+driver-side push subscription received must reach executors some other way. The driver's
+stream reader appends them, in delivery order, to Arrow IPC files named by their origin
+sequence range; a partition names a file and an origin-sequence range, so a retried task
+re-reads exactly the same rows. Files live until Spark's checkpoint shows a later batch
+committed. The directory must be visible to executors (local mode: any local path; a cluster:
+a shared mount via the ``spillDir`` option). A process owns one sub-directory named after its
+pid; directories of dead processes are removed at start (a SIGKILLed driver leaves one).
+
+The rows have the ``jetstream`` source schema (``datasource.schema.ARROW_SCHEMA``), so a
+streaming query over a live stream looks exactly like one over a lake stream.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jsspark.datasource.schema import ARROW_SCHEMA, HEADERS_ARROW
+
+Row = tuple[str, int, int, list[tuple[str, str]] | None, bytes, int, int]  # subject, sseq, ts_ns, hdrs, data, dseq, pending
+
+
+def rows_to_batch(stream: str, consumer: str, rows: list[Row]) -> pa.RecordBatch:
+    """Rows as one record batch of the source schema (``time`` is ``ts_ns`` truncated to µs)."""
+    n = len(rows)
+    subj, seqs, ts, hdrs, data, dseq, pending = (list(c) for c in zip(*rows, strict=True)) if n else ([],) * 7
+    ts_arr = pa.array(ts, pa.int64())
+    headers = pa.array(
+        [None if not h else [{"name": k, "value": v} for k, v in h] for h in hdrs], type=HEADERS_ARROW
+    )
+    cols = [
+        pa.array([stream] * n, pa.string()),
+        pa.array(subj, pa.string()),
+        pa.array(seqs, pa.int64()),
+        pc.divide(ts_arr, 1000).cast(pa.timestamp("us", tz="UTC")),
+        ts_arr,
+        headers,
+        pa.array(data, pa.binary()),
+        pa.array([consumer] * n, pa.string()),
+        pa.array(dseq, pa.int64()),
+        pa.array(pending, pa.int64()),
+    ]
+    return pa.RecordBatch.from_arrays(cols, schema=ARROW_SCHEMA)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One spill file: origin sequences ``first..last`` (inclusive), ``count`` rows."""
+
+    path: str
+    first: int
+    last: int
+    count: int
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def make_spill_dir(base: str | None) -> Path:
+    """This process's own spill directory under ``base``; dead processes' ones are removed."""
+    root = Path(base) if base else Path(tempfile.gettempdir()) / "jsspark-live-spill"
+    root.mkdir(parents=True, exist_ok=True)
+    for child in root.iterdir():
+        pid_text = child.name.split("-", 1)[0]
+        if child.is_dir() and pid_text.isdigit() and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
+            shutil.rmtree(child, ignore_errors=True)
+    mine = root / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    mine.mkdir()
+    return mine
+
+
+def write_chunk(directory: Path, batch: pa.RecordBatch) -> Chunk:
+    """Write ``batch`` (non-empty, ascending ``seq``) as an Arrow IPC file; atomic rename so a
+    reader never sees a partial file."""
+    seqs = batch.column("seq")
+    first, last = seqs[0].as_py(), seqs[-1].as_py()
+    final = directory / f"{first:020d}-{last:020d}-{uuid.uuid4().hex[:6]}.arrow"
+    tmp = final.with_suffix(".tmp")
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    os.replace(tmp, final)
+    return Chunk(str(final), first, last, batch.num_rows)
+
+
+@dataclass(frozen=True)
+class SpillPartition:
+    """What one task reads: rows of ``paths`` with ``lo < seq <= hi`` (picklable, small)."""
+
+    paths: tuple[str, ...]
+    lo: int
+    hi: int
+
+
+def read_spill(part: SpillPartition) -> Iterator[pa.RecordBatch]:
+    """The partition's rows, in origin sequence order, in the exact source schema."""
+    for path in part.paths:
+        with pa.memory_map(path) as source:
+            table = pa.ipc.open_file(source).read_all()
+        seq = table.column("seq")
+        mask = pc.and_(pc.greater(seq, part.lo), pc.less_equal(seq, part.hi))
+        table = table.filter(mask)
+        for batch in table.to_batches():
+            if batch.num_rows:
+                yield batch

@@ -1,0 +1,129 @@
+"""Fixtures for live-NATS tests: a private nats-server, a SparkSession, a sync NATS client."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from jsspark.nats_server import NatsServer
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    srv = NatsServer(store_dir=tmp_path_factory.mktemp("live-nats"))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("jsspark-live-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    import jsspark
+
+    jsspark.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def rfc3339_ns(text: str) -> int:
+    """Nanoseconds since the epoch of the server's RFC 3339 time (nanosecond fraction kept)."""
+    main, _, frac = text.rstrip("Z").partition(".")
+    secs = int(datetime.fromisoformat(main + "+00:00").timestamp())
+    return secs * 1_000_000_000 + int((frac or "0").ljust(9, "0")[:9])
+
+
+class SyncNats:
+    """A nats-py connection on its own loop thread, usable from any thread (Spark's
+    foreachBatch runs on a py4j callback thread)."""
+
+    def __init__(self, url: str) -> None:
+        import nats
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.nc = self.run(nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.2))
+
+    def run(self, coro: Any, timeout: float = 60) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def api(self, subject: str, body: dict[str, Any] | None = None, timeout: float = 10) -> dict[str, Any]:
+        payload = b"" if body is None else json.dumps(body).encode()
+        msg = self.run(self.nc.request(f"$JS.API.{subject}", payload, timeout=timeout))
+        return json.loads(msg.data)
+
+    def add_stream(self, **cfg: Any) -> dict[str, Any]:
+        resp = self.api(f"STREAM.CREATE.{cfg['name']}", cfg)
+        assert "error" not in resp, resp
+        return resp
+
+    def state(self, stream: str) -> dict[str, Any]:
+        resp = self.api(f"STREAM.INFO.{stream}")
+        assert "error" not in resp, resp
+        return resp["state"]
+
+    def publish_many(self, items: list[tuple[str, bytes, dict[str, str] | None]], window: int = 500) -> list[int]:
+        """JetStream publishes with a bounded window of outstanding acks; returns the seqs."""
+
+        async def go() -> list[int]:
+            js = self.nc.jetstream()
+            seqs: list[int] = []
+            for i in range(0, len(items), window):
+                acks = await asyncio.gather(*(js.publish(s, d, headers=h) for s, d, h in items[i : i + window]))
+                seqs.extend(a.seq for a in acks)
+            return seqs
+
+        return self.run(go(), timeout=300)
+
+    def get(self, stream: str, seq: int) -> dict[str, Any]:
+        """One message via STREAM.MSG.GET: subject, data, header pairs, ts_ns."""
+        from jsspark.engine.headers import decode
+
+        m = self.api(f"STREAM.MSG.GET.{stream}", {"seq": seq})["message"]
+        hdrs = decode(base64.b64decode(m["hdrs"]))[0] if m.get("hdrs") else None
+        return {"seq": m["seq"], "subject": m["subject"], "data": base64.b64decode(m.get("data", "")),
+                "headers": hdrs or None, "ts_ns": rfc3339_ns(m["time"])}
+
+    def close(self) -> None:
+        try:
+            self.run(self.nc.close(), 10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+
+
+@pytest.fixture
+def nats(server: NatsServer) -> Iterator[SyncNats]:
+    c = SyncNats(server.url)
+    try:
+        yield c
+    finally:
+        c.close()

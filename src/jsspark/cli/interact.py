@@ -24,7 +24,9 @@ def confirm(question: str, force: bool) -> None:
     if force:
         return
     if not sys.stdin.isatty():
-        raise CLIError(f"{question.rstrip('?')}: refusing without -f (stdin is not a terminal to confirm on)")
+        raise CLIError(
+            f'refusing without -f: "{question}" needs a yes, and stdin is not a terminal to ask on'
+        )
     sys.stderr.write(f"? {question} [y/N] ")
     sys.stderr.flush()
     answer = sys.stdin.readline().strip().lower()

@@ -158,8 +158,10 @@ def _publish_many(
                     }
                 )
                 ack = lake.publish_batch(stream, table)
-                first = first or ack.first_seq
-                last = max(last, ack.last_seq)
+                new_seqs = ack.seqs[~ack.duplicates.astype(bool)]  # duplicates carry the original's seq
+                if len(new_seqs):
+                    first = first or int(new_seqs.min())
+                    last = max(last, int(new_seqs.max()))
                 duplicates += int(ack.duplicates.sum())
                 stored += ack.stored
                 progress.advance(len(rows))

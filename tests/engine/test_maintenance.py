@@ -109,3 +109,13 @@ def test_tables_stay_readable_by_sparks_delta_connector(tmp_path: Path) -> None:
     assert not proto.reader_features and not proto.writer_features
     time_type = pa.field(dt.schema().to_arrow().field("time")).type
     assert time_type == pa.timestamp("us", tz="UTC")
+
+
+def test_reads_at_an_unwritten_location_create_nothing(tmp_path: Path) -> None:
+    lake = jsspark.connect(str(tmp_path / "typo"))
+    assert lake.streams_info() == []
+    with pytest.raises(jsspark.errors.StreamNotFoundError):
+        lake.stream_info("X")
+    assert not (tmp_path / "typo").exists()
+    lake.add_stream(name="X", subjects=["x"])
+    assert [i.config.name for i in lake.streams_info()] == ["X"]

@@ -94,14 +94,14 @@ class StreamState:
             "first_ts": rfc3339nano(self.first_ts_ns) if self.first_ts_ns else "0001-01-01T00:00:00Z",
             "last_seq": self.last_seq,
             "last_ts": rfc3339nano(self.last_ts_ns) if self.last_ts_ns else "0001-01-01T00:00:00Z",
-            "consumer_count": self.consumer_count,
         }
         if self.num_subjects:
             out["num_subjects"] = self.num_subjects
-        if self.num_deleted:
-            out["num_deleted"] = self.num_deleted
         if self.subjects:
             out["subjects"] = dict(self.subjects)
+        if self.num_deleted:
+            out["num_deleted"] = self.num_deleted
+        out["consumer_count"] = self.consumer_count  # last, in the server's order
         return out
 
 

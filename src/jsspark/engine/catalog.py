@@ -66,11 +66,15 @@ class Catalog:
         self._dt: DeltaTable | None = None
         self._cache: tuple[int, dict[Key, Record]] | None = None
 
-    def _table(self) -> DeltaTable:
+    def _table(self, create: bool = True) -> DeltaTable | None:
+        """The catalog table; ``create=False`` answers ``None`` for a lake never written, so a
+        read at a mistyped location leaves nothing behind."""
         if self._dt is None:
             try:
                 self._dt = DeltaTable(self.uri, storage_options=self.storage_options)
             except TableNotFoundError:
+                if not create:
+                    return None
                 DeltaTable.create(
                     self.uri, CATALOG_SCHEMA, mode="ignore", name="jsspark_catalog",
                     storage_options=self.storage_options,
@@ -82,7 +86,9 @@ class Catalog:
 
     def records(self) -> dict[Key, Record]:
         """The live records, newest revision per key (cached per table version)."""
-        dt = self._table()
+        dt = self._table(create=False)
+        if dt is None:
+            return {}
         version = dt.version()
         if self._cache and self._cache[0] == version:
             return self._cache[1]
@@ -113,6 +119,7 @@ class Catalog:
         """
         for _ in range(MAX_ATTEMPTS):
             dt = self._table()
+            assert dt is not None
             records = self.records()
             changes = plan(records)
             if not changes:

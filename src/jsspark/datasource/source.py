@@ -78,11 +78,19 @@ class JetStreamDataSource(DataSource):
         return JetStreamStreamReader(parse_read_options(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
+        if "servers" in self.options:  # publish to a live JetStream server (jsspark.live)
+            from jsspark.live.publisher import live_writer
+
+            return live_writer(self.options, streaming=False)
         from jsspark.sink.lake_sink import make_writer
 
         return make_writer(parse_write_options(self.options), overwrite, streaming=False)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        if "servers" in self.options:  # publish to a live JetStream server (jsspark.live)
+            from jsspark.live.publisher import live_writer
+
+            return live_writer(self.options, streaming=True)
         from jsspark.sink.lake_sink import make_writer
 
         return make_writer(parse_write_options(self.options), overwrite, streaming=True)

@@ -57,6 +57,7 @@ from jsspark.live.spill import Chunk, Row, SpillPartition, make_spill_dir, rows_
 log = logging.getLogger(__name__)
 
 STALL_SECONDS = 5.0
+ACK_FLUSH_SECONDS = 3.0
 LAST_CONSUMER = "Nats-Last-Consumer"
 LAST_STREAM = "Nats-Last-Stream"
 STALLED = "Nats-Consumer-Stalled"
@@ -140,6 +141,7 @@ class Ingestor:
         self._restarting = False
         self._held_fc: str | None = None  # a flow-control request we answer once Spark commits
         self._acked_sseq = 0
+        self._acks_flushed = 0  # highest stream seq whose ack reached the server
         self._fatal: BaseException | None = None
         self.last_error: str | None = None
         self.resets = 0
@@ -335,6 +337,7 @@ class Ingestor:
         it: ``commit`` answers it the moment Spark's checkpoint moves, instead of the server
         asking again on its next heartbeat."""
         headers = None
+        pair: tuple[int, int] | None = None
         if self.opts.mode != "ordered":
             with self._cv:
                 pair = None if self._awaiting else self._ack_pair()
@@ -348,6 +351,11 @@ class Ingestor:
             if pair is not None:
                 headers = {LAST_CONSUMER: str(pair[1]), LAST_STREAM: str(pair[0])}
         await self._nc.publish(subject, b"", headers=headers)
+        if headers is not None and pair is not None:
+            await self._nc.flush()
+            with self._cv:
+                self._acks_flushed = max(self._acks_flushed, pair[0])
+                self._cv.notify_all()
 
     async def _answer_held(self) -> None:
         subject = self._held_fc
@@ -437,7 +445,28 @@ class Ingestor:
             j = len(self._seqs) if max_rows is None else min(len(self._seqs), i + max_rows)
             if target is not None:
                 j = min(j, bisect.bisect_right(self._seqs, target))
-            return self._seqs[j - 1] if j > i else start
+            if j > i:
+                return self._seqs[j - 1]
+        if target is not None:
+            self.flush_acks(ACK_FLUSH_SECONDS)
+        return start
+
+    def flush_acks(self, timeout: float) -> bool:
+        """Wait (bounded) until the consumer has been acked up to ``floor``. An AvailableNow run
+        ends right after this call (its last ``latestOffset`` sees everything committed), and
+        the server asks for the ack only at its next flow-control request (within its 1s idle
+        heartbeat), so without this wait the run's acks would wait for the next run."""
+        if self.opts.mode == "ordered":
+            return True
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                pair = None if self._awaiting else self._ack_pair()
+                if pair is None or self._acks_flushed >= pair[0]:
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+                self._cv.wait(0.05)
 
     def plan(self, start: int, end: int) -> list[SpillPartition]:
         """Partitions for (start, end]: waits (bounded) until the buffer covers ``end`` — after

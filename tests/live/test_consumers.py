@@ -1,0 +1,139 @@
+"""The live source's consumer handling without Spark: binding rules, Interest origins, resets
+made by another process, and secrets kept out of errors. ``Ingestor`` is driven the way Spark
+drives it: ``latest(start)`` -> ``plan(start, end)`` -> read -> the next ``latest(end)``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from jsspark.live.ingestor import Ingestor, LiveSourceError
+from jsspark.live.options import parse_live_read_options
+from jsspark.live.spill import read_spill
+from jsspark.nats_server import NatsServer
+from tests.live.conftest import SyncNats
+from tests.live.test_crashes import fast_publish
+from tests.live.test_durable_source import wait_for
+
+pytestmark = [pytest.mark.nats]
+
+
+def read_range(ing: Ingestor, start: int, end: int) -> list[int]:
+    parts = ing.plan(start, end)
+    batches = [b for p in parts for b in read_spill(p)]
+    return pa.Table.from_batches(batches).column("seq").to_pylist() if batches else []
+
+
+def drain(ing: Ingestor, start: int, until: int, timeout: float = 30) -> tuple[int, list[int]]:
+    """Run batches until ``until`` is reached; every batch is 'committed' by the next call."""
+    got: list[int] = []
+    deadline = time.monotonic() + timeout
+    while start < until:
+        assert time.monotonic() < deadline, f"stuck at {start}"
+        end = ing.latest(start, 400, None)
+        if end > start:
+            got.extend(read_range(ing, start, end))
+            start = end
+    ing.latest(start, 400, None)  # commits the last batch
+    return start, got
+
+
+def opts(url: str, stream: str, tmp: Path, **kw: str) -> object:
+    return parse_live_read_options({"servers": url, "stream": stream, "spillDir": str(tmp), **kw})
+
+
+def test_user_managed_binding_requires_flow_control(server: NatsServer, nats: SyncNats, tmp_path: Path) -> None:
+    nats.add_stream(name="UM", subjects=["um.>"])
+    resp = nats.api("CONSUMER.CREATE.UM.explicit", {"stream_name": "UM", "config": {
+        "durable_name": "explicit", "deliver_subject": "dlv.um.x", "ack_policy": "explicit"}})
+    assert "error" not in resp, resp
+    ing = Ingestor(opts(server.url, "UM", tmp_path, consumerMode="user", consumer="explicit",
+                        deliverSubject="dlv.um.x"))
+    with pytest.raises(LiveSourceError, match=r"10217.*stream source consumer requires flow control ack policy"):
+        ing.start(None)
+    ing.stop()
+    resp = nats.api("CONSUMER.CREATE.UM.fc", {"stream_name": "UM", "config": {
+        "durable_name": "fc", "deliver_subject": "dlv.um.fc", "ack_policy": "flow_control",
+        "flow_control": True, "idle_heartbeat": 1_000_000_000, "max_ack_pending": 100}})
+    assert "error" not in resp, resp
+    wrong = Ingestor(opts(server.url, "UM", tmp_path, consumerMode="user", consumer="fc", deliverSubject="dlv.um.other"))
+    with pytest.raises(LiveSourceError, match="10215"):
+        wrong.start(None)
+    wrong.stop()
+    fast_publish(nats, "um", 0, 250)
+    ing = Ingestor(opts(server.url, "UM", tmp_path, consumerMode="user", consumer="fc", deliverSubject="dlv.um.fc"))
+    ing.start(None)
+    try:
+        _, got = drain(ing, ing.floor, 250)
+        assert got == list(range(1, 251))  # max_ack_pending 100 < 250: progress needs our acks
+    finally:
+        ing.stop()
+
+
+def test_interest_origin_keeps_messages_until_committed(server: NatsServer, nats: SyncNats, tmp_path: Path) -> None:
+    nats.add_stream(name="INT", subjects=["int.>"], retention="interest")
+    ing = Ingestor(opts(server.url, "INT", tmp_path, consumer="lake"))
+    ing.start(None)  # the durable exists before publishing: it holds interest
+    try:
+        fast_publish(nats, "int", 0, 1_000)
+        end = 0
+        wait_for(lambda: ing.latest(0, None, None) >= 1_000, 20, "1000 buffered")
+        end = ing.latest(0, 600, None)
+        assert read_range(ing, 0, end) == list(range(1, end + 1))
+        time.sleep(2.5)  # two idle heartbeats: acks could have gone out if we ever sent them early
+        assert nats.state("INT")["messages"] == 1_000  # nothing committed yet: nothing acked
+        end2 = ing.latest(end, None, None)  # commits (0, end]
+        wait_for(lambda: nats.state("INT")["first_seq"] == end + 1, 10, "acks up to the committed batch")
+        assert nats.state("INT")["messages"] == 1_000 - end
+        assert read_range(ing, end, end2) == list(range(end + 1, 1_001))
+        ing.latest(end2, None, None)
+        wait_for(lambda: nats.state("INT")["messages"] == 0, 10, "everything acked")
+    finally:
+        ing.stop()
+
+
+def test_reset_by_another_process(server: NatsServer, nats: SyncNats, tmp_path: Path) -> None:
+    nats.add_stream(name="RS", subjects=["rs.>"])
+    fast_publish(nats, "rs", 0, 600)
+    ing = Ingestor(opts(server.url, "RS", tmp_path, consumer="lake"))
+    ing.start(None)
+    try:
+        start, got = drain(ing, 0, 300)
+        # backward: redelivers what we already have; nothing may appear twice
+        resp = nats.api("CONSUMER.RESET.RS.lake", {"seq": 1})
+        assert "error" not in resp, resp
+        start, more = drain(ing, start, 600)
+        assert got + more == list(range(1, 601))
+        # forward: the origin skips 601..700 for this consumer; they are not invented
+        fast_publish(nats, "rs", 600, 200)
+        resp = nats.api("CONSUMER.RESET.RS.lake", {"seq": 701})
+        assert "error" not in resp, resp
+        wait_for(lambda: ing.latest(start, None, None) >= 800, 20, "delivery after the forward reset")
+        tail = read_range(ing, start, 800)
+        assert set(tail) <= set(range(601, 801)) and tail[-100:] == list(range(701, 801))
+        ing.latest(800, None, None)
+        wait_for(lambda: nats.api("CONSUMER.INFO.RS.lake")["ack_floor"]["stream_seq"] == 800, 10, "acks resume")
+    finally:
+        ing.stop()
+
+
+def test_secrets_never_in_errors(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir()
+    with NatsServer(store_dir=tmp_path / "store", extra_args=["--user", "alice", "--pass", "s3cr3t-pw"]) as srv:
+        good = opts(srv.url, "X", tmp_path, user="alice", password="s3cr3t-pw")
+        assert "s3cr3t-pw" not in repr(good)
+        bad_url = srv.url.replace("nats://", "nats://alice:s3cr3t-pw@")
+        ing = Ingestor(opts(bad_url, "NOPE", tmp_path, waitTimeout="5"))
+        with pytest.raises(LiveSourceError) as info:
+            ing.start(None)
+        ing.stop()
+        assert "s3cr3t-pw" not in str(info.value)
+        assert "s3cr3t-pw" not in repr(opts(bad_url, "X", tmp_path))
+        ing = Ingestor(opts(srv.url, "NOPE", tmp_path, user="alice", password="wrong-s3cr3t", waitTimeout="5"))
+        with pytest.raises(LiveSourceError) as info:
+            ing.start(None)
+        ing.stop()
+        assert "wrong-s3cr3t" not in str(info.value)

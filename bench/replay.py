@@ -1,0 +1,194 @@
+"""Replay benchmark: reading a whole lake stream with ``readStream.format("jetstream")``,
+against Spark's native Parquet scan of the same files and against nats-py reading the same
+messages from a real nats-server.
+
+    python bench/replay.py [--messages 10000000] [--batch 1000000] [--skip-nats] [--dir D]
+
+One run, the same messages (100-byte payloads) for all three:
+- ``jetstream``: ``readStream.format("jetstream")`` with ``Trigger.AvailableNow`` into the
+  ``noop`` sink (every row materialised, nothing written);
+- ``parquet``: ``spark.read.parquet(<the stream table's current data files, from
+  DeltaTable.file_uris()>)`` into the ``noop`` sink: the same rows from the same files with
+  Spark's native reader, the ceiling a Python data source can approach. Target: jetstream at
+  least 0.5 of it;
+- ``nats-py``: the messages published to a nats-server (``jsspark.nats_server``), then read
+  by an ordered consumer (one Python client, as an application would read them).
+
+Each Spark reading runs once untimed on a small stream first, so JVM and Python worker
+start-up is not counted. Prints msgs/s and the ratios side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+import jsspark
+
+PAYLOAD = b"x" * 100
+SUBJECTS = 100
+
+
+def make_batch(prefix: str, start: int, n: int) -> pa.Table:
+    ids = np.arange(start, start + n) % SUBJECTS
+    subjects = pa.array([f"{prefix}.s{i}" for i in range(SUBJECTS)], pa.string()).take(pa.array(ids))
+    return pa.table({"subject": subjects, "data": pa.array([PAYLOAD] * n, pa.binary())})
+
+
+def build_stream(loc: str, name: str, n: int, batch: int) -> float:
+    """A stream ``name`` (subjects ``<name lower>.>``) holding n messages; publish seconds."""
+    lake = jsspark.connect(loc)
+    prefix = name.lower()
+    lake.add_stream(name=name, subjects=[f"{prefix}.>"], duplicate_window=0)
+    t0 = time.perf_counter()
+    for start in range(0, n, batch):
+        lake.publish_batch(name, make_batch(prefix, start, min(batch, n - start)))
+    return time.perf_counter() - t0
+
+
+def spark_session() -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[*]")
+        .appName("jsspark-bench-replay")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "4g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def time_jetstream(spark: Any, loc: str, stream: str, ckpt: Path) -> tuple[float, int]:
+    """AvailableNow over the whole stream into the noop sink; (seconds, rows)."""
+    shutil.rmtree(ckpt, ignore_errors=True)
+    t0 = time.perf_counter()
+    q = (
+        spark.readStream.format("jetstream").option("stream", stream).load(loc)
+        .writeStream.format("noop").option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True).start()
+    )
+    q.awaitTermination()
+    elapsed = time.perf_counter() - t0
+    if q.exception():
+        raise RuntimeError(q.exception())
+    rows = sum(p["numInputRows"] for p in q.recentProgress)
+    return elapsed, rows
+
+
+def time_parquet(spark: Any, loc: str, stream: str) -> tuple[float, int]:
+    """The stream table's current files through Spark's Parquet reader into noop."""
+    from deltalake import DeltaTable
+
+    files = DeltaTable(jsspark.connect(loc).stream_uri(stream)).file_uris()
+    t0 = time.perf_counter()
+    df = spark.read.parquet(*files)
+    df.write.format("noop").mode("overwrite").save()
+    elapsed = time.perf_counter() - t0
+    rows = int(sum(pa.parquet.ParquetFile(f).metadata.num_rows for f in files))  # type: ignore[attr-defined]
+    return elapsed, rows
+
+
+async def _nats(n: int) -> tuple[float, float, int]:
+    """Publish n messages to a real server, then read them all with an ordered consumer;
+    (publish seconds, read seconds, messages read)."""
+    import nats
+
+    from jsspark.nats_server import NatsServer
+
+    server = NatsServer().start()
+    try:
+        nc = await nats.connect(server.url, pending_size=512 * 1024 * 1024)
+        js = nc.jetstream()
+        await js.add_stream(name="BENCH", subjects=["bench.>"], duplicate_window=0)
+        subjects = [f"bench.s{i}" for i in range(SUBJECTS)]
+        t0 = time.perf_counter()
+        for i in range(n):  # acked publishes, pipelined (core publishes can be dropped under load)
+            await js.publish_async(subjects[i % SUBJECTS], PAYLOAD, wait_stall=60)
+        await asyncio.wait_for(js.publish_async_completed(), timeout=600)
+        stored = (await js.stream_info("BENCH")).state.messages
+        if stored != n:
+            raise RuntimeError(f"nats-server stored {stored} of {n} messages")
+        t_pub = time.perf_counter() - t0
+
+        done = asyncio.get_running_loop().create_future()
+        count = 0
+
+        async def on_msg(msg: Any) -> None:
+            nonlocal count
+            count += 1
+            if count == n and not done.done():
+                done.set_result(None)
+
+        t0 = time.perf_counter()
+        sub = await js.subscribe(
+            "bench.>", ordered_consumer=True, cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1
+        )
+        await asyncio.wait_for(done, timeout=600)
+        t_read = time.perf_counter() - t0
+        await sub.unsubscribe()
+        await nc.close()
+        return t_pub, t_read, count
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=10_000_000)
+    ap.add_argument("--batch", type=int, default=1_000_000, help="messages per publish_batch")
+    ap.add_argument("--skip-nats", action="store_true")
+    ap.add_argument("--dir", default=None)
+    args = ap.parse_args()
+    n = args.messages
+    root = Path(args.dir or tempfile.mkdtemp(prefix="jsspark-replay-"))
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    try:
+        print(f"building {n:,} messages (100-byte payloads) in {root}")
+        loc = str(root / "lake")
+        t_build = build_stream(loc, "BENCH", n, min(args.batch, n))
+        build_stream(loc, "WARM", 10_000, 10_000)
+        print(f"  lake publish: {t_build:.1f}s ({n / t_build:,.0f} msgs/s)")
+        spark = spark_session()
+        time_jetstream(spark, loc, "WARM", root / "ck-warm")  # start-up, untimed
+        time_parquet(spark, loc, "WARM")
+        t_js, rows_js = time_jetstream(spark, loc, "BENCH", root / "ck")
+        t_pq, rows_pq = time_parquet(spark, loc, "BENCH")
+        spark.stop()
+        assert rows_js == n and rows_pq == n, (rows_js, rows_pq)
+        results = [("jetstream AvailableNow -> noop", t_js, rows_js), ("parquet scan of the files -> noop", t_pq, rows_pq)]
+        if not args.skip_nats:
+            t_pub, t_nats, rows_nats = asyncio.run(_nats(n))
+            print(f"  nats-server publish (nats-py publish_async): {t_pub:.1f}s ({n / t_pub:,.0f} msgs/s)")
+            assert rows_nats == n, rows_nats
+            results.append(("nats-py ordered consumer", t_nats, rows_nats))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    js_rate = rows_js / t_js
+    print(f"\n{'reader':<36}{'messages':>12}{'seconds':>10}{'msgs/s':>14}{'jetstream / this':>18}")
+    for label, t, rows in results:
+        rate = rows / t
+        print(f"{label:<36}{rows:>12,}{t:>10.2f}{rate:>14,.0f}{js_rate / rate:>18.2f}")
+    ratio = js_rate / (rows_pq / t_pq)
+    print(f"\njetstream / parquet = {ratio:.2f} (target >= 0.5): {'ok' if ratio >= 0.5 else 'BELOW TARGET'}")
+
+
+if __name__ == "__main__":
+    main()

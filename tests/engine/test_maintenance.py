@@ -119,3 +119,12 @@ def test_reads_at_an_unwritten_location_create_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "typo").exists()
     lake.add_stream(name="X", subjects=["x"])
     assert [i.config.name for i in lake.streams_info()] == ["X"]
+
+
+def test_publish_batch_of_no_rows_is_a_no_op(tmp_path: Path) -> None:
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="E", subjects=["e.>"])
+    version = lake.stream("E").table.snapshot().version
+    ack = lake.publish_batch("E", pa.table({"subject": pa.array([], pa.string()), "data": pa.array([], pa.binary())}))
+    assert (ack.stored, ack.count) == (0, 0)
+    assert lake.stream("E").table.snapshot().version == version

@@ -179,6 +179,8 @@ class LakeStream:
         whose version the table already holds for ``app_id`` is skipped (``replayed``).
         """
         self._writable()
+        if not len(batch):  # nothing to store: no commit, as a publish of nothing changes nothing
+            return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0)
         if not pa.types.is_dictionary(batch.subject.type):  # encode once: every subject step runs on distinct values
             batch = Incoming(pc.dictionary_encode(batch.subject), batch.data, batch.headers)
         self._check_routable(batch)

@@ -37,7 +37,8 @@ def test_round_trip_nats_spark_nats_exactly_once(spark: Any, server: Any, nats: 
 
     def run_once() -> None:
         src = (spark.readStream.format("jetstream").option("servers", server.url).option("stream", "RT_IN")
-               .option("maxMessagesPerTrigger", "1000").option("spillDir", str(tmp_path / "spill")).load())
+               .option("maxMessagesPerTrigger", "1000").option("maxAckPending", "700")
+               .option("spillDir", str(tmp_path / "spill")).load())
         q = (src.selectExpr("concat('back.', subject) AS subject", "data", "headers", "stream", "seq")
              .writeStream.format("jetstream").option("servers", server.url)
              .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
@@ -50,6 +51,7 @@ def test_round_trip_nats_spark_nats_exactly_once(spark: Any, server: Any, nats: 
     run_once()  # acks the previous run's last batch, then carries the new messages
     out = nats.state("RT_OUT")
     assert out["messages"] == 3_500 and out["last_seq"] == 3_500
-    wait_for(lambda: nats.state("RT_IN")["messages"] <= 500, 10, "the first run's messages to be acked")
+    wait_for(lambda: nats.state("RT_IN")["messages"] <= 500, 10,
+             f"the first run's messages to be acked: {nats.state('RT_IN')} {nats.api('CONSUMER.LIST.RT_IN')}")
     m = nats.get("RT_OUT", 3_500)
     assert dict(m["headers"])["Nats-Msg-Id"] == "RT_IN:3500" and m["subject"].startswith("back.rt.")

@@ -434,10 +434,25 @@ class Ingestor:
 
     def latest(self, start: int, max_rows: int | None, target: int | None) -> int:
         """The end offset of the next batch: the highest buffered origin seq (at most
-        ``max_rows`` messages after ``start``, at most ``target``); ``start`` if none yet."""
+        ``max_rows`` messages after ``start``, at most ``target``); ``start`` if none yet.
+
+        With an AvailableNow ``target`` it waits (bounded) for *something* above ``start``
+        rather than for the whole target: the buffer is bounded by ``max_ack_pending``, so the
+        rest only comes once this batch is committed and acked."""
         self.commit(start)
-        if target is not None and target > start:
-            self._wait(lambda: self._highest >= target, f"origin seq {target} (AvailableNow target)")
+        end = self._pick(start, max_rows, target)
+        if end > start or target is None:
+            return end
+        if target > start:
+            self._wait(lambda: (bool(self._seqs) and self._seqs[-1] > start) or self._highest >= target,
+                       f"messages above origin seq {start} (AvailableNow target {target})")
+            end = self._pick(start, max_rows, target)
+            if end > start:
+                return end
+        self.flush_acks(ACK_FLUSH_SECONDS)  # the run ends after this call: ack what it committed
+        return start
+
+    def _pick(self, start: int, max_rows: int | None, target: int | None) -> int:
         with self._cv:
             self._check()
             self._flush()
@@ -445,11 +460,7 @@ class Ingestor:
             j = len(self._seqs) if max_rows is None else min(len(self._seqs), i + max_rows)
             if target is not None:
                 j = min(j, bisect.bisect_right(self._seqs, target))
-            if j > i:
-                return self._seqs[j - 1]
-        if target is not None:
-            self.flush_acks(ACK_FLUSH_SECONDS)
-        return start
+            return self._seqs[j - 1] if j > i else start
 
     def flush_acks(self, timeout: float) -> bool:
         """Wait (bounded) until the consumer has been acked up to ``floor``. An AvailableNow run

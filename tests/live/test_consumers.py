@@ -137,3 +137,26 @@ def test_secrets_never_in_errors(tmp_path: Path) -> None:
             ing.start(None)
         ing.stop()
         assert "wrong-s3cr3t" not in str(info.value)
+
+
+def test_ordered_mode_on_a_limits_origin(server: NatsServer, nats: SyncNats, tmp_path: Path) -> None:
+    nats.add_stream(name="LIM", subjects=["lim.>"])
+    fast_publish(nats, "lim", 0, 900)
+    ing = Ingestor(opts(server.url, "LIM", tmp_path, consumerMode="ordered"))
+    ing.start(None)
+    try:
+        start, got = drain(ing, ing.floor, 900)
+        assert got == list(range(1, 901))
+        resets = ing.resets
+    finally:
+        ing.stop()
+    # a restart at a committed offset recreates the ephemeral there: nothing before it again
+    fast_publish(nats, "lim", 900, 100)
+    ing = Ingestor(opts(server.url, "LIM", tmp_path, consumerMode="ordered"))
+    ing.start(start)
+    try:
+        _, tail = drain(ing, start, 1000)
+        assert tail == list(range(901, 1001)) and resets >= 1
+        assert nats.state("LIM")["messages"] == 1000  # ordered mode never acks anything away
+    finally:
+        ing.stop()

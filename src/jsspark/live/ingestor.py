@@ -127,6 +127,7 @@ class Ingestor:
         self._consumer_name = opts.consumer
         self._deliver = ""
         self._sub: Any = None
+        self._watch: asyncio.Task[None] | None = None
         # buffer (guarded by _cv)
         self._chunks: list[Chunk] = []
         self._rows: list[Row] = []
@@ -176,6 +177,8 @@ class Ingestor:
     def stop(self) -> None:
         if self._loop is None:
             return
+        if self._watch is not None:
+            self._loop.call_soon_threadsafe(self._watch.cancel)
         with contextlib.suppress(Exception):
             self._call(self._nc.close(), 5)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -198,7 +201,7 @@ class Ingestor:
             with self._cv:
                 self.floor = int((info.get(key) or {}).get("stream_seq", 0))
                 self._highest = max(self._highest, self.floor)
-        asyncio.get_running_loop().create_task(self._watchdog())
+        self._watch = asyncio.get_running_loop().create_task(self._watchdog())
 
     async def _restart_delivery(self, raise_errors: bool = False) -> dict[str, Any]:
         """(Re)start delivery above what we hold: reset the durable (or recreate the ordered

@@ -1,0 +1,55 @@
+"""engine.ingest: storing messages from another stream in mirror form (origin seq and time,
+skipped seqs as deleted, no regressions) and source form (new seqs, Nats-Stream-Source)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import jsspark
+from jsspark.engine.headers import HEADER_TYPE
+from jsspark.engine.ingest import SequenceRegression, source_header, store_mirrored, store_sourced
+
+
+def origin_rows(seqs: list[int]) -> pa.Table:
+    hdrs = [[{"name": "X", "value": str(s)}, {"name": "Nats-Expected-Stream", "value": "Q"},
+             {"name": "X", "value": "again"}] for s in seqs]
+    return pa.table({"seq": seqs, "ts_ns": [1_700_000_000_000_000_001 + s for s in seqs],
+                     "subject": [f"o.{s}" for s in seqs], "data": [f"d{s}".encode() for s in seqs],
+                     "headers": pa.array(hdrs, HEADER_TYPE)})
+
+
+def test_mirror_keeps_origin_seq_and_time_and_records_skips(tmp_path: Path) -> None:
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="M", subjects=["o.>"])
+    ack = store_mirrored(lake, "M", origin_rows([5, 6, 9]), txn=("app", 0))
+    assert ack.seqs.tolist() == [5, 6, 9]
+    assert store_mirrored(lake, "M", origin_rows([5, 6, 9]), txn=("app", 0)).replayed
+    st = lake.stream_info("M").state
+    assert (st.first_seq, st.last_seq, st.messages, st.num_deleted) == (5, 9, 3, 2)
+    rows = lake.stream("M").read().sort_by("seq").to_pylist()
+    assert [r["ts_ns"] for r in rows] == [1_700_000_000_000_000_006, 1_700_000_000_000_000_007,
+                                          1_700_000_000_000_000_010]
+    # Nats-Expected-* dropped; repeated keys and their order kept
+    assert [(h["name"], h["value"]) for h in rows[0]["headers"]] == [("X", "5"), ("X", "again")]
+    with pytest.raises(SequenceRegression):
+        store_mirrored(lake, "M", origin_rows([9, 10]))
+    with pytest.raises(SequenceRegression):
+        store_mirrored(lake, "M", origin_rows([12, 12]))
+    store_mirrored(lake, "M", origin_rows([10, 20]), txn=("app", 1))
+    st = lake.stream_info("M").state
+    assert (st.last_seq, st.messages, st.num_deleted) == (20, 5, 11)
+
+
+def test_source_assigns_new_seqs_with_stream_source_header(tmp_path: Path) -> None:
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="S", subjects=["o.>"])
+    store_sourced(lake, "S", origin_rows([5, 9]), origin="ORDERS", txn=("app", 0))
+    assert store_sourced(lake, "S", origin_rows([5, 9]), origin="ORDERS", txn=("app", 0)).replayed
+    rows = lake.stream("S").read().sort_by("seq").to_pylist()
+    assert [r["seq"] for r in rows] == [1, 2]
+    assert [(h["name"], h["value"]) for h in rows[1]["headers"]] == [
+        ("X", "9"), ("X", "again"), ("Nats-Stream-Source", "ORDERS 9 > > o.9")]
+    assert source_header("O2", 1, "o2.a", "o2.a") == "O2 1 o2.a > o2.a"  # the server's observed form

@@ -1,4 +1,4 @@
-"""Shared fixtures: a real nats-server per test session, and a nats-py client helper."""
+"""Shared fixtures: a real nats-server and one local SparkSession per test session, and a coroutine runner."""
 
 from __future__ import annotations
 
@@ -22,6 +22,18 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer
         yield srv
     finally:
         srv.close()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The one local SparkSession every Spark test shares (``local[2]``, start-up is the cost)."""
+    from jsspark.local_spark import local_spark
+
+    session = local_spark("jsspark-tests")
+    try:
+        yield session
+    finally:
+        session.stop()
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
-import sys
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -25,32 +23,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
         yield srv
     finally:
         srv.close()
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("jsspark-live-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    import jsspark
-
-    jsspark.register(session)
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 def rfc3339_ns(text: str) -> int:

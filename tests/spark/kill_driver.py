@@ -29,22 +29,9 @@ BLOCK_SECONDS = 300.0
 
 
 def _session() -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from jsspark.local_spark import local_spark
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("jsspark-kill-driver")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_spark("jsspark-kill-driver")
 
 
 def _blocking(block_seq: int, marker: str) -> Any:

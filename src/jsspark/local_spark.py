@@ -1,0 +1,40 @@
+"""A local SparkSession sized for a laptop or a 2-core CI box, with jsspark registered.
+
+Tests, benchmarks, the quickstart and notebooks all want the same thing: ``local[N]``, no UI,
+few shuffle partitions, UTC, a JVM tuned to start fast, and Python workers on *this*
+interpreter (they need pyarrow and deltalake, which a bare system python lacks).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def local_spark(app_name: str = "jsspark", cores: int = 2, **conf: str) -> Any:
+    """Get or create the process's local SparkSession; ``conf`` adds or overrides settings."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    jvm = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(cores),
+        "spark.default.parallelism": str(cores),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": jvm,
+        "spark.executor.extraJavaOptions": jvm,
+        **conf,
+    }
+    builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    from jsspark.datasource import register
+
+    register(session)
+    return session

@@ -83,8 +83,9 @@ def test_interest_origin_keeps_messages_until_committed(server: NatsServer, nats
         wait_for(lambda: ing.latest(0, None, None) >= 1_000, 20, "1000 buffered")
         end = ing.latest(0, 600, None)
         assert read_range(ing, 0, end) == list(range(1, end + 1))
-        time.sleep(2.5)  # two idle heartbeats: acks could have gone out if we ever sent them early
-        assert nats.state("INT")["messages"] == 1_000  # nothing committed yet: nothing acked
+        seen = ing.controls_seen
+        wait_for(lambda: ing.controls_seen >= seen + 2, 10, "two heartbeats or flow-control requests")
+        assert nats.state("INT")["messages"] == 1_000  # answered them, nothing committed: nothing acked
         end2 = ing.latest(end, None, None)  # commits (0, end]
         wait_for(lambda: nats.state("INT")["first_seq"] == end + 1, 10, "acks up to the committed batch")
         assert nats.state("INT")["messages"] == 1_000 - end

@@ -139,6 +139,9 @@ class Ingestor:
         self._last_dseq = 0
         self._gen_pairs: deque[tuple[int, int]] = deque()
         self._last_heard = time.monotonic()
+        # Heartbeats and flow-control requests seen: the moments an ack could go out, which
+        # is what a test of "no ack before commit" has to wait through.
+        self.controls_seen = 0
         self._restarting = False
         self._held_fc: str | None = None  # a flow-control request we answer once Spark commits
         self._acked_sseq = 0
@@ -274,6 +277,7 @@ class Ingestor:
         self._last_heard = time.monotonic()
         hdrs = msg.headers
         if not msg.data and hdrs and hdrs.get("Status") == "100":
+            self.controls_seen += 1
             await self._on_control(msg, hdrs)
             return
         try:

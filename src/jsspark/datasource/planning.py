@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -45,7 +46,16 @@ from jsspark.engine.table import MessageTable, Snapshot
 from jsspark.subjects import match_filter
 
 # A partition holds at most this many messages; a batch uses more partitions before bigger ones.
-ROWS_PER_PARTITION = 200_000
+# Each task costs Spark tens of ms (measured, bench/replay.py): few large partitions, in whole
+# waves of the cores, beat many small ones; a task holds its stored rows (~75 MB at 100-byte
+# payloads) and builds its output a slice at a time.
+ROWS_PER_PARTITION = 500_000
+
+
+def _cores() -> int:
+    """Task slots to fill: this machine's cores (exact for ``local[*]``; on a cluster a batch
+    big enough to need several partitions gets a multiple of the driver's count)."""
+    return os.cpu_count() or 1
 
 
 class DataLossError(RuntimeError):
@@ -164,6 +174,10 @@ class ReadPartition:
     rate_limit_bps: int = 0
     fail_on_data_loss: bool = True
     storage_options: dict[str, str] | None = field(default=None)
+    # Sizes of ``files`` and the table's Arrow schema at ``version``: with them a task opens
+    # the Parquet files directly instead of replaying the Delta log (empty/None: replay it).
+    file_sizes: tuple[int, ...] = ()
+    table_schema: pa.Schema | None = None
 
 
 @dataclass
@@ -173,6 +187,7 @@ class Planner:
     opts: ReadOptions
     _table: MessageTable | None = None
     _lake: Any = None
+    _scanned: tuple[tuple[int, int], pa.Table] | None = None
 
     # -- the stream ----------------------------------------------------------------------------
     def lake(self) -> Any:
@@ -314,12 +329,19 @@ class Planner:
 
     # -- reading the index ---------------------------------------------------------------------
     def _scan(self, snap: Snapshot, after: int, upto: int | None) -> pa.Table:
-        """``seq``, ``size`` (and ``subject`` when filtering) of stored messages after ``after``."""
-        cond = ds.field("seq") > after
+        """``seq``, ``size`` (and ``subject`` when filtering) of stored messages after ``after``,
+        in sequence order. The scan of everything after ``after`` is kept for the version: a
+        batch's ``latestOffset`` and ``partitions`` start from the same cursor and read it once."""
+        key = (snap.version, after)
+        if self._scanned is None or self._scanned[0] != key:
+            cols = ["seq", "size", *(["subject"] if self.opts.filters else [])]
+            rows = self.table().dataset(snap).to_table(columns=cols, filter=ds.field("seq") > after)
+            order = np.argsort(rows["seq"].to_numpy(), kind="stable")  # sorted runs, one per file
+            self._scanned = (key, rows.take(pa.array(order)).combine_chunks())
+        rows = self._scanned[1]
         if upto is not None:
-            cond = cond & (ds.field("seq") <= upto)
-        cols = ["seq", "size", *(["subject"] if self.opts.filters else [])]
-        return self.table().dataset(snap).to_table(columns=cols, filter=cond).sort_by("seq")
+            rows = rows.slice(0, int(np.searchsorted(rows["seq"].to_numpy(), upto, side="right")))
+        return rows
 
     def _wanted(self, rows: pa.Table, cur: Cursor) -> np.ndarray:
         seqs = rows["seq"].to_numpy()
@@ -376,6 +398,7 @@ class Planner:
         settled = self._settled(end)
         self._check_gap(snap, replace(start, seq=max(start.seq, settled)), upto)
         rows = self._scan(snap, start.seq, None)
+        self._scanned = None  # the batch is planned: nothing reads this range again
         seqs_all = rows["seq"].to_numpy()
         wanted = self._wanted(rows, start)
         in_range = seqs_all <= upto
@@ -393,12 +416,15 @@ class Planner:
         n = len(seqs)
         if n == 0:
             return []
-        parts = max(self.opts.min_partitions, math.ceil(n / ROWS_PER_PARTITION))
+        by_size = math.ceil(n / ROWS_PER_PARTITION)
+        if by_size > 1:  # whole waves: every core busy until the batch's last task
+            by_size = math.ceil(by_size / _cores()) * _cores()
+        parts = max(self.opts.min_partitions, by_size)
         if self.opts.replay_original or self.opts.consumer.rate_limit_bps:
             parts = 1  # pacing is per task: one task keeps the stream's pace and rate
         parts = min(parts, n)
         bounds = np.linspace(0, n, parts + 1).astype(np.int64)
-        files = self._files(snap)
+        files, direct = self._files(snap)
         base = ReadPartition(
             uri=self.table().uri,
             version=snap.version,
@@ -416,16 +442,18 @@ class Planner:
             rate_limit_bps=int(self.opts.consumer.rate_limit_bps),
             fail_on_data_loss=self.opts.fail_on_data_loss,
             storage_options=self.opts.storage_options,
+            table_schema=self.table().dataset(snap).schema if direct else None,
         )
         out = []
         for i0, i1 in itertools.pairwise(bounds):
             lo = start.seq if i0 == 0 else int(seqs[i0 - 1])
             hi = int(seqs[i1 - 1])
-            overlapping = tuple(p for p, fmin, fmax in files if fmax > lo and fmin <= hi)
+            overlapping = [(p, size) for p, fmin, fmax, size in files if fmax > lo and fmin <= hi]
             skip = tuple(s for s in start.skip if lo < s <= hi)
             out.append(
                 replace(
-                    base, lo=lo, hi=hi, files=overlapping, expected=int(i1 - i0),
+                    base, lo=lo, hi=hi, files=tuple(p for p, _ in overlapping),
+                    file_sizes=tuple(z for _, z in overlapping) if direct else (), expected=int(i1 - i0),
                     dseq_base=start.dseq + int(i0), pending_after=tail + int(n - i1),
                     skip=skip, resume=start.resume if start.resume > lo else 0,
                 )
@@ -441,15 +469,23 @@ class Planner:
         st = self._consumer().state
         return st.ack_floor.stream_seq if st.reset_generation == end.gen else 0
 
-    def _files(self, snap: Snapshot) -> list[tuple[str, int, int]]:
-        """(path, min seq, max seq) of each data file; files without stats span everything."""
+    def _files(self, snap: Snapshot) -> tuple[list[tuple[str, int, int, int]], bool]:
+        """(path, min seq, max seq, size) of each data file (files without stats span
+        everything), and whether the paths are exactly those the version's dataset reads, so
+        a task can open them without the Delta log."""
         stats = self.table().file_stats(snap)
         if stats.num_rows == 0:
-            return []
+            return [], False
         paths = stats["path"].to_pylist()
         names = stats.column_names
         lo = stats["min.seq"].to_pylist() if "min.seq" in names else [None] * len(paths)
         hi = stats["max.seq"].to_pylist() if "max.seq" in names else [None] * len(paths)
+        size = stats["size_bytes"].to_pylist() if "size_bytes" in names else [None] * len(paths)
         big = np.iinfo(np.int64).max
-        return [(p, 0 if a is None else int(a), big if b is None else int(b)) for p, a, b in zip(paths, lo, hi, strict=True)]
-
+        files = [
+            (p, 0 if a is None else int(a), big if b is None else int(b), -1 if z is None else int(z))
+            for p, a, b, z in zip(paths, lo, hi, size, strict=True)
+        ]
+        fragments = {f.path for f in self.table().dataset(snap).get_fragments()}
+        direct = all(f[3] >= 0 and f[0] in fragments for f in files) and len(fragments) == len(files)
+        return files, direct

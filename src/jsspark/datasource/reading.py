@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,12 +24,29 @@ from jsspark.engine import headers as H
 from jsspark.engine.schema import stored_size
 
 MAX_BATCH_ROWS = 10_000
+# Unpaced reads take and convert the wanted rows this many at a time.
+OUTPUT_SLICE_ROWS = 65_536
 MSG_SIZE_HEADER = "Nats-Msg-Size"  # what a headers_only consumer gets instead of the payload
 # How much a rate-limited read sends between two sleeps.
 RATE_SLICE_SECONDS = 0.1
 
 
+def _filesystem(p: ReadPartition) -> Any:
+    """The table's storage as a pyarrow filesystem rooted at the table (delta-rs's own object
+    store with the same storage options, so object stores work as with ``DeltaTable``)."""
+    import pyarrow.fs as pa_fs
+    from deltalake.fs import DeltaStorageHandler
+
+    return pa_fs.PyFileSystem(DeltaStorageHandler(p.uri, p.storage_options, dict(zip(p.files, p.file_sizes, strict=True))))
+
+
 def _dataset(p: ReadPartition) -> ds.Dataset:
+    """The partition's files. With the files' paths, sizes and the table schema planned on the
+    driver the Parquet files are opened directly: no Delta log replay per task."""
+    if p.files and p.table_schema is not None and len(p.file_sizes) == len(p.files):
+        fs = _filesystem(p)
+        fmt = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=True))
+        return ds.FileSystemDataset([fmt.make_fragment(f, filesystem=fs) for f in p.files], p.table_schema, fmt, fs)
     from deltalake import DeltaTable
 
     dataset = DeltaTable(p.uri, version=p.version, storage_options=p.storage_options).to_pyarrow_dataset()
@@ -41,20 +59,39 @@ def _dataset(p: ReadPartition) -> ds.Dataset:
     return ds.FileSystemDataset(frags, dataset.schema, dataset.format, dataset.filesystem)
 
 
-def load_messages(p: ReadPartition) -> pa.Table:
-    """The partition's wanted messages in sequence order (stored columns)."""
-    cols = ["seq", "ts_ns", "time", "subject", "headers", "size", *([] if p.headers_only else ["data"])]
+def _stored_columns(p: ReadPartition) -> list[str]:
+    return ["seq", "ts_ns", "time", "subject", "headers", "size", *([] if p.headers_only else ["data"])]
+
+
+def load_rows(p: ReadPartition) -> tuple[pa.Table, np.ndarray]:
+    """The partition's stored rows (row groups pruned by their ``seq`` statistics, in file
+    order) and the indices of the wanted messages among them, in sequence order.
+
+    One ``take`` per column later replaces a sort, a filter and a concatenation (each of
+    which copied every column, payloads included)."""
     cond = (ds.field("seq") > p.lo) & (ds.field("seq") <= p.hi)
-    rows = _dataset(p).to_table(columns=cols, filter=cond).sort_by("seq")
-    mask = delivery_mask(rows["seq"].to_numpy(), rows["subject"], p.filters, p.skip, p.resume)
-    rows = rows.filter(pa.array(mask))
-    if rows.num_rows < p.expected and p.fail_on_data_loss:
+    rows = _dataset(p).to_table(columns=_stored_columns(p), filter=cond)
+    seqs = rows["seq"].to_numpy()
+    mask = delivery_mask(seqs, rows["subject"], p.filters, p.skip, p.resume)  # per row: order-free
+    order = np.argsort(seqs, kind="stable")  # a few sorted runs (one per file): near linear
+    idx = order[mask[order]]
+    if len(idx) < p.expected and p.fail_on_data_loss:
         raise DataLossError(
             f"jetstream source: stream {p.stream}: sequences {p.lo + 1}..{p.hi} of version {p.version} hold "
-            f"{rows.num_rows} of the {p.expected} planned messages (files removed by vacuum?). "
+            f"{len(idx)} of the {p.expected} planned messages (files removed by vacuum?). "
             "Set failOnDataLoss=false to skip them."
         )
-    return rows.combine_chunks()
+    return rows, idx
+
+
+def load_messages(p: ReadPartition) -> pa.Table:
+    """The partition's wanted messages in sequence order (stored columns)."""
+    rows, idx = load_rows(p)
+    return _take(rows, idx)
+
+
+def _take(rows: pa.Table, idx: np.ndarray) -> pa.Table:
+    return rows.take(pa.array(idx, pa.int64())).combine_chunks()
 
 
 def _with_size_header(headers: pa.Array, sizes: np.ndarray) -> pa.Array:
@@ -86,17 +123,19 @@ def _payload_sizes(rows: pa.Table) -> np.ndarray:
     return size - stored_size("", 0, 0) - subj - np.where(hlen > 0, hlen + 4, 0)
 
 
-def to_output(p: ReadPartition, rows: pa.Table) -> pa.Table:
-    """Stored columns -> the source's rows (``ARROW_SCHEMA``), numbered for delivery."""
+def to_output(p: ReadPartition, rows: pa.Table, first: int = 0, total: int | None = None) -> pa.Table:
+    """Stored columns -> the source's rows (``ARROW_SCHEMA``), numbered for delivery: ``rows``
+    are the partition's wanted messages ``first..first + len`` of ``total``."""
     n = rows.num_rows
+    after = (n if total is None else total) - first - n  # the partition's messages after these
     headers = rows["headers"].combine_chunks()
     if p.headers_only:
         headers = _with_size_header(headers, _payload_sizes(rows))
         data = pa.array([b""] * n, pa.binary())
     else:
         data = rows["data"].combine_chunks()
-    dseq = p.dseq_base + np.arange(1, n + 1, dtype=np.int64)
-    pending = p.pending_after + np.arange(n - 1, -1, -1, dtype=np.int64)
+    dseq = p.dseq_base + first + np.arange(1, n + 1, dtype=np.int64)
+    pending = p.pending_after + after + np.arange(n - 1, -1, -1, dtype=np.int64)
     return pa.Table.from_arrays(
         [
             pa.repeat(pa.scalar(p.stream, pa.string()), n),
@@ -148,12 +187,20 @@ def _chunks(
 def read_partition(
     p: ReadPartition, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
 ) -> Iterator[pa.RecordBatch]:
-    """All record batches of one partition, schema exactly ``ARROW_SCHEMA``."""
-    rows = load_messages(p)
-    if rows.num_rows == 0:
+    """All record batches of one partition, schema exactly ``ARROW_SCHEMA``.
+
+    Unpaced reads build the output a slice at a time: Spark converts one slice while the
+    next is taken, and only the stored rows plus one slice are held at once."""
+    if p.replay_original or p.rate_limit_bps:
+        rows = load_messages(p)
+        if rows.num_rows == 0:
+            return
+        out = to_output(p, rows)
+        yield from _chunks(out, rows["ts_ns"].to_numpy(), rows["size"].to_numpy(), p, clock, sleep)
         return
-    out = to_output(p, rows)
-    if not p.replay_original and not p.rate_limit_bps:
-        yield from out.to_batches(max_chunksize=MAX_BATCH_ROWS)
-        return
-    yield from _chunks(out, rows["ts_ns"].to_numpy(), rows["size"].to_numpy(), p, clock, sleep)
+    rows, idx = load_rows(p)
+    n = len(idx)
+    for i in range(0, n, OUTPUT_SLICE_ROWS):
+        yield from to_output(p, _take(rows, idx[i : i + OUTPUT_SLICE_ROWS]), i, n).to_batches(
+            max_chunksize=MAX_BATCH_ROWS
+        )

@@ -15,7 +15,7 @@ from jsspark.cli import render
 from jsspark.cli.documents import read_config
 from jsspark.cli.errors import CLIError, doing
 from jsspark.cli.interact import confirm
-from jsspark.cli.units import human_duration, parse_duration, parse_size
+from jsspark.cli.units import duration_arg, human_duration, parse_duration, size_arg
 
 if TYPE_CHECKING:
     from jsspark.cli.session import Session
@@ -85,16 +85,16 @@ def _consumer_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", metavar="SUBJECT", help="push: deliver to SUBJECT")
     p.add_argument("--deliver-group", metavar="GROUP", help="push: queue group")
     p.add_argument("--replay", choices=["instant", "original"])
-    p.add_argument("--wait", type=_duration, metavar="DURATION", help="ack wait: 30s")
+    p.add_argument("--wait", type=duration_arg, metavar="DURATION", help="ack wait: 30s")
     p.add_argument("--max-deliver", type=int, help="delivery attempts per message (-1 unlimited)")
     p.add_argument("--max-pending", type=int, help="max outstanding acks")
     p.add_argument("--max-waiting", type=int, help="max waiting pull requests")
     p.add_argument("--max-pull-batch", type=int, help="largest pull batch")
-    p.add_argument("--max-pull-expire", type=_duration, metavar="DURATION", help="longest pull expiry")
-    p.add_argument("--max-pull-bytes", type=_size, metavar="SIZE", help="largest pull in bytes")
-    p.add_argument("--inactive-threshold", type=_duration, metavar="DURATION")
+    p.add_argument("--max-pull-expire", type=duration_arg, metavar="DURATION", help="longest pull expiry")
+    p.add_argument("--max-pull-bytes", type=size_arg, metavar="SIZE", help="largest pull in bytes")
+    p.add_argument("--inactive-threshold", type=duration_arg, metavar="DURATION")
     p.add_argument("--backoff", metavar="DURATIONS", help="redelivery backoff: 1s,5s,30s")
-    p.add_argument("--heartbeat", type=_duration, metavar="DURATION", help="push: idle heartbeat")
+    p.add_argument("--heartbeat", type=duration_arg, metavar="DURATION", help="push: idle heartbeat")
     p.add_argument("--flow-control", action=bool_flag, help="push: flow control")
     p.add_argument("--headers-only", action=bool_flag, help="deliver headers only")
     p.add_argument("--description")
@@ -102,18 +102,6 @@ def _consumer_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ephemeral", action="store_true", help="no durable name: the lake names it")
 
 
-def _duration(text: str) -> int:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def deliver_wire(text: str) -> dict[str, Any]:

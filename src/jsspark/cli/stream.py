@@ -14,7 +14,7 @@ from jsspark.cli import render
 from jsspark.cli.documents import read_config
 from jsspark.cli.errors import CLIError, doing
 from jsspark.cli.interact import Progress, confirm
-from jsspark.cli.units import human_bytes, human_duration, parse_duration, parse_size
+from jsspark.cli.units import duration_arg, human_bytes, human_duration, size_arg
 
 if TYPE_CHECKING:
     from jsspark.cli.session import Session
@@ -117,11 +117,11 @@ def _stream_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", type=int, help="kept for the server; a lake has one copy per table")
     p.add_argument("--max-msgs", type=int, help="messages kept (-1 unlimited)")
     p.add_argument("--max-msgs-per-subject", type=int, help="messages kept per subject (-1 unlimited)")
-    p.add_argument("--max-bytes", type=_size, help="bytes kept: 1GB, 512MiB, -1 unlimited")
-    p.add_argument("--max-age", type=_duration, help="oldest message kept: 1h, 7d, 1y, 0 unlimited")
-    p.add_argument("--max-msg-size", type=_size, help="largest message accepted (-1 unlimited)")
+    p.add_argument("--max-bytes", type=size_arg, help="bytes kept: 1GB, 512MiB, -1 unlimited")
+    p.add_argument("--max-age", type=duration_arg, help="oldest message kept: 1h, 7d, 1y, 0 unlimited")
+    p.add_argument("--max-msg-size", type=size_arg, help="largest message accepted (-1 unlimited)")
     p.add_argument("--max-consumers", type=int, help="consumers allowed (-1 unlimited)")
-    p.add_argument("--dupe-window", type=_duration, help="window for Nats-Msg-Id deduplication: 2m")
+    p.add_argument("--dupe-window", type=duration_arg, help="window for Nats-Msg-Id deduplication: 2m")
     p.add_argument("--first-sequence", type=int, help="sequence of the first message")
     p.add_argument("--allow-direct", action=bool_flag, help="allow direct gets")
     p.add_argument("--allow-rollup", action=bool_flag, help="allow Nats-Rollup headers")
@@ -136,18 +136,6 @@ def _stream_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metadata", action="append", metavar="K=V", help="metadata entry (repeatable)")
 
 
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _duration(text: str) -> int:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _flag_wire(args: argparse.Namespace) -> dict[str, Any]:

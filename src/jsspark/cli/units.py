@@ -7,6 +7,7 @@ The wire always carries bytes and nanoseconds; on the command line ``1GB``, ``-1
 
 from __future__ import annotations
 
+import argparse
 import re
 
 _SIZE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
@@ -87,3 +88,19 @@ def human_duration(ns: int) -> str:
         if len(parts) == 2:
             break
     return "".join(parts)
+
+
+def size_arg(text: str) -> int:
+    """``parse_size`` as an argparse ``type``: a bad value becomes a usage error naming it."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def duration_arg(text: str) -> int:
+    """``parse_duration`` as an argparse ``type``."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -188,6 +188,7 @@ class Planner:
     _table: MessageTable | None = None
     _lake: Any = None
     _scanned: tuple[tuple[int, int], pa.Table] | None = None
+    _retention_checked: bool = False
 
     # -- the stream ----------------------------------------------------------------------------
     def lake(self) -> Any:
@@ -247,7 +248,17 @@ class Planner:
         if cfg.rate_limit_bps:
             raise OptionError("rate_limit_bps needs a push consumer; a durable_name binds a pull consumer: drop one")
         lake.add_consumer(self.opts.stream, cfg)
+        self._recover_retention()
         return self._cursor_of(self._consumer())
+
+    def _recover_retention(self) -> None:
+        """Once per process, before this query's first ack: remove what an interest or work-queue
+        stream keeps only because a crash fell between an ack's floor commit and its removal
+        commit (the server's ``checkStateForInterestStream`` when a consumer comes back)."""
+        if self._retention_checked:
+            return
+        self.lake().consumers.check_interest(self.opts.stream)
+        self._retention_checked = True
 
     def _consumer(self) -> Any:
         """The bound durable consumer as the catalog holds it now."""
@@ -288,6 +299,7 @@ class Planner:
         same cursor as the ``base`` the batch's end offset must carry."""
         if self.durable is None:
             return start, None
+        self._recover_retention()
         c = self._consumer()
         gen = c.state.reset_generation
         if start.gen is None:  # an offset from before generations were recorded: adopt the current one

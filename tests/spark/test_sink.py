@@ -12,7 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 import jsspark
-from jsspark.datasource.options import WriteOptions
+from jsspark.datasource.options import OptionError, WriteOptions, parse_write_options
 from jsspark.sink.lake_sink import APP_ID_PREFIX, LakeStreamWriter, collect_task
 
 pytestmark = pytest.mark.spark
@@ -118,3 +118,37 @@ def test_streaming_write_exactly_once_across_restarts(spark: Any, tmp_path: Path
     lake.publish_batch("IN", pa.table({"subject": ["in.10", "in.11"], "data": [b"10", b"11"]}))
     assert run() == [2]
     assert [d for _, _, d, _ in _stored(lake, "OUT")] == [b"%d" % i for i in range(12)]
+
+
+def _origin_batch(seqs: list[int]) -> pa.RecordBatch:
+    """Rows as the live NATS source emits them (its extra columns are ignored by the sink)."""
+    return pa.record_batch({
+        "stream": ["ORIG"] * len(seqs), "subject": [f"o.{s}" for s in seqs], "seq": seqs,
+        "ts_ns": [1_700_000_000_000_000_001 + s for s in seqs],
+        "headers": pa.array([[{"name": "K", "value": str(s)}] for s in seqs],
+                            pa.list_(pa.field("element", pa.struct([("name", pa.string()), ("value", pa.string())])))),
+        "data": [f"d{s}".encode() for s in seqs], "consumer": ["c"] * len(seqs),
+    })
+
+
+def test_form_option_lands_mirror_and_source_once(tmp_path: Path) -> None:
+    loc, lake = _lake(tmp_path, "M", "S")
+    for form, name in (("mirror", "M"), ("source", "S")):
+        writer = LakeStreamWriter(parse_write_options({"path": loc, "stream": name, "form": form, "txnAppId": "q"}))
+        writer.commit([collect_task([_origin_batch([4, 7])], loc, "t", form=form)], 0)
+        writer.commit([collect_task([_origin_batch([4, 7])], loc, "t", inline_limit=0, form=form)], 0)  # replay
+    mirrored = lake.stream("M").read().sort_by("seq").to_pylist()
+    assert [(r["seq"], r["ts_ns"], r["subject"], r["data"]) for r in mirrored] == [
+        (s, 1_700_000_000_000_000_001 + s, f"o.{s}", f"d{s}".encode()) for s in (4, 7)]
+    sourced = lake.stream("S").read().sort_by("seq").to_pylist()
+    assert [r["seq"] for r in sourced] == [1, 2]
+    assert [(h["name"], h["value"]) for h in sourced[1]["headers"]] == [("K", "7"), ("Nats-Stream-Source", "ORIG 7 > > o.7")]
+
+
+def test_form_option_errors(tmp_path: Path) -> None:
+    loc, _ = _lake(tmp_path, "M")
+    with pytest.raises(OptionError, match="option 'form' must be one of 'mirror', 'source'"):
+        parse_write_options({"path": loc, "stream": "M", "form": "mirorr"})
+    assert parse_write_options({"path": loc, "stream": "M"}).form is None  # absent: publish as before
+    with pytest.raises(ValueError, match=r"form='mirror' needs the live source's columns .*missing \['ts_ns'\]"):
+        collect_task([pa.record_batch({"stream": ["O"], "subject": ["m.a"], "seq": [1]})], loc, "t", form="mirror")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jsspark.config import AckPolicy, ConsumerConfig, DeliverPolicy, ReplayPolicy, check_consumer_config
+from jsspark.engine.ingest import LANDING_FORMS
 
 # Consumer options: JetStream ConsumerConfig JSON names.
 CONSUMER_OPTIONS = (
@@ -38,7 +39,7 @@ SPARK_READ_OPTIONS = (
     "minPartitions",
 )
 COMMON_OPTIONS = ("path", "stream")
-SINK_OPTIONS = ("checkpointLocation", "txnAppId", "dedupByOrigin", "ackSource")
+SINK_OPTIONS = ("checkpointLocation", "txnAppId", "dedupByOrigin", "ackSource", "form")
 
 # A Spark source is neither a pull nor a push consumer; with a rate limit it is checked as a
 # push consumer (the server refuses ``rate_limit_bps`` on pull consumers) delivering here.
@@ -194,7 +195,10 @@ class WriteOptions:
     """Sink options. ``dedup_by_origin``: rows that carry the jetstream source's ``stream`` and
     ``seq`` columns are published at most once per origin message (see ``lake_sink``).
     ``ack_source``: after its Delta commit a streaming sink acks the durable consumers the
-    batch was read from (their offsets in ``<checkpointLocation>/offsets/<batchId>``)."""
+    batch was read from (their offsets in ``<checkpointLocation>/offsets/<batchId>``).
+    ``form``: ``None`` publishes (new sequences, publish checks); ``"mirror"``/``"source"`` land
+    origin messages as a mirror/sourcing stream stores them (``engine.ingest``), so rows from the
+    live NATS source keep their origin sequence and time, or gain ``Nats-Stream-Source``."""
 
     location: str
     stream: str
@@ -202,6 +206,7 @@ class WriteOptions:
     txn_app_id: str | None = None
     dedup_by_origin: bool = True
     ack_source: bool = True
+    form: str | None = None
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
@@ -214,7 +219,22 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         opts.get("txnAppId"),
         parse_bool("dedupByOrigin", opts.get("dedupByOrigin", "true")),
         parse_bool("ackSource", opts.get("ackSource", "true")),
+        parse_form(opts.get("form")),
     )
+
+
+def parse_form(text: str | None) -> str | None:
+    """The sink's ``form`` option: absent keeps publishing; a typo must not silently publish
+    (new sequences) what the user meant to mirror, so an unknown value fails at start."""
+    if text is None:
+        return None
+    value = text.strip().lower()
+    if value not in LANDING_FORMS:
+        raise OptionError(
+            f"option 'form' must be one of {', '.join(repr(f) for f in LANDING_FORMS)} (or absent to publish), "
+            f"got {text!r}"
+        )
+    return value
 
 
 def _location_and_stream(opts: Mapping[str, str]) -> tuple[str, str]:

@@ -36,6 +36,9 @@ from jsspark.engine.subject_stats import SubjectGroups
 from jsspark.engine.table import ConcurrentCommit
 
 _DROP_PREFIXES = ("Nats-Expected-", "Nats-Batch-")
+# How origin messages can be stored: the two ways a JetStream stream takes another's messages.
+# Listed once so ``land_batch`` and the sink's ``form`` option accept exactly the same values.
+LANDING_FORMS = ("mirror", "source")
 
 
 class SequenceRegression(ValueError):

@@ -5,6 +5,9 @@
 (``engine.ingest.store_sourced``). ``txn=(app_id, batch_id)`` is recorded in the same Delta commit,
 so a batch Spark replays after a crash (same batch id) is skipped: together with the source's
 origin-seq offsets this makes NATS -> lake exactly once.
+
+This is the one landing implementation: the lake sink's ``form`` option
+(``writeStream.format("jetstream").option("form", ...)``) calls ``land_batch`` too.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from jsspark.engine.api import BatchAck
-from jsspark.engine.ingest import store_mirrored, store_sourced
+from jsspark.engine.ingest import LANDING_FORMS, store_mirrored, store_sourced
 
 
 def land_batch(lake: Any, stream: str, rows: pa.Table, *, form: str = "mirror", txn: tuple[str, int] | None = None,
@@ -29,4 +32,4 @@ def land_batch(lake: Any, stream: str, rows: pa.Table, *, form: str = "mirror", 
                 raise ValueError("land_batch(form='source') needs origin= (or rows from one origin stream)")
             origin = names.pop()
         return store_sourced(lake, stream, rows, origin=origin, filter_subject=filter_subject, txn=txn)
-    raise ValueError(f"land_batch: form must be 'mirror' or 'source', got {form!r}")
+    raise ValueError(f"land_batch: form must be one of {LANDING_FORMS}, got {form!r}")

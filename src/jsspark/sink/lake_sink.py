@@ -1,4 +1,4 @@
-"""Spark writers into a lake stream: one publish per batch, exactly once for streaming.
+"""Spark writers into a lake stream: one publish (or landing) per batch, exactly once for streaming.
 
 Rows (``subject``, optional ``data`` and ``headers``; other columns are ignored) go through
 the engine's publish semantics (routing check, dedup by ``Nats-Msg-Id``, expectations,
@@ -27,6 +27,15 @@ window expires), costs one number instead of an id per message, and allows sever
 rows per origin message. It is what the server's sourcing keeps (the last origin sequence
 received); like it, messages skipped by a reset ahead and then reached by a reset back are
 below the mark and are not stored. One origin stream per batch (one mark per commit).
+
+Landing forms (``form``): ``mirror`` or ``source`` store rows of the live NATS source (columns
+``stream``, ``seq``, ``ts_ns``, ``subject``, ``headers``, ``data``) the way a mirror or a sourcing
+stream stores its origin's messages, through ``jsspark.live.landing.land_batch`` (the same code
+``foreachBatch`` landing uses): mirror keeps the origin sequence and nanosecond time, source
+assigns new sequences and adds ``Nats-Stream-Source``. The micro-batch's ``(app id, batchId)``
+txn is written in the landing's Delta commit, so a replayed batch is skipped as for a publish.
+``dedupByOrigin`` does not apply: a mirror's last sequence already is its origin high-water
+mark (a batch at or below it fails as a sequence regression rather than storing twice).
 
 Acks (``ackSource``, on by default): once its Delta commit succeeded, a streaming sink reads
 the batch's source offsets from ``<checkpointLocation>/offsets/<batchId>`` (Spark writes them
@@ -62,6 +71,17 @@ SINK_SCHEMA = pa.schema(
 # What a task hands the driver: the publishable columns and each row's origin message, if any.
 TASK_SCHEMA = pa.schema(
     [*SINK_SCHEMA, pa.field("origin_stream", pa.string()), pa.field("origin_seq", pa.int64())]
+)
+# What a task hands the driver with ``form`` set: the origin message as the live source emits it.
+FORM_SCHEMA = pa.schema(
+    [
+        pa.field("stream", pa.string()),
+        pa.field("seq", pa.int64()),
+        pa.field("ts_ns", pa.int64()),
+        pa.field("subject", pa.string()),
+        pa.field("headers", H.HEADER_TYPE),
+        pa.field("data", pa.binary()),
+    ]
 )
 ORIGIN_APP_PREFIX = "jsspark.origin."
 # Above this many bytes a task stages its rows as Parquet instead of returning them inline.
@@ -110,6 +130,34 @@ def normalize(batch: pa.RecordBatch | pa.Table, origin: bool = True) -> pa.Table
     return pa.Table.from_arrays([subject, data, headers, o_stream, o_seq], schema=TASK_SCHEMA)
 
 
+def normalize_origin(batch: pa.RecordBatch | pa.Table, form: str) -> pa.Table:
+    """The origin-message columns a landing form needs, typed as ``engine.ingest`` reads them.
+    Every column is required: without the origin's ``seq``/``ts_ns``/``stream`` a mirror or a
+    ``Nats-Stream-Source`` header would be invented, not kept."""
+    names = batch.schema.names
+    missing = [f.name for f in FORM_SCHEMA if f.name not in names and f.name not in ("headers", "data")]
+    if missing:
+        raise ValueError(
+            f"jetstream sink option form={form!r} needs the live source's columns {FORM_SCHEMA.names}; "
+            f"missing {missing} (got {names})"
+        )
+    n = batch.num_rows
+    data = batch.column("data") if "data" in names else pa.array([b""] * n, pa.binary())
+    data = data.cast(pa.binary()) if not pa.types.is_binary(data.type) else data
+    headers = _headers_column(batch.column("headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
+    return pa.Table.from_arrays(
+        [
+            batch.column("stream").cast(pa.string()),
+            batch.column("seq").cast(pa.int64()),
+            batch.column("ts_ns").cast(pa.int64()),
+            batch.column("subject").cast(pa.string()),
+            headers,
+            data,
+        ],
+        schema=FORM_SCHEMA,
+    )
+
+
 # -- task output -------------------------------------------------------------------------------
 @dataclass
 class LakeSinkMessage(WriterCommitMessage):
@@ -135,14 +183,16 @@ def staging_dir(location: str, tag: str) -> str:
 
 def collect_task(
     batches: Iterable[pa.RecordBatch], location: str, tag: str, inline_limit: int = INLINE_LIMIT_BYTES,
-    origin: bool = True,
+    origin: bool = True, form: str | None = None,
 ) -> LakeSinkMessage:
-    """Normalise a task's rows and package them for the driver's commit."""
-    tables = [normalize(b, origin) for b in batches]
-    table = pa.concat_tables(tables) if tables else TASK_SCHEMA.empty_table()
+    """Normalise a task's rows and package them for the driver's commit (the origin-message
+    columns when a landing ``form`` is set, else the publishable ones)."""
+    schema = FORM_SCHEMA if form else TASK_SCHEMA
+    tables = [normalize_origin(b, form) if form else normalize(b, origin) for b in batches]
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
     if table.nbytes <= inline_limit:
         sink = io.BytesIO()
-        with pa.ipc.new_stream(sink, TASK_SCHEMA) as w:
+        with pa.ipc.new_stream(sink, schema) as w:
             w.write_table(table)
         return LakeSinkMessage(table.num_rows, ipc=sink.getvalue())
     filesystem, root = _filesystem(staging_dir(location, tag))
@@ -163,8 +213,10 @@ def _task_name() -> str:
     return f"{prefix}{uuid.uuid4().hex}"
 
 
-def load_messages(messages: Iterable[WriterCommitMessage | None], location: str) -> pa.Table:
-    """All tasks' rows in task order."""
+def load_messages(
+    messages: Iterable[WriterCommitMessage | None], location: str, schema: pa.Schema = TASK_SCHEMA
+) -> pa.Table:
+    """All tasks' rows in task order (``schema``: what the tasks wrote, for an empty batch)."""
     tables = []
     for m in messages:
         if not isinstance(m, LakeSinkMessage) or not m.rows:
@@ -174,7 +226,7 @@ def load_messages(messages: Iterable[WriterCommitMessage | None], location: str)
         elif m.path is not None:
             filesystem, _ = _filesystem(location)
             tables.append(pq.read_table(m.path, filesystem=filesystem))
-    return pa.concat_tables(tables) if tables else TASK_SCHEMA.empty_table()
+    return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
 def remove_staged(messages: Iterable[WriterCommitMessage | None], location: str) -> None:
@@ -219,6 +271,27 @@ def publish(opts: WriteOptions, table: pa.Table, txn: tuple[str, int] | None = N
     fresh = fresh.sort_by([("origin_seq", "ascending")])  # origin order, however Spark partitioned
     top = int(pc.max(fresh.column("origin_seq")).as_py())
     return lake.publish_batch(opts.stream, fresh.select(SINK_SCHEMA.names), txn=(app_id, top))
+
+
+def land(opts: WriteOptions, table: pa.Table, txn: tuple[str, int] | None = None) -> BatchAck | None:
+    """One landing commit in ``opts.form`` via ``land_batch`` (the single implementation, shared
+    with ``foreachBatch`` landing), idempotent per ``txn``. ``None``: an empty batch (nothing
+    to store; a replay of it stores nothing either)."""
+    import jsspark
+    from jsspark.live.landing import land_batch
+
+    if not table.num_rows:
+        return None
+    assert opts.form is not None
+    return land_batch(jsspark.connect(opts.location), opts.stream, table, form=opts.form, txn=txn)
+
+
+def store(opts: WriteOptions, messages: list[WriterCommitMessage | None], txn: tuple[str, int] | None) -> None:
+    """The driver's commit of a batch: land it when a ``form`` is set, else publish it."""
+    if opts.form:
+        land(opts, load_messages(messages, opts.location, FORM_SCHEMA), txn)
+    else:
+        publish(opts, load_messages(messages, opts.location), txn)
 
 
 def source_offsets(checkpoint_location: str, batch_id: int) -> list[dict[str, Any]]:
@@ -299,11 +372,12 @@ class LakeBatchWriter(DataSourceArrowWriter):
         self.tag = _tag(opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LakeSinkMessage:
-        return collect_task(iterator, self.opts.location, self.tag, origin=self.opts.dedup_by_origin)
+        return collect_task(iterator, self.opts.location, self.tag, origin=self.opts.dedup_by_origin,
+                            form=self.opts.form)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         try:
-            publish(self.opts, load_messages(messages, self.opts.location))
+            store(self.opts, messages, None)
         finally:
             remove_staged(messages, self.opts.location)
 
@@ -319,11 +393,12 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         self.tag = _tag(opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LakeSinkMessage:
-        return collect_task(iterator, self.opts.location, self.tag, origin=self.opts.dedup_by_origin)
+        return collect_task(iterator, self.opts.location, self.tag, origin=self.opts.dedup_by_origin,
+                            form=self.opts.form)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         try:
-            publish(self.opts, load_messages(messages, self.opts.location), txn=(query_app_id(self.opts), batchId))
+            store(self.opts, messages, (query_app_id(self.opts), batchId))
         finally:
             remove_staged(messages, self.opts.location)
         ack_sources(self.opts, batchId)  # only reached once the publish above committed

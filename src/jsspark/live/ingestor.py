@@ -58,6 +58,10 @@ log = logging.getLogger(__name__)
 
 STALL_SECONDS = 5.0
 ACK_FLUSH_SECONDS = 3.0
+# A batch waits for the buffer to fill while messages keep arriving (each Spark batch costs far
+# more than the wait): until the batch is full, delivery pauses LINGER_IDLE, or LINGER_MAX passes.
+LINGER_IDLE = 0.05
+LINGER_MAX = 1.0
 LAST_CONSUMER = "Nats-Last-Consumer"
 LAST_STREAM = "Nats-Last-Stream"
 STALLED = "Nats-Consumer-Stalled"
@@ -139,6 +143,7 @@ class Ingestor:
         self._last_dseq = 0
         self._gen_pairs: deque[tuple[int, int]] = deque()
         self._last_heard = time.monotonic()
+        self._last_msg = 0.0  # when the last message was buffered
         # Heartbeats and flow-control requests seen: the moments an ack could go out, which
         # is what a test of "no ack before commit" has to wait through.
         self.controls_seen = 0
@@ -301,10 +306,12 @@ class Ingestor:
             if sseq <= self._highest:
                 return
             self._highest = sseq
+            self._last_msg = self._last_heard
             self._rows.append((msg.subject, sseq, ts, _pairs(hdrs), bytes(msg.data), dseq, pending))
             self._seqs.append(sseq)
             if len(self._rows) >= self.opts.chunk_rows:
                 self._flush()
+                self._last_msg = time.monotonic()  # a spill is no pause in delivery
             self._cv.notify_all()
 
     async def _on_control(self, msg: Any, hdrs: dict[str, str]) -> None:
@@ -447,17 +454,30 @@ class Ingestor:
         rather than for the whole target: the buffer is bounded by ``max_ack_pending``, so the
         rest only comes once this batch is committed and acked."""
         self.commit(start)
+        if target is not None and target > start:
+            self._wait(lambda: (bool(self._seqs) and self._seqs[-1] > start) or self._highest >= target,
+                       f"messages above origin seq {start} (AvailableNow target {target})")
+        self._linger(start, max_rows, target)
         end = self._pick(start, max_rows, target)
         if end > start or target is None:
             return end
-        if target > start:
-            self._wait(lambda: (bool(self._seqs) and self._seqs[-1] > start) or self._highest >= target,
-                       f"messages above origin seq {start} (AvailableNow target {target})")
-            end = self._pick(start, max_rows, target)
-            if end > start:
-                return end
         self.flush_acks(ACK_FLUSH_SECONDS)  # the run ends after this call: ack what it committed
         return start
+
+    def _linger(self, start: int, max_rows: int | None, target: int | None) -> None:
+        """Let a batch that has begun to arrive fill up: until it holds ``max_rows`` (or the
+        ``max_ack_pending`` the server stops at), reaches ``target``, or delivery pauses."""
+        full = self.opts.max_ack_pending if max_rows is None else min(max_rows, self.opts.max_ack_pending)
+        begin = time.monotonic()  # the ack that commit just sent may only now resume delivery
+        deadline = begin + LINGER_MAX
+        with self._cv:
+            while self._seqs and self._seqs[-1] > start and self._fatal is None:
+                now = time.monotonic()
+                held = len(self._seqs) - bisect.bisect_right(self._seqs, start)
+                if (held >= full or (target is not None and self._highest >= target)
+                        or now - max(self._last_msg, begin) >= LINGER_IDLE or now >= deadline):
+                    return
+                self._cv.wait(LINGER_IDLE / 2)
 
     def _pick(self, start: int, max_rows: int | None, target: int | None) -> int:
         with self._cv:
@@ -495,3 +515,4 @@ class Ingestor:
             self._check()
             self._flush()
             return [SpillPartition((c.path,), start, end) for c in self._chunks if c.last > start and c.first <= end]
+

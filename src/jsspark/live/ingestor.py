@@ -62,6 +62,7 @@ ACK_FLUSH_SECONDS = 3.0
 # more than the wait): until the batch is full, delivery pauses LINGER_IDLE, or LINGER_MAX passes.
 LINGER_IDLE = 0.05
 LINGER_MAX = 1.0
+PARTITION_ROWS = 100_000  # spill rows per Spark partition at most
 LAST_CONSUMER = "Nats-Last-Consumer"
 LAST_STREAM = "Nats-Last-Stream"
 STALLED = "Nats-Consumer-Stalled"
@@ -514,5 +515,18 @@ class Ingestor:
         with self._cv:
             self._check()
             self._flush()
-            return [SpillPartition((c.path,), start, end) for c in self._chunks if c.last > start and c.first <= end]
+            chunks = [c for c in self._chunks if c.last > start and c.first <= end]
+        # Few, large partitions: each Spark task costs far more than reading a few spill files.
+        parts: list[SpillPartition] = []
+        group: list[str] = []
+        rows = 0
+        for c in chunks:
+            if group and rows + c.count > PARTITION_ROWS:
+                parts.append(SpillPartition(tuple(group), start, end))
+                group, rows = [], 0
+            group.append(c.path)
+            rows += c.count
+        if group:
+            parts.append(SpillPartition(tuple(group), start, end))
+        return parts
 

@@ -286,13 +286,8 @@ class Ingestor:
             self.controls_seen += 1
             await self._on_control(msg, hdrs)
             return
-        t = msg.reply.split(".") if msg.reply else ()  # parse_ack_reply, inlined: once per message
-        n = len(t)
-        i = 4 if n == 9 else 6 if n >= 11 else 0
-        if not i:
-            return
         try:
-            sseq, dseq, ts, pending = int(t[i + 1]), int(t[i + 2]), int(t[i + 3]), int(t[i + 4])
+            _dc, sseq, dseq, ts, pending = parse_ack_reply(msg.reply or "")
         except ValueError:
             return
         with self._cv:
@@ -313,7 +308,7 @@ class Ingestor:
                 return
             self._highest = sseq
             self._last_msg = self._last_heard
-            self._rows.append((msg.subject, sseq, ts, _pairs(hdrs) if hdrs else None, msg.data, dseq, pending))
+            self._rows.append((msg.subject, sseq, ts, _pairs(hdrs), bytes(msg.data), dseq, pending))
             self._seqs.append(sseq)
             if len(self._rows) >= self.opts.chunk_rows:
                 self._flush()

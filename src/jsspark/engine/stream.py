@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +37,7 @@ from jsspark.subjects import SubjectTransform, match_filter, subject_matches
 
 MAX_HEADER_BYTES = 65535
 MAX_ATTEMPTS = 100
+T = TypeVar("T")
 _EMPTY_INDEX_ROWS = INDEX_SCHEMA.empty_table()
 
 
@@ -184,8 +185,8 @@ class LakeStream:
         if not pa.types.is_dictionary(batch.subject.type):  # encode once: every subject step runs on distinct values
             batch = Incoming(pc.dictionary_encode(batch.subject), batch.data, batch.headers)
         self._check_routable(batch)
-        for _ in range(MAX_ATTEMPTS):
-            snap, index = self._load()
+
+        def attempt(snap: Snapshot, index: MessageIndex) -> BatchAck:
             done = snap.table.transaction_version(txn[0]) if txn is not None else None
             if txn is not None and done is not None and done >= txn[1]:
                 return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0, replayed=True)
@@ -194,21 +195,45 @@ class LakeStream:
             if plan.last_seq == snap.last_seq and not len(plan.removed) and txn is None:
                 # all duplicates: nothing to commit
                 return BatchAck(self.name, plan.seqs, plan.duplicates, 0)
-            try:
-                version = self.table.commit(
-                    snap,
-                    plan.rows,
-                    last_seq=plan.last_seq,
-                    remove_predicate=seq_ranges_predicate(index.rows["seq"].to_numpy(), plan.removed),
-                    state=plan.state,
-                    app_transactions=[Transaction(*txn)] if txn is not None else None,
-                )
-            except ConcurrentCommit:
-                continue
+            version = self.table.commit(
+                snap,
+                plan.rows,
+                last_seq=plan.last_seq,
+                remove_predicate=seq_ranges_predicate(index.seq_array(), plan.removed),
+                state=plan.state,
+                app_transactions=[Transaction(*txn)] if txn is not None else None,
+            )
             self._after_commit(index, snap, version, plan.rows, plan.removed, plan.state, plan.groups)
             self._remember_ids(batch, plan, now)
             return BatchAck(self.name, plan.seqs, plan.duplicates, plan.rows.num_rows)
-        raise RuntimeError(f"stream {self.name}: gave up publishing after {MAX_ATTEMPTS} concurrent commits")
+
+        return self._optimistic("publishing", attempt)
+
+    def _optimistic(self, what: str, attempt: Callable[[Snapshot, MessageIndex], T]) -> T:
+        """Run ``attempt`` on the newest snapshot and index until its commit follows that state:
+        a commit raising ``ConcurrentCommit`` (another writer got there first) is planned again."""
+        for _ in range(MAX_ATTEMPTS):
+            snap, index = self._load()
+            try:
+                return attempt(snap, index)
+            except ConcurrentCommit:
+                continue
+        raise RuntimeError(f"stream {self.name}: gave up {what} after {MAX_ATTEMPTS} concurrent commits")
+
+    def _commit_removal(
+        self, snap: Snapshot, index: MessageIndex, mask: np.ndarray, *, last_seq: int | None = None,
+        predicate: str | None = None,
+    ) -> int:
+        """Commit removing the live messages ``mask`` selects (``predicate`` when a simpler
+        Delta predicate says the same), optionally moving the last sequence; returns how many."""
+        all_seqs = index.seq_array()
+        removed = all_seqs[mask]
+        last_seq = snap.last_seq if last_seq is None else last_seq
+        state = index.state_after(_EMPTY_INDEX_ROWS, mask, last_seq, self._last_ts_ns)
+        where = (predicate or seq_ranges_predicate(all_seqs, removed)) if len(removed) else None
+        version = self.table.commit(snap, None, last_seq=last_seq, remove_predicate=where, state=state)
+        self._after_commit(index, snap, version, None, removed, state)
+        return len(removed)
 
     def _after_commit(
         self, index: MessageIndex, snap: Snapshot, version: int, added: pa.Table | None,
@@ -477,24 +502,14 @@ class LakeStream:
     def remove_seqs(self, choose: Callable[[Snapshot, MessageIndex], np.ndarray]) -> int:
         """Commit the removal of the live seqs ``choose`` picks on the current state; returns how many."""
         self._writable()
-        for _ in range(MAX_ATTEMPTS):
-            snap, index = self._load()
+
+        def attempt(snap: Snapshot, index: MessageIndex) -> int:
             removed = np.asarray(choose(snap, index), dtype=np.int64)
             if not len(removed):
                 return 0
-            all_seqs = index.rows["seq"].to_numpy()
-            mask = np.isin(all_seqs, removed)
-            state = index.state_after(_EMPTY_INDEX_ROWS, mask, snap.last_seq, self._last_ts_ns)
-            try:
-                version = self.table.commit(
-                    snap, None, last_seq=snap.last_seq, remove_predicate=seq_ranges_predicate(all_seqs, removed),
-                    state=state,
-                )
-            except ConcurrentCommit:
-                continue
-            self._after_commit(index, snap, version, None, removed, state)
-            return len(removed)
-        raise RuntimeError(f"stream {self.name}: gave up after {MAX_ATTEMPTS} concurrent commits")
+            return self._commit_removal(snap, index, np.isin(index.seq_array(), removed))
+
+        return self._optimistic("removing messages", attempt)
 
     def purge(self, subject: str | None = None, seq: int | None = None, keep: int | None = None) -> int:
         """The server's ``PurgeEx``: ``seq`` is exclusive; ``keep`` keeps the newest K across the filter."""
@@ -526,40 +541,28 @@ class LakeStream:
 
     def _mark_purged(self) -> None:
         """A never-written stream reports first_seq 0 until its first purge, then last+1: record it."""
-        for _ in range(MAX_ATTEMPTS):
-            snap, index = self._load()
+
+        def attempt(snap: Snapshot, index: MessageIndex) -> None:
             state = self._state_of(index, snap.last_seq, self._last_ts_ns)
             if state["messages"] or state["first_seq"]:
                 return
             state["first_seq"] = snap.last_seq + 1
-            try:
-                version = self.table.commit(snap, None, last_seq=snap.last_seq, state=state)
-            except ConcurrentCommit:
-                continue
+            version = self.table.commit(snap, None, last_seq=snap.last_seq, state=state)
             self._after_commit(index, snap, version, None, None, state)
-            return
+
+        self._optimistic("marking the purge", attempt)
 
     def _compact(self, seq: int) -> int:
         """Purge everything below ``seq``; past the last seq, the next seq becomes ``seq``."""
-        for _ in range(MAX_ATTEMPTS):
-            snap, index = self._load()
-            all_seqs = index.rows["seq"].to_numpy()
-            mask = all_seqs < seq
-            removed = all_seqs[mask]
+
+        def attempt(snap: Snapshot, index: MessageIndex) -> int:
+            mask = index.seq_array() < seq
             last_seq = max(snap.last_seq, seq - 1)
-            state = index.state_after(_EMPTY_INDEX_ROWS, mask, last_seq, self._last_ts_ns)
-            if not len(removed) and last_seq == snap.last_seq:
+            if not mask.any() and last_seq == snap.last_seq:
                 return 0
-            try:
-                version = self.table.commit(
-                    snap, None, last_seq=last_seq, remove_predicate=f"seq < {seq}" if len(removed) else None,
-                    state=state,
-                )
-            except ConcurrentCommit:
-                continue
-            self._after_commit(index, snap, version, None, removed, state)
-            return len(removed)
-        raise RuntimeError(f"stream {self.name}: gave up after {MAX_ATTEMPTS} concurrent commits")
+            return self._commit_removal(snap, index, mask, last_seq=last_seq, predicate=f"seq < {seq}")
+
+        return self._optimistic("compacting to a sequence", attempt)
 
     def delete_msg(self, seq: int) -> None:
         if self.config.sealed:
@@ -596,17 +599,14 @@ class LakeStream:
 
     def compact(self, target_size: int | None = None) -> dict[str, Any]:
         """Bound the file count: merge small files (publish batches make one per partition)."""
-        for _ in range(MAX_ATTEMPTS):
-            snap, index = self._load()
-            state = self._state_of(index, snap.last_seq, self._last_ts_ns)
-            try:
-                metrics = self.table.compact(snap, state, target_size)
-            except ConcurrentCommit:
-                continue
+
+        def attempt(snap: Snapshot, index: MessageIndex) -> dict[str, Any]:
+            metrics = self.table.compact(snap, self._state_of(index, snap.last_seq, self._last_ts_ns), target_size)
             if metrics.get("numFilesAdded", 0) or metrics.get("numFilesRemoved", 0):
                 index.version = snap.table.version()  # same messages, new layout
             return metrics
-        raise RuntimeError(f"stream {self.name}: gave up compacting after {MAX_ATTEMPTS} concurrent commits")
+
+        return self._optimistic("compacting files", attempt)
 
     # -- reads ---------------------------------------------------------------------------------
     def read(self, filter: ds.Expression | None = None, columns: Sequence[str] | None = None) -> pa.Table:

@@ -257,17 +257,10 @@ def cmd_ls(args: argparse.Namespace, session: Session) -> None:
     with doing(f"could not list consumers of stream {args.stream}"):
         infos = sorted(session.lake.consumers_info(args.stream), key=lambda i: i.name)
     if args.names:
-        names = [i.name for i in infos]
-        if session.json:
-            render.print_json(names)
-        else:
-            for n in names:
-                render.print_line(n)
+        render.print_names([i.name for i in infos], session.json)
         return
     if session.json:
-        render.print_json(
-            {"total": len(infos), "offset": 0, "limit": len(infos), "consumers": [i.to_json() for i in infos]}
-        )
+        render.print_list_json("consumers", infos)
         return
     if not infos:
         render.print_line(f"No Consumers defined on Stream {args.stream}")

@@ -27,6 +27,20 @@ def print_line(text: str = "") -> None:
     out().write(text + "\n")
 
 
+def print_names(names: Sequence[str], as_json: bool) -> None:
+    """An ``ls -n`` answer: a JSON array, or one name a line."""
+    if as_json:
+        print_json(list(names))
+        return
+    for name in names:
+        print_line(name)
+
+
+def print_list_json(key: str, items: Sequence[Any]) -> None:
+    """A list answer in the server's paged shape (``total``, ``offset``, ``limit``, ``<key>``)."""
+    print_json({"total": len(items), "offset": 0, "limit": len(items), key: [i.to_json() for i in items]})
+
+
 def table(title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """A boxed table like the nats CLI's: numbers right-aligned, text left-aligned."""
     cells = [[_cell(v) for v in row] for row in rows]

@@ -302,16 +302,10 @@ def cmd_ls(args: argparse.Namespace, session: Session) -> None:
             infos = sorted(session.lake.streams_info(), key=lambda i: i.config.name)
             names = [i.config.name for i in infos]
     if args.names:
-        if session.json:
-            render.print_json(names)
-        else:
-            for n in names:
-                render.print_line(n)
+        render.print_names(names, session.json)
         return
     if session.json:
-        render.print_json(
-            {"total": len(infos), "offset": 0, "limit": len(infos), "streams": [i.to_json() for i in infos]}
-        )
+        render.print_list_json("streams", infos)
         return
     if not infos:
         render.print_line("No Streams defined")

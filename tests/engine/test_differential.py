@@ -50,16 +50,20 @@ class Pair:
         self.messages(name)
 
 
-@pytest.fixture
-def pair(nats_server: Any, tmp_path: Any) -> Iterator[Pair]:
-    server = ServerBackend(nats_server.url)
-    p = Pair(server, LakeBackend(connect(tmp_path / "lake")))
+def paired(server: ServerBackend, lake: LakeBackend) -> Iterator[Pair]:
+    """A ``Pair`` over two backends; the server's streams are deleted and its client closed after."""
+    p = Pair(server, lake)
     try:
         yield p
     finally:
         for name in p.streams:
             server.delete_stream(name)
         server.close()
+
+
+@pytest.fixture
+def pair(nats_server: Any, tmp_path: Any) -> Iterator[Pair]:
+    yield from paired(ServerBackend(nats_server.url), LakeBackend(connect(tmp_path / "lake")))
 
 
 def subj(name: str, rest: str) -> str:

@@ -12,7 +12,7 @@ import pytest
 from jsspark.engine.lake import connect
 from tests.config.conftest import stored
 from tests.engine.backends import LakeBackend, ServerBackend
-from tests.engine.test_differential import Pair, subj
+from tests.engine.test_differential import Pair, paired, subj
 
 
 class UpdatingServer(ServerBackend):
@@ -29,14 +29,7 @@ class UpdatingLake(LakeBackend):
 
 @pytest.fixture
 def pair(nats_server: Any, tmp_path: Any) -> Iterator[Pair]:
-    server = UpdatingServer(nats_server.url)
-    p = Pair(server, UpdatingLake(connect(tmp_path / "lake")))
-    try:
-        yield p
-    finally:
-        for name in p.streams:
-            server.delete_stream(name)
-        server.close()
+    yield from paired(UpdatingServer(nats_server.url), UpdatingLake(connect(tmp_path / "lake")))
 
 
 def test_add_subject_and_raise_max_msgs(pair: Pair) -> None:

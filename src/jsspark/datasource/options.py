@@ -39,7 +39,7 @@ SPARK_READ_OPTIONS = (
     "minPartitions",
 )
 COMMON_OPTIONS = ("path", "stream")
-SINK_OPTIONS = ("checkpointLocation", "txnAppId", "dedupByOrigin", "ackSource", "form")
+SINK_OPTIONS = ("checkpointLocation", "txnAppId", "dedupByOrigin", "ackSource", "form", "origin", "originIdentity")
 
 # A Spark source is neither a pull nor a push consumer; with a rate limit it is checked as a
 # push consumer (the server refuses ``rate_limit_bps`` on pull consumers) delivering here.
@@ -198,7 +198,11 @@ class WriteOptions:
     batch was read from (their offsets in ``<checkpointLocation>/offsets/<batchId>``).
     ``form``: ``None`` publishes (new sequences, publish checks); ``"mirror"``/``"source"`` land
     origin messages as a mirror/sourcing stream stores them (``engine.ingest``), so rows from the
-    live NATS source keep their origin sequence and time, or gain ``Nats-Stream-Source``."""
+    live NATS source keep their origin sequence and time, or gain ``Nats-Stream-Source``.
+    ``origin``: with a form, the mirror's or source's ``StreamSource`` as JSON (filter, transforms,
+    external): which rows are taken, their stored subject, the header's iname. Default: the target
+    stream's own ``mirror`` / matching ``sources`` entry. ``origin_identity``: the origin's
+    creation-time hash appended to ``Nats-Stream-Source`` (as 2.15 servers write it)."""
 
     location: str
     stream: str
@@ -207,6 +211,8 @@ class WriteOptions:
     dedup_by_origin: bool = True
     ack_source: bool = True
     form: str | None = None
+    origin: str | None = None
+    origin_identity: str | None = None
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
@@ -220,7 +226,24 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         parse_bool("dedupByOrigin", opts.get("dedupByOrigin", "true")),
         parse_bool("ackSource", opts.get("ackSource", "true")),
         parse_form(opts.get("form")),
+        _origin_json(opts.get("origin")),
+        opts.get("originIdentity"),
     )
+
+
+def _origin_json(text: str | None) -> str | None:
+    """The sink's ``origin`` option, checked as a ``StreamSource`` at start, so a typo fails
+    before any message lands rather than landing under the wrong subject or iname."""
+    if text is None:
+        return None
+    from jsspark.config import StreamSource
+
+    try:
+        StreamSource.model_validate(json.loads(text))
+    except (ValueError, TypeError) as e:
+        raise OptionError(f"option 'origin' must be a StreamSource as JSON (name, filter_subject, "
+                          f"subject_transforms, ...): {e}") from None
+    return text
 
 
 def parse_form(text: str | None) -> str | None:

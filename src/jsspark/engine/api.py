@@ -106,23 +106,54 @@ class StreamState:
 
 
 @dataclass
+class SourceInfo:
+    """A mirror's or source's progress, as the server's ``StreamSourceInfo``: ``lag`` (origin
+    messages still pending at the last batch), ``active`` (nanoseconds since the last batch
+    landed, -1 if none yet), ``seq`` (the last origin sequence taken, as 2.15.1 reports)."""
+
+    name: str
+    lag: int = 0
+    active_ns: int = -1
+    seq: int = 0
+    filter_subject: str = ""
+    subject_transforms: list[dict[str, str]] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.filter_subject:
+            out["filter_subject"] = self.filter_subject
+        if self.subject_transforms:
+            out["subject_transforms"] = self.subject_transforms
+        out.update({"lag": self.lag, "active": self.active_ns, "seq": self.seq})
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass
 class StreamInfo:
     config: Any
     state: StreamState
     created_ns: int = 0
-    sources: list[Any] | None = None
-    mirror: Any | None = None
+    sources: list[SourceInfo] | None = None
+    mirror: SourceInfo | None = None
 
     @property
     def created(self) -> datetime:
         return ns_to_datetime(self.created_ns)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "config": self.config.to_json(),
             "created": rfc3339nano(self.created_ns),
             "state": self.state.to_json(),
         }
+        if self.mirror is not None:
+            out["mirror"] = self.mirror.to_json()
+        if self.sources:
+            out["sources"] = [s.to_json() for s in self.sources]
+        return out
 
 
 @dataclass

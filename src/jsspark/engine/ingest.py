@@ -6,12 +6,17 @@ the server's *internal* path, with its own rules (``stream.go:processInboundMirr
 ``processInboundSourceMsg``):
 
 - **mirror**: stored at the origin's sequence with the origin's timestamp; sequences the origin
-  no longer has are skipped, which the stream state shows as deleted (``num_deleted``); a batch
-  may not go back in sequence (the caller's offsets are wrong if it does); a first store into
-  an empty stream starts the stream at the origin's sequence (the server purges up to it); no
-  dedup by ``Nats-Msg-Id``.
+  no longer has are skipped, which the stream state shows as deleted (``num_deleted``); rows at
+  or below the stream's last sequence are ignored (a redelivery); a first store into an empty
+  stream starts the stream at the origin's sequence (the server purges up to it); no dedup by
+  ``Nats-Msg-Id``.
 - **source**: new local sequences and local time, ``Nats-Stream-Source`` added in the server's
-  format ``<origin> <seq> <filter|>> <dest|>> <original subject>``.
+  format ``<origin> <seq> <filters> <dests> <original subject>[ <identity>]``, dedup by
+  ``Nats-Msg-Id`` only in the target's own window.
+
+Both honour the mirror's or source's ``filter_subject`` / ``subject_transforms`` (first match
+wins, ``engine.sourcing.Origin``) and store, in the same commit, the origin's progress marks
+(last origin sequence, lag, last seen) that restarts and ``stream_info`` read.
 
 Both drop ``Nats-Expected-*`` and ``Nats-Batch-*`` (and an incoming ``Nats-Stream-Source``) as
 the server does, and take ``txn=(app_id, version)`` so a replayed Spark batch is stored once.
@@ -21,6 +26,7 @@ Limits of the target stream are then applied as after any store.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +37,7 @@ from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
 from jsspark.engine.lake import Lake
 from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, column_stored_size
+from jsspark.engine.sourcing import Origin
 from jsspark.engine.stream import MAX_ATTEMPTS, LakeStream
 from jsspark.engine.subject_stats import SubjectGroups
 from jsspark.engine.table import ConcurrentCommit
@@ -42,7 +49,8 @@ LANDING_FORMS = ("mirror", "source")
 
 
 class SequenceRegression(ValueError):
-    """A mirrored batch does not continue above the stream's last sequence."""
+    """Kept for callers that catch it; mirrored rows at or below the stream's last sequence are
+    now ignored as the server ignores them (``sseq <= last``)."""
 
 
 def _clean_headers(headers: pa.Array, extra: list[list[tuple[str, str]]] | None = None) -> pa.Array:
@@ -60,8 +68,10 @@ def _col(table: pa.Table, name: str) -> pa.Array:
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
 
 
-def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None) -> BatchAck:
-    """Load, build rows against the snapshot, commit with ``txn``; retry on a concurrent commit."""
+def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: list[Transaction] | None = None,
+            skip_empty: bool = False) -> BatchAck:
+    """Load, build rows against the snapshot, commit with ``txn`` and the origin ``marks``;
+    retry on a concurrent commit. Nothing to store and no mark to move: no commit."""
     for _ in range(MAX_ATTEMPTS):
         snap, index = ls._load()
         if txn is not None:
@@ -69,12 +79,14 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None) -> Batch
             if done is not None and done >= txn[1]:
                 return BatchAck(ls.name, np.zeros(0, np.int64), np.zeros(0, bool), 0, replayed=True)
         rows, last_seq, last_ts = build(snap)  # type: ignore[operator]
+        if skip_empty and not rows.num_rows:
+            return BatchAck(ls.name, np.zeros(0, np.int64), np.zeros(0, bool), 0)
         groups = SubjectGroups.of(rows["subject"], rows["seq"].to_numpy())
         state = index.state_after(rows.select(INDEX_COLUMNS), None, last_seq, last_ts, groups)
         try:
             version = ls.table.commit(
                 snap, rows, last_seq=last_seq, state=state,
-                app_transactions=[Transaction(*txn)] if txn is not None else None,
+                app_transactions=([Transaction(*txn)] if txn is not None else []) + list(marks or []),
             )
         except ConcurrentCommit:
             continue
@@ -105,63 +117,148 @@ def _message_rows(ls: LakeStream, seqs: pa.Array, ts_ns: pa.Array, subjects: pa.
     )
 
 
-def store_mirrored(lake: Lake, stream: str, rows: pa.Table, *, txn: tuple[str, int] | None = None) -> BatchAck:
+def _headers_of(rows: pa.Table) -> pa.Array:
+    n = rows.num_rows
+    headers = _col(rows, "headers") if "headers" in rows.column_names else pa.nulls(n, H.HEADER_TYPE)
+    return headers.cast(H.HEADER_TYPE) if headers.type != H.HEADER_TYPE else headers
+
+
+def _data_of(rows: pa.Table) -> pa.Array:
+    n = rows.num_rows
+    return _col(rows, "data").cast(pa.binary()) if "data" in rows.column_names else pa.array([b""] * n, pa.binary())
+
+
+def _origin_order(rows: pa.Table) -> tuple[pa.Table, np.ndarray]:
+    """Rows in origin order, each origin sequence once (a repeat is a redelivery: ignored)."""
+    rows = rows.sort_by("seq")
+    seqs = _col(rows, "seq").cast(pa.int64()).to_numpy()
+    if len(seqs) > 1 and (np.diff(seqs) == 0).any():
+        keep = np.concatenate([[True], np.diff(seqs) != 0])
+        rows, seqs = rows.filter(pa.array(keep)), seqs[keep]
+    return rows, seqs
+
+
+def _progress(origin: Origin, top: int, lag: int | None, now_ns: int) -> list[Transaction]:
+    """The per-origin marks stored with the messages (see ``engine.sourcing``)."""
+    marks = [Transaction(origin.seq_app, top), Transaction(origin.seen_app, now_ns // 1_000_000)]
+    if lag is not None:
+        marks.append(Transaction(origin.lag_app, max(int(lag), 0)))
+    return marks
+
+
+def store_mirrored(lake: Lake, stream: str, rows: pa.Table, *, txn: tuple[str, int] | None = None,
+                   mirror: Any = None, lag: int | None = None) -> BatchAck:
     """Store origin messages (columns ``seq``, ``ts_ns``, ``subject``, optional ``headers``,
-    ``data``) at their origin sequence and time. Raises ``SequenceRegression`` if the batch is
-    not strictly increasing or does not start above the stream's last sequence."""
+    ``data``) at their origin sequence and time, as ``processInboundMirrorMsg`` does: rows at
+    or below the stream's last sequence are ignored, the mirror's ``filter_subject`` /
+    ``subject_transforms`` (``mirror``, a ``StreamSource``; default the stream's own config)
+    select and map subjects. ``lag``: the origin messages still pending after this batch."""
     ls = lake.stream(stream)
-    rows = rows.sort_by("seq")
-    seqs = _col(rows, "seq").cast(pa.int64())
-    arr = seqs.to_numpy()
-    if len(arr) > 1 and (np.diff(arr) <= 0).any():
-        raise SequenceRegression(f"stream {stream}: mirrored batch repeats a sequence")
-    n = rows.num_rows
-    headers = _col(rows, "headers") if "headers" in rows.column_names else pa.nulls(n, H.HEADER_TYPE)
-    if headers.type != H.HEADER_TYPE:
-        headers = headers.cast(H.HEADER_TYPE)
-    data = _col(rows, "data") if "data" in rows.column_names else pa.array([b""] * n, pa.binary())
-    built = _message_rows(ls, seqs, _col(rows, "ts_ns"), _col(rows, "subject"), _clean_headers(headers), data)
+    origin = Origin.of(mirror if mirror is not None else (ls.config.mirror or stream))
+    rows, arr = _origin_order(rows)
+    keep = origin.selected(_col(rows, "subject")) if rows.num_rows else pa.array([], pa.bool_())
+    top_seen = int(arr[-1]) if len(arr) else 0
+    if rows.num_rows and not pc.all(keep).as_py():
+        rows, arr = rows.filter(keep), arr[keep.to_numpy(zero_copy_only=False)]
+    subjects = origin.map_subjects(_col(rows, "subject"))
+    built_all = _message_rows(ls, _col(rows, "seq").cast(pa.int64()), _col(rows, "ts_ns"), subjects,
+                              _clean_headers(_headers_of(rows)), _data_of(rows))
 
     def build(snap: object) -> tuple[pa.Table, int, int]:
         last = snap.last_seq  # type: ignore[attr-defined]
-        if n and int(arr[0]) <= last:
-            raise SequenceRegression(
-                f"stream {stream}: mirrored batch starts at seq {int(arr[0])}, not above last seq {last}")
-        if not n:
+        fresh = arr > last
+        built = built_all if fresh.all() else built_all.filter(pa.array(fresh))
+        if not built.num_rows:
             return built, last, ls._last_ts_ns
-        return built, int(arr[-1]), int(pc.max(built["ts_ns"]).as_py())
+        return built, int(built["seq"][-1].as_py()), int(pc.max(built["ts_ns"]).as_py())
 
-    return _commit(ls, build, txn)
-
-
-def source_header(origin: str, seq: int, subject: str, filter_subject: str | None = None) -> str:
-    """``Nats-Stream-Source`` as ``sourceInfo.genSourceHeader`` writes it (no transforms)."""
-    return f"{origin} {seq} {filter_subject or '>'} > {subject}"
+    marks = _progress(origin, top_seen, lag, time.time_ns()) if top_seen else []
+    return _commit(ls, build, txn, marks, skip_empty=not top_seen)
 
 
-def store_sourced(lake: Lake, stream: str, rows: pa.Table, *, origin: str, filter_subject: str | None = None,
-                  txn: tuple[str, int] | None = None) -> BatchAck:
-    """Store origin messages (``seq``, ``subject``, optional ``headers``, ``data``) with new local
-    sequences and time, each carrying ``Nats-Stream-Source``."""
+def source_header(origin: str, seq: int, subject: str, filter_subject: str | None = None,
+                  identity: str | None = None) -> str:
+    """``Nats-Stream-Source`` as ``sourceInfo.genSourceHeader`` writes it for a source with no
+    transforms (``Origin.header`` covers every form)."""
+    return Origin(name=origin, filter_subject=filter_subject or "").header(seq, subject, identity)
+
+
+def sourced_seq(lake: Lake, stream: str, source: Any) -> int:
+    """The last origin sequence ``stream`` holds from ``source`` (0 if none): where a restarted
+    source resumes (+1). The mark stored with the messages answers at once; without one (a
+    stream filled by a server or an older jsspark), the newest ``Nats-Stream-Source`` of that
+    origin is looked up, as ``startingSequenceForSources`` scans backwards."""
     ls = lake.stream(stream)
-    rows = rows.sort_by("seq")
-    n = rows.num_rows
-    origin_seqs = _col(rows, "seq").to_pylist()
-    subjects = _col(rows, "subject").cast(pa.string())
-    subj_list = subjects.to_pylist()
-    extra = [[(H.STREAM_SOURCE, source_header(origin, s, subj, filter_subject))]
-             for s, subj in zip(origin_seqs, subj_list, strict=True)]
-    headers = _col(rows, "headers") if "headers" in rows.column_names else pa.nulls(n, H.HEADER_TYPE)
-    if headers.type != H.HEADER_TYPE:
-        headers = headers.cast(H.HEADER_TYPE)
-    headers = _clean_headers(headers, extra)
-    data = _col(rows, "data") if "data" in rows.column_names else pa.array([b""] * n, pa.binary())
+    origin = Origin.of(source)
+    snap, _ = ls._load()
+    mark = snap.table.transaction_version(origin.seq_app)
+    if mark is not None:
+        return int(mark)
+    table = ls.read(columns=["seq", "headers"])
+    values = H.column_lookup(_col(table, "headers").cast(H.HEADER_TYPE), H.STREAM_SOURCE)
+    head = origin.iname.split(" ")
+    best = 0
+    for text in values.drop_null().to_pylist():
+        fields = text.split(" ")
+        if (len(fields) >= 4 and [fields[0], fields[2], fields[3]] == head) or (len(fields) == 2 and fields[0] == origin.name):
+            best = max(best, int(fields[1]))
+    return best
+
+
+def store_sourced(lake: Lake, stream: str, rows: pa.Table, *, origin: Any = None, filter_subject: str | None = None,
+                  identity: str | None = None, txn: tuple[str, int] | None = None, lag: int | None = None) -> BatchAck:
+    """Store origin messages (``seq``, ``subject``, optional ``headers``, ``data``) with new local
+    sequences and time, as ``processInboundSourceMsg`` does. ``origin`` is the ``StreamSource``
+    (or its name): its filter selects, its first matching transform maps the subject, and each
+    message carries ``Nats-Stream-Source`` (with the origin's ``identity`` when given). Rows at
+    or below the origin's mark are ignored, so a replay or a reset back stores nothing twice;
+    with a ``duplicate_window`` on the target, a ``Nats-Msg-Id`` seen in it is skipped."""
+    ls = lake.stream(stream)
+    if origin is None:
+        raise ValueError("store_sourced needs origin= (the StreamSource or its name)")
+    src = Origin.of(origin)
+    if filter_subject and not src.filter_subject and not src.transforms:
+        src = Origin(name=src.name, filter_subject=filter_subject, external_api=src.external_api,
+                     consumer_name=src.consumer_name)
+    rows, arr = _origin_order(rows)
+    window = int(ls.config.duplicate_window or 0)
 
     def build(snap: object) -> tuple[pa.Table, int, int]:
         last = snap.last_seq  # type: ignore[attr-defined]
+        mark = snap.table.transaction_version(src.seq_app) or 0  # type: ignore[attr-defined]
+        take = (arr > mark) & src.selected(_col(rows, "subject")).to_numpy(zero_copy_only=False)
+        part = rows.filter(pa.array(take)) if not take.all() else rows
+        headers = _headers_of(part)
+        if window > 0 and part.num_rows:
+            part, headers = _drop_known_ids(ls, part, headers, window)
+        n = part.num_rows
+        originals = _col(part, "subject").cast(pa.string())
+        stamp = src.headers_column(_col(part, "seq").to_pylist(), originals.to_pylist(), identity)
+        headers = _clean_headers(headers, [[(H.STREAM_SOURCE, v)] for v in stamp])
         now = time.time_ns()
         seqs = pa.array(np.arange(last + 1, last + 1 + n, dtype=np.int64))
         ts = pa.array(np.full(n, now, dtype=np.int64))
-        return _message_rows(ls, seqs, ts, subjects, headers, data), last + n, now if n else ls._last_ts_ns
+        built = _message_rows(ls, seqs, ts, src.map_subjects(originals), headers, _data_of(part))
+        return built, last + n, now if n else ls._last_ts_ns
 
-    return _commit(ls, build, txn)
+    top = int(arr[-1]) if len(arr) else 0
+    marks = _progress(src, top, lag, time.time_ns()) if top else []
+    return _commit(ls, build, txn, marks, skip_empty=not top)
+
+
+def _drop_known_ids(ls: LakeStream, part: pa.Table, headers: pa.Array, window: int) -> tuple[pa.Table, pa.Array]:
+    """Sourced messages whose ``Nats-Msg-Id`` the target saw within its window are skipped
+    (the server's duplicate check on the sourced publish), the first of a repeated id kept."""
+    ids = H.column_lookup(headers, H.MSG_ID).to_pylist()
+    if all(i is None for i in ids):
+        return part, headers
+    known = ls._known_ids(ls.index(), time.time_ns() - window)
+    seen: set[str] = set()
+    keep = []
+    for mid in ids:
+        dup = mid is not None and (mid in known or mid in seen)
+        keep.append(not dup)
+        if mid is not None:
+            seen.add(mid)
+    mask = pa.array(keep)
+    return part.filter(mask), headers.filter(mask)

@@ -180,7 +180,8 @@ class Lake:
             state.subjects = {
                 r["subject"]: r["msgs"] for r in stats if subject_matches(subjects_filter, r["subject"])
             }
-        return StreamInfo(engine.config, state, engine.created_ns)
+        mirror, sources = engine.replication()
+        return StreamInfo(engine.config, state, engine.created_ns, sources=sources, mirror=mirror)
 
     def streams_info(self, offset: int = 0) -> list[StreamInfo]:
         return [self.stream_info(r.stream) for r in self.catalog.list(STREAM)][offset:]

@@ -25,7 +25,7 @@ import pyarrow.dataset as ds
 from deltalake import Transaction
 
 from jsspark.engine import headers as H
-from jsspark.engine.api import BatchAck, StreamState
+from jsspark.engine.api import BatchAck, SourceInfo, StreamState
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.limits import removal_mask, seq_ranges_predicate
 from jsspark.engine.partitioning import PartitionKey
@@ -609,6 +609,33 @@ class LakeStream:
         return self._optimistic("compacting files", attempt)
 
     # -- reads ---------------------------------------------------------------------------------
+    def replication(self) -> tuple[SourceInfo | None, list[SourceInfo] | None]:
+        """The mirror's and sources' progress from the marks landing commits store with the
+        messages (``engine.sourcing``): no scan, so ``stream_info`` stays instant."""
+        from jsspark.engine.sourcing import Origin
+
+        cfg = self.config
+        if cfg.mirror is None and not cfg.sources:
+            return None, None
+        table = self.table.snapshot().table
+        now_ms = time.time_ns() // 1_000_000
+
+        def info(source: Any) -> SourceInfo:
+            o = Origin.of(source)
+            seen = table.transaction_version(o.seen_app)
+            return SourceInfo(
+                name=o.name,
+                lag=int(table.transaction_version(o.lag_app) or 0),
+                active_ns=-1 if seen is None else max(now_ms - int(seen), 0) * 1_000_000,
+                seq=int(table.transaction_version(o.seq_app) or 0),
+                filter_subject=o.filter_subject,
+                subject_transforms=[{"src": s, "dest": d} for s, d in o.transforms],
+            )
+
+        if cfg.mirror is not None:
+            return info(cfg.mirror), None
+        return None, [info(s) for s in cfg.sources]
+
     def read(self, filter: ds.Expression | None = None, columns: Sequence[str] | None = None) -> pa.Table:
         snap = self.table.snapshot()
         return self.table.read(snap, filter=filter, columns=list(columns) if columns else None)

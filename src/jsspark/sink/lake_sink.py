@@ -81,6 +81,7 @@ FORM_SCHEMA = pa.schema(
         pa.field("subject", pa.string()),
         pa.field("headers", H.HEADER_TYPE),
         pa.field("data", pa.binary()),
+        pa.field("num_pending", pa.int64()),
     ]
 )
 ORIGIN_APP_PREFIX = "jsspark.origin."
@@ -135,7 +136,7 @@ def normalize_origin(batch: pa.RecordBatch | pa.Table, form: str) -> pa.Table:
     Every column is required: without the origin's ``seq``/``ts_ns``/``stream`` a mirror or a
     ``Nats-Stream-Source`` header would be invented, not kept."""
     names = batch.schema.names
-    missing = [f.name for f in FORM_SCHEMA if f.name not in names and f.name not in ("headers", "data")]
+    missing = [f.name for f in FORM_SCHEMA if f.name not in names and f.name not in ("headers", "data", "num_pending")]
     if missing:
         raise ValueError(
             f"jetstream sink option form={form!r} needs the live source's columns {FORM_SCHEMA.names}; "
@@ -153,6 +154,7 @@ def normalize_origin(batch: pa.RecordBatch | pa.Table, form: str) -> pa.Table:
             batch.column("subject").cast(pa.string()),
             headers,
             data,
+            batch.column("num_pending").cast(pa.int64()) if "num_pending" in names else pa.nulls(n, pa.int64()),
         ],
         schema=FORM_SCHEMA,
     )
@@ -283,7 +285,9 @@ def land(opts: WriteOptions, table: pa.Table, txn: tuple[str, int] | None = None
     if not table.num_rows:
         return None
     assert opts.form is not None
-    return land_batch(jsspark.connect(opts.location), opts.stream, table, form=opts.form, txn=txn)
+    origin = json.loads(opts.origin) if opts.origin else None
+    return land_batch(jsspark.connect(opts.location), opts.stream, table, form=opts.form, txn=txn, origin=origin,
+                      identity=opts.origin_identity)
 
 
 def store(opts: WriteOptions, messages: list[WriterCommitMessage | None], txn: tuple[str, int] | None) -> None:

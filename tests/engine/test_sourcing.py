@@ -1,0 +1,111 @@
+"""engine.sourcing and the source/mirror forms of engine.ingest: the server's iname and
+``Nats-Stream-Source`` layout, first-match transforms, per-origin marks and resume, dedup in
+the target's own window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+import jsspark
+from jsspark.config import StreamSource
+from jsspark.engine.headers import HEADER_TYPE
+from jsspark.engine.ingest import sourced_seq, store_mirrored, store_sourced
+from jsspark.engine.sourcing import Origin, server_hash
+
+
+def rows(seqs: list[int], subjects: list[str] | None = None, ids: list[str | None] | None = None) -> pa.Table:
+    subjects = subjects or [f"o.{s}" for s in seqs]
+    hdrs = [None if not ids or ids[i] is None else [{"name": "Nats-Msg-Id", "value": ids[i]}] for i in range(len(seqs))]
+    return pa.table({"seq": seqs, "ts_ns": [1_700_000_000_000_000_000 + s for s in seqs], "subject": subjects,
+                     "data": [b"x"] * len(seqs), "headers": pa.array(hdrs, HEADER_TYPE)})
+
+
+def stored(lake: object, name: str) -> list[tuple[int, str, str | None]]:
+    out = []
+    for r in lake.stream(name).read().sort_by("seq").to_pylist():  # type: ignore[attr-defined]
+        src = next((h["value"] for h in r["headers"] or () if h["name"] == "Nats-Stream-Source"), None)
+        out.append((r["seq"], r["subject"], src))
+    return out
+
+
+def test_iname_and_header_match_the_servers_observed_forms() -> None:
+    # observed on nats-server 2.15.1 (reference digest section 3)
+    assert Origin(name="O2").header(1, "o2.a", "2HwfT34c") == "O2 1 > > o2.a 2HwfT34c"
+    assert Origin(name="O2", filter_subject="o2.a").header(1, "o2.a", "2HwfT34c") == "O2 1 o2.a > o2.a 2HwfT34c"
+    two = Origin.of({"name": "O", "subject_transforms": [{"src": "o.a", "dest": "s.a"}, {"src": "o.b", "dest": ""}]})
+    assert two.header(1, "o.a", "ARRb8opA") == "O 1 o.a\fo.b s.a\f> o.a ARRb8opA"
+    ext = Origin.of(StreamSource(name="O", external={"api": "$JS.hub.API", "deliver": ""}))
+    assert ext.iname == f"O:{server_hash('$JS.hub.API')} > >"
+    assert len(server_hash("x")) == 8 and server_hash("x") == server_hash("x")
+
+
+def test_first_matching_transform_wins_and_empty_dest_is_skipped() -> None:
+    o = Origin.of({"name": "O", "subject_transforms": [
+        {"src": "o.a", "dest": ""}, {"src": "o.*", "dest": "one.{{wildcard(1)}}"}, {"src": "o.b", "dest": "two"}]})
+    mapped = o.map_subjects(pa.array(["o.a", "o.b", "p.c"])).to_pylist()
+    assert mapped == ["one.a", "one.b", "p.c"]  # the empty-dest entry is no transform, as the server's nil
+    assert o.filters() == ["o.a", "o.*", "o.b"]
+    assert o.selected(pa.array(["o.a", "p.c"])).to_pylist() == [True, False]
+
+
+def test_source_filters_maps_marks_and_resumes(tmp_path: Path) -> None:
+    lake = jsspark.connect(str(tmp_path))
+    src = {"name": "ORDERS", "subject_transforms": [{"src": "o.1", "dest": "eu.1"}, {"src": "o.3", "dest": ""}]}
+    lake.add_stream(name="T", subjects=["t.>"], sources=[src, {"name": "OTHER"}])
+    store_sourced(lake, "T", rows([1, 2, 3]), origin=src, identity="IDENT123", lag=5)
+    assert stored(lake, "T") == [
+        (1, "eu.1", "ORDERS 1 o.1\fo.3 eu.1\f> o.1 IDENT123"),
+        (2, "o.3", "ORDERS 3 o.1\fo.3 eu.1\f> o.3 IDENT123"),
+    ]  # o.2 matches no filter: not stored
+    assert sourced_seq(lake, "T", src) == 3  # the mark counts filtered rows too: resume at 4
+    assert sourced_seq(lake, "T", "OTHER") == 0
+    # a reset back or a replay below the mark stores nothing again
+    assert store_sourced(lake, "T", rows([1, 2, 3]), origin=src).seqs.tolist() == []
+    store_sourced(lake, "T", rows([2, 4], ["o.1", "o.1"]), origin=src)
+    assert [s for s, *_ in stored(lake, "T")] == [1, 2, 3]
+    info = lake.stream_info("T")
+    by_name = {s.name: s for s in info.sources}
+    assert by_name["ORDERS"].seq == 4 and by_name["ORDERS"].active_ns >= 0
+    assert by_name["OTHER"].seq == 0 and by_name["OTHER"].active_ns == -1
+
+
+def test_sourced_seq_falls_back_to_scanning_headers(tmp_path: Path) -> None:
+    """A stream holding source headers but no marks (filled by a server, or before marks)."""
+    from jsspark.engine.ingest import _commit, _message_rows
+
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="T", subjects=["t.>"])
+    ls = lake.stream("T")
+    hdr = pa.array([[{"name": "Nats-Stream-Source", "value": "ORDERS 41 > > o.1 abcdefgh"}],
+                    [{"name": "Nats-Stream-Source", "value": "ORDERS 42 o.2 > o.2"}],
+                    [{"name": "Nats-Stream-Source", "value": "ORDERS 40 > > o.3"}]], HEADER_TYPE)
+    built = _message_rows(ls, pa.array([1, 2, 3]), pa.array([1, 2, 3]), pa.array(["t.a", "t.b", "t.c"]), hdr,
+                          pa.array([b"", b"", b""]))
+    _commit(ls, lambda snap: (built, 3, 3), None)
+    assert sourced_seq(lake, "T", "ORDERS") == 41  # only headers of this iname (filter '>')
+    assert sourced_seq(lake, "T", {"name": "ORDERS", "filter_subject": "o.2"}) == 42
+    assert sourced_seq(lake, "T", "NONE") == 0
+
+
+def test_dedup_in_the_targets_own_window_only_when_configured(tmp_path: Path) -> None:
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="NODUP", subjects=["n.>"], sources=[{"name": "O"}])
+    lake.add_stream(name="DUP", subjects=["d.>"], sources=[{"name": "O"}], duplicate_window=60.0)
+    assert lake.stream_info("NODUP").config.duplicate_window == 0  # the server's default for sourcing streams
+    batch = rows([1, 2, 3], ids=["a", "a", None])
+    assert len(store_sourced(lake, "NODUP", batch, origin="O").seqs) == 3
+    assert len(store_sourced(lake, "DUP", batch, origin="O").seqs) == 2
+    assert len(store_sourced(lake, "DUP", rows([4], ids=["a"]), origin="O").seqs) == 0
+    assert sourced_seq(lake, "DUP", "O") == 4
+
+
+def test_mirror_filter_and_transform(tmp_path: Path) -> None:
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="M", mirror={"name": "O", "subject_transforms": [{"src": "o.a", "dest": "m.a"}]})
+    store_mirrored(lake, "M", rows([1, 2, 3], ["o.a", "o.b", "o.a"]), lag=0)
+    assert stored(lake, "M") == [(1, "m.a", None), (3, "m.a", None)]
+    st = lake.stream_info("M")
+    assert (st.state.first_seq, st.state.last_seq, st.state.num_deleted) == (1, 3, 1)
+    assert st.mirror.name == "O" and st.mirror.lag == 0 and st.mirror.seq == 3

@@ -12,6 +12,7 @@ commit by another writer makes it rebuild.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -181,6 +182,50 @@ class MessageIndex:
     def last_seq_of(self, subject: str) -> int:
         """Last sequence stored on a literal subject, 0 if none."""
         return self.subjects().last_seq(subject)
+
+    def last_seqs_before(self, seq: int, subjects: Sequence[str] | pa.Array | None = None) -> pa.Table:
+        """Columns ``subject``, ``last_seq``: each subject's last live sequence below ``seq``.
+
+        With ``subjects`` (literal subjects), one row per distinct subject, 0 where none is
+        below ``seq``; answered from the per-subject stats where they decide it (unknown
+        subject; last seq below ``seq``; every live message of the subject at or after
+        ``seq``), else by walking back from ``seq`` over growing windows of the index until
+        each is found, so the cost follows the distance to the previous occurrences, not the
+        stream. Without ``subjects``, every subject that has a live message below ``seq``.
+        """
+        cut = int(np.searchsorted(self.seq_array(), seq))  # rows [0, cut) are below seq
+        if subjects is None:
+            g = _groups(self.rows.slice(0, cut))
+            return pa.table({"subject": g.names, "last_seq": pa.array(g.last, pa.int64())})
+        names = subjects if isinstance(subjects, pa.Array) else pa.array(list(subjects), pa.string())
+        names = pc.unique(names.cast(pa.string())).drop_null()
+        out = dict.fromkeys(names.to_pylist(), 0)
+        stats = self.subjects()
+        pos = stats.positions(names)
+        known = pos >= 0
+        last = stats.last[np.maximum(pos, 0)] if len(stats) else np.zeros(len(names), np.int64)
+        below = known & (last < seq)
+        out.update(zip(names.filter(pa.array(below)).to_pylist(), last[below].tolist(), strict=True))
+        pending = names.filter(pa.array(known & ~below))
+        if len(pending) and cut:
+            tail = self.rows.slice(cut)
+            tail = tail.filter(pc.is_in(tail["subject"], value_set=pending))
+            if tail.num_rows:  # all of a subject's live messages at or after seq: none before it
+                g = SubjectGroups.of(tail["subject"], tail["seq"].to_numpy())
+                only_after = g.names.filter(pa.array(stats.counts[stats.positions(g.names)] == g.counts))
+                pending = pending.filter(pc.invert(pc.is_in(pending, value_set=only_after)))
+        hi, window = cut, 4096
+        while len(pending) and hi > 0:
+            lo = max(0, hi - window)
+            part = self.rows.slice(lo, hi - lo)
+            hit = part.filter(pc.is_in(part["subject"], value_set=pending))
+            if hit.num_rows:
+                g = SubjectGroups.of(hit["subject"], hit["seq"].to_numpy())
+                out.update(zip(g.names.to_pylist(), g.last.tolist(), strict=True))
+                pending = pending.filter(pc.invert(pc.is_in(pending, value_set=g.names)))
+            hi, window = lo, window * 4
+        return pa.table({"subject": pa.array(list(out), pa.string()),
+                         "last_seq": pa.array(list(out.values()), pa.int64())})
 
     def last_msg_id(self) -> str:
         """The msg id of the newest stored message ('' if it had none, as the server compares)."""

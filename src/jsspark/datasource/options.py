@@ -39,7 +39,8 @@ SPARK_READ_OPTIONS = (
     "minPartitions",
 )
 COMMON_OPTIONS = ("path", "stream")
-SINK_OPTIONS = ("checkpointLocation", "txnAppId", "dedupByOrigin", "ackSource", "form", "origin", "originIdentity")
+# Spark passes the query name to streaming sinks as an option (``queryName``); it is only accepted.
+SINK_OPTIONS = ("checkpointLocation", "queryName", "txnAppId", "dedupByOrigin", "ackSource", "form", "origin", "originIdentity")
 
 # A Spark source is neither a pull nor a push consumer; with a rate limit it is checked as a
 # push consumer (the server refuses ``rate_limit_bps`` on pull consumers) delivering here.

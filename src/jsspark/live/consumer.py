@@ -76,8 +76,7 @@ def durable_config(opts: LiveReadOptions) -> dict[str, Any]:
         cfg["opt_start_seq"] = opts.opt_start_seq
     if opts.opt_start_time is not None:
         cfg["opt_start_time"] = opts.opt_start_time
-    if opts.filter_subject:
-        cfg["filter_subject"] = opts.filter_subject
+    _filters(cfg, opts)
     return cfg
 
 
@@ -102,9 +101,15 @@ def ordered_config(opts: LiveReadOptions, start_seq: int | None, deliver_subject
             cfg["opt_start_seq"] = opts.opt_start_seq
         if opts.opt_start_time is not None:
             cfg["opt_start_time"] = opts.opt_start_time
-    if opts.filter_subject:
-        cfg["filter_subject"] = opts.filter_subject
+    _filters(cfg, opts)
     return cfg
+
+
+def _filters(cfg: dict[str, Any], opts: LiveReadOptions) -> None:
+    if opts.filter_subjects:
+        cfg["filter_subjects"] = list(opts.filter_subjects)
+    elif opts.filter_subject:
+        cfg["filter_subject"] = opts.filter_subject
 
 
 async def create_durable(nc: Any, opts: LiveReadOptions) -> dict[str, Any]:

@@ -23,9 +23,9 @@ CONNECTION_OPTIONS = (
 )
 READ_OPTIONS = (
     "stream", "consumer", "consumerMode", "deliverSubject", "deliverPolicy", "optStartSeq", "optStartTime",
-    "filterSubject", "maxAckPending", "maxMessagesPerTrigger", "spillDir", "chunkRows", "waitTimeout",
+    "filterSubject", "filterSubjects", "maxAckPending", "maxMessagesPerTrigger", "spillDir", "chunkRows", "waitTimeout",
 )
-WRITE_OPTIONS = ("subject", "msgIdColumn", "maxInFlight", "publishTimeout", "checkpointLocation", "stream")
+WRITE_OPTIONS = ("subject", "msgIdColumn", "maxInFlight", "publishTimeout", "checkpointLocation", "queryName", "stream")
 SECRET_OPTIONS = ("password", "token", "nkeySeed")
 CONSUMER_MODES = ("server", "user", "ordered")
 DELIVER_POLICIES = ("all", "by_start_sequence", "by_start_time", "last", "new", "last_per_subject")
@@ -186,6 +186,7 @@ class LiveReadOptions:
     opt_start_seq: int | None = None
     opt_start_time: str | None = None
     filter_subject: str | None = None
+    filter_subjects: tuple[str, ...] = ()
     max_ack_pending: int = 20_000
     max_messages: int | None = None
     spill_dir: str | None = None
@@ -210,7 +211,7 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         if not opts.get("consumer") or not opts.get("deliverSubject"):
             raise OptionError("jetstream (live): consumerMode user binds an existing durable: "
                               "options consumer and deliverSubject are both required")
-        if any(k in opts for k in ("deliverPolicy", "optStartSeq", "optStartTime", "filterSubject")):
+        if any(k in opts for k in ("deliverPolicy", "optStartSeq", "optStartTime", "filterSubject", "filterSubjects")):
             raise OptionError("jetstream (live): with consumerMode user the start position and filter "
                               "are the durable's own; do not set deliverPolicy/optStartSeq/optStartTime/filterSubject")
     start_seq = _int(opts, "optStartSeq", None, 1)
@@ -232,12 +233,23 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         opt_start_seq=start_seq,
         opt_start_time=opts.get("optStartTime"),
         filter_subject=opts.get("filterSubject"),
+        filter_subjects=_subjects(opts),
         max_ack_pending=_int(opts, "maxAckPending", 20_000, 1) or 20_000,
         max_messages=_int(opts, "maxMessagesPerTrigger", None, 1),
         spill_dir=opts.get("spillDir"),
         chunk_rows=_int(opts, "chunkRows", 5_000, 1) or 5_000,
         wait_timeout=wait,
     )
+
+
+def _subjects(opts: Mapping[str, str]) -> tuple[str, ...]:
+    """``filterSubjects``: several filters (comma-separated), as a mirror or source with
+    several transforms asks its origin for; exclusive with ``filterSubject``."""
+    text = opts.get("filterSubjects", "")
+    subjects = tuple(s.strip() for s in text.split(",") if s.strip())
+    if subjects and opts.get("filterSubject"):
+        raise OptionError("jetstream (live): options filterSubject and filterSubjects are exclusive")
+    return subjects
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,86 @@
+"""What a job needs to know about an origin stream before it reads it, lake or server.
+
+The server's own choices when it sets up a mirror or source (``stream.go``
+``setupMirrorConsumer`` / ``setupSourceConsumer``) depend on the origin: an Interest or
+WorkQueue origin is read through a durable consumer whose acks remove what was stored (2.14
+durable sourcing); a Limits origin through an ephemeral ordered consumer. The origin's
+identity (the hash of its creation time) goes into every ``Nats-Stream-Source`` a 2.15
+server writes. ``OriginFacts`` gathers those, from ``stream_info`` on a lake or the
+JetStream API on a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from jsspark.engine.api import rfc3339nano
+from jsspark.engine.sourcing import Origin, identity_of, server_hash
+from jsspark.errors import APIError
+from jsspark.jobs.spec import Endpoint
+
+# The server's API level from which origins answer with their identity (2.15).
+IDENTITY_API_LEVEL = 5
+
+
+@dataclass(frozen=True)
+class OriginFacts:
+    retention: str
+    identity: str | None
+    durable: dict[str, Any] | None = None  # the existing durable's config, if any (server origins)
+
+    @property
+    def needs_acks(self) -> bool:
+        return self.retention in ("interest", "workqueue")
+
+
+def consumer_name(target: str, origin: Origin) -> str:
+    """The durable a job reads an Interest/WorkQueue origin through: stable per target and
+    origin (its iname), so a restart binds the same consumer and its ack floor."""
+    return f"jsspark_{target}_{server_hash(origin.iname)}"
+
+
+def lake_facts(endpoint: Endpoint, name: str) -> OriginFacts:
+    import jsspark
+
+    info = jsspark.connect(str(endpoint.location), endpoint.storage_options).stream_info(name)
+    retention = getattr(info.config.retention, "value", info.config.retention)
+    return OriginFacts(retention=str(retention), identity=identity_of(rfc3339nano(info.created_ns)))
+
+
+def server_facts(endpoint: Endpoint, name: str, durable: str | None) -> OriginFacts:
+    """Stream info (retention, created) and API level from the server, and the durable's
+    config when it exists already (a restart must ask for the same start position)."""
+    from jsspark.live.consumer import js_request
+    from jsspark.live.options import parse_connection, redact
+
+    conn = parse_connection(endpoint.connection_options())
+
+    async def ask() -> OriginFacts:
+        import nats
+
+        nc = await nats.connect(**conn.connect_kwargs())
+        try:
+            info = await js_request(nc, conn, f"STREAM.INFO.{name}", None)
+            account = await js_request(nc, conn, "INFO", None)
+            existing = None
+            if durable:
+                try:
+                    existing = (await js_request(nc, conn, f"CONSUMER.INFO.{name}.{durable}", None)).get("config")
+                except APIError as e:
+                    if e.err_code != 10014:  # consumer not found: created on first start
+                        raise
+            level = int((account.get("api") or {}).get("level") or 0)
+            created = info.get("created")
+            identity = identity_of(created) if created and level >= IDENTITY_API_LEVEL else None
+            return OriginFacts(str(info["config"].get("retention", "limits")), identity, existing)
+        finally:
+            await nc.close()
+
+    try:
+        return asyncio.run(ask())
+    except APIError:
+        raise
+    except Exception as e:  # a connection error may echo a URL with credentials
+        raise ConnectionError(f"origin {name} at {redact(endpoint.server_urls, conn)}: {redact(str(e), conn)}") from None

@@ -1,0 +1,308 @@
+"""Run a job: the target stream made ready, then one Structured Streaming query per origin
+(the mirror, or each source) and one for republish.
+
+Each origin query is ``readStream.format("jetstream")`` on the origin (a lake stream, or a
+server through the live source) into ``writeStream.format("jetstream").option("form", ...)`` on
+the target, so every guarantee is the sink's and the engine's: the landing commit carries the
+micro-batch's ``txn`` and the origin's mark, a replayed batch stores nothing twice, and a
+durable origin is acked only after the commit.
+
+Where a query starts, the first time (no checkpoint yet), is what the server would resume
+from: a mirror at its last sequence + 1 (else the mirror's ``opt_start_seq`` /
+``opt_start_time``), a source after its mark (``engine.ingest.sourced_seq``, the
+``Nats-Stream-Source`` resume of ``startingSequenceForSources``). Later the checkpoint's
+offsets decide, and the marks make any overlap harmless. Several sources are several queries
+committing into one stream: each origin's order is kept, interleaved with the others and with
+local publishes through Delta's optimistic concurrency.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jsspark.config import StreamSource
+from jsspark.engine.ingest import sourced_seq
+from jsspark.engine.sourcing import Origin, server_hash
+from jsspark.errors import APIError
+from jsspark.jobs.origins import OriginFacts, consumer_name, lake_facts, server_facts
+from jsspark.jobs.spec import Endpoint, JobError, JobSpec, load_job
+
+log = logging.getLogger("jsspark.jobs")
+
+
+@dataclass
+class OriginPlan:
+    """One origin query: what it reads, from where, and how it lands."""
+
+    kind: str  # "mirror" | "source"
+    source: StreamSource
+    endpoint: Endpoint
+    facts: OriginFacts
+    start_seq: int | None  # resume position when there is no checkpoint yet
+    reader_options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def origin(self) -> Origin:
+        return Origin.of(self.source)
+
+    @property
+    def query_name(self) -> str:
+        return f"{self.kind}-{self.source.name}-{server_hash(self.origin.iname)}"
+
+
+class Job:
+    """A running (or runnable) job; ``start`` returns the queries, ``stop`` stops them."""
+
+    def __init__(self, spec: JobSpec, spark: Any = None) -> None:
+        self.spec = spec
+        self._spark = spark
+        self.queries: list[Any] = []
+        self.plans: list[OriginPlan] = []
+
+    @property
+    def spark(self) -> Any:
+        if self._spark is None:
+            from pyspark.sql import SparkSession
+
+            active = SparkSession.getActiveSession()
+            if active is None:
+                from jsspark.local_spark import local_spark
+
+                active = local_spark(f"jsspark-{self.spec.job_name}")
+            else:
+                from jsspark.datasource import register
+
+                register(active)
+            self._spark = active
+        return self._spark
+
+    @property
+    def lake(self) -> Any:
+        import jsspark
+
+        return jsspark.connect(str(self.spec.target.location), self.spec.target.storage_options)
+
+    # -- preparing ---------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Create the target stream, or update it to the job's config (the server's update
+        rules apply: a mirror cannot become a source, and so on)."""
+        lake, cfg = self.lake, self.spec.stream
+        try:
+            current = lake.stream_info(cfg.name).config
+        except APIError as e:
+            if e.err_code != 10059:  # stream not found
+                raise
+            lake.add_stream(cfg)
+            return
+        if current.to_json() != cfg.to_json():
+            lake.update_stream(cfg)
+
+    def plan(self) -> list[OriginPlan]:
+        """The origin queries, with where each resumes (read from the target, once)."""
+        cfg = self.lake.stream_info(self.spec.stream.name).config
+        plans = []
+        if cfg.mirror is not None:
+            plans.append(self._plan("mirror", cfg.mirror))
+        for src in cfg.sources or ():
+            plans.append(self._plan("source", src))
+        self.plans = plans
+        return plans
+
+    def _plan(self, kind: str, source: StreamSource) -> OriginPlan:
+        endpoint = self.spec.origin(source.name)
+        origin = Origin.of(source)
+        durable = consumer_name(self.spec.stream.name, origin)
+        facts = lake_facts(endpoint, source.name) if endpoint.is_lake else server_facts(endpoint, source.name, durable)
+        if kind == "mirror":
+            last = self.lake.stream_info(self.spec.stream.name).state.last_seq
+            resume = last + 1 if last else None
+        else:
+            mark = sourced_seq(self.lake, self.spec.stream.name, source)
+            resume = mark + 1 if mark else None
+        plan = OriginPlan(kind, source, endpoint, facts, resume)
+        plan.reader_options = (self._lake_reader(plan, durable) if endpoint.is_lake
+                               else self._server_reader(plan, durable))
+        return plan
+
+    @staticmethod
+    def _start(plan: OriginPlan, names: tuple[str, str, str]) -> dict[str, str]:
+        """Start options (policy, seq, time) under the reader's spelling ``names``."""
+        policy, seq, at = names
+        src = plan.source
+        if plan.start_seq is not None:
+            return {policy: "by_start_sequence", seq: str(plan.start_seq)}
+        if src.opt_start_seq:
+            return {policy: "by_start_sequence", seq: str(src.opt_start_seq)}
+        if src.opt_start_time is not None:
+            return {policy: "by_start_time", at: src.opt_start_time.to_rfc3339nano()}
+        return {policy: "all"}
+
+    def _lake_reader(self, plan: OriginPlan, durable: str) -> dict[str, str]:
+        opts = {"stream": plan.source.name, "path": str(plan.endpoint.location)}
+        opts.update(self._start(plan, ("deliver_policy", "opt_start_seq", "opt_start_time")))
+        filters = plan.origin.filters()
+        if filters:
+            opts["filter_subjects"] = json.dumps(filters)
+        if plan.facts.needs_acks:  # acked after each landing commit: the origin removes what landed
+            opts.update({"durable_name": durable, "ack_policy": "explicit"})
+            existing = self._lake_durable(plan, durable)
+            if existing is not None:
+                opts.update(existing)
+        opts.update(plan.endpoint.options)
+        return opts
+
+    @staticmethod
+    def _lake_durable(plan: OriginPlan, durable: str) -> dict[str, str] | None:
+        """A durable that exists already keeps its own start: ask for the same (a consumer's
+        start cannot be updated), its position decides where delivery resumes."""
+        import jsspark
+
+        lake = jsspark.connect(str(plan.endpoint.location), plan.endpoint.storage_options)
+        try:
+            cfg = lake.consumer_info(plan.source.name, durable).config
+        except APIError as e:
+            if e.err_code != 10014:  # consumer not found: created on first start
+                raise
+            return None
+        out = {"deliver_policy": getattr(cfg.deliver_policy, "value", str(cfg.deliver_policy))}
+        if cfg.opt_start_seq:
+            out["opt_start_seq"] = str(cfg.opt_start_seq)
+        if cfg.opt_start_time is not None:
+            out["opt_start_time"] = cfg.opt_start_time.to_rfc3339nano()
+        return out
+
+    def _server_reader(self, plan: OriginPlan, durable: str) -> dict[str, str]:
+        src = plan.source
+        opts = {**plan.endpoint.connection_options(), "stream": src.name}
+        if src.external is not None and src.external.api and "apiPrefix" not in opts:
+            opts["apiPrefix"] = src.external.api
+        if src.consumer is not None and src.consumer.name:  # bring-your-own durable (2.14)
+            opts.update({"consumerMode": "user", "consumer": src.consumer.name,
+                         "deliverSubject": src.consumer.deliver_subject})
+        else:
+            if plan.facts.needs_acks:
+                opts.update({"consumerMode": "server", "consumer": durable})
+            else:
+                opts.update({"consumerMode": "ordered", "consumer": durable})
+            existing = plan.facts.durable if plan.facts.needs_acks else None
+            if existing is not None:
+                opts["deliverPolicy"] = existing.get("deliver_policy", "all")
+                if existing.get("opt_start_seq"):
+                    opts["optStartSeq"] = str(existing["opt_start_seq"])
+                if existing.get("opt_start_time"):
+                    opts["optStartTime"] = str(existing["opt_start_time"])
+            else:
+                opts.update(self._start(plan, ("deliverPolicy", "optStartSeq", "optStartTime")))
+            filters = plan.origin.filters()
+            if len(filters) == 1:
+                opts["filterSubject"] = filters[0]
+            elif filters:
+                opts["filterSubjects"] = ",".join(filters)
+        opts.update(plan.endpoint.options)
+        return opts
+
+    # -- running -----------------------------------------------------------------------------------
+    def start(self) -> list[Any]:
+        """Prepare the target and start every query; returns them (``StreamingQuery``)."""
+        self.prepare()
+        spark = self.spark
+        trigger = self.spec.trigger_kwargs()
+        root = self.spec.checkpoint_root
+        for plan in self.plan():
+            opts = dict(plan.reader_options)
+            location = opts.pop("path", None)
+            reader = spark.readStream.format("jetstream").options(**opts)
+            df = reader.load(location) if location is not None else reader.load()
+            writer = (
+                df.writeStream.format("jetstream")
+                .option("stream", self.spec.stream.name)
+                .option("form", plan.kind)
+                .option("origin", json.dumps(plan.source.to_json()))
+                .option("checkpointLocation", f"{root}/{plan.query_name}")
+                .queryName(f"{self.spec.job_name}:{plan.query_name}")
+                .trigger(**trigger)
+            )
+            if plan.facts.identity:
+                writer = writer.option("originIdentity", plan.facts.identity)
+            self.queries.append(writer.start(str(self.spec.target.location)))
+            log.info("job %s: started %s from %s", self.spec.job_name, plan.query_name, _where(plan.endpoint))
+        if self.spec.stream.republish is not None and self.spec.republish_to is not None:
+            self.queries.append(self._start_republish(trigger, root))
+        return self.queries
+
+    def _start_republish(self, trigger: dict[str, Any], root: str) -> Any:
+        from jsspark.jobs.republish import start_republish
+
+        dest = self.spec.republish_to
+        assert dest is not None
+        destination: dict[str, Any] = (
+            {"location": dest.location, **({"stream": dest.stream} if dest.stream else {})}
+            if dest.is_lake else dest.connection_options()
+        )
+        return start_republish(
+            self.spark,
+            location=str(self.spec.target.location),
+            stream=self.spec.stream.name,
+            republish=None,
+            destination=destination,
+            checkpoint=f"{root}/republish",
+            mode=dest.mode,
+            trigger=trigger,
+            storage_options=self.spec.target.storage_options,
+            query_name=f"{self.spec.job_name}:republish",
+        )
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait for every query (``available_now``/``once`` jobs end by themselves); raise the
+        first query's error. ``False`` if ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for q in self.queries:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if left is None:
+                q.awaitTermination()
+            elif not q.awaitTermination(left):
+                return False
+        return True
+
+    def stop(self) -> None:
+        for q in self.queries:
+            q.stop()
+
+    def progress(self) -> list[dict[str, Any]]:
+        """Each query's name, whether it runs, its last progress (rows/s, batch) and error."""
+        out = []
+        for q in self.queries:
+            last = q.lastProgress or {}
+            err = q.exception()
+            out.append({
+                "name": q.name,
+                "active": q.isActive,
+                "batch": last.get("batchId"),
+                "rows": last.get("numInputRows", 0),
+                "rate": last.get("processedRowsPerSecond", 0.0),
+                "error": None if err is None else str(err),
+            })
+        return out
+
+
+def _where(endpoint: Endpoint) -> str:
+    return f"lake {endpoint.location}" if endpoint.is_lake else f"server {endpoint.server_urls}"
+
+
+def run_job(job: str | Path | dict[str, Any] | JobSpec, spark: Any = None, *, trigger: str | None = None) -> Job:
+    """Load a job (a file, a dict or a ``JobSpec``) and start it: the Python API notebooks use.
+    ``trigger`` overrides the file's (e.g. ``"available_now"`` to catch up and stop)."""
+    spec = job if isinstance(job, JobSpec) else load_job(job)
+    if trigger is not None:
+        try:
+            spec = JobSpec.model_validate({**spec.model_dump(), "stream": spec.stream, "trigger": trigger})
+        except ValueError as e:
+            raise JobError(str(e)) from None
+    running = Job(spec, spark)
+    running.start()
+    return running

@@ -1,0 +1,226 @@
+"""A job file: a JetStream stream config plus where its origins, the target and republish live.
+
+The stream part is exactly what ``nats stream info -j | jq .config`` prints (``mirror``,
+``sources``, ``republish``, ``subject_transform`` and all), inline or as the path of such a
+file. Around it, a job names what a server config does not need to say because a server is
+one place: the lake ``target``, each origin's place (``origins``, by origin stream name, ``*``
+for the rest), the republish ``destination``, the checkpoint root and the trigger::
+
+    {
+      "stream": {"name": "ORDERS_LAKE", "sources": [{"name": "ORDERS"}], "retention": "limits"},
+      "target": {"location": "/data/lake"},
+      "origins": {"ORDERS": {"servers": "nats://nats:4222", "creds": "/secrets/app.creds"}},
+      "trigger": "5 seconds"
+    }
+
+Connection fields are JetStream users' names in snake case (``servers``, ``user``, ``password``,
+``token``, ``creds``, ``nkey_seed``, ``tls_ca``, ``tls_cert``, ``tls_key``, ``tls_hostname``,
+``domain``, ``api_prefix``); ``options`` passes reader options through (``maxMessagesPerTrigger``,
+``spillDir``, ...). Secrets never appear in a ``repr`` of a spec.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from jsspark.config import StreamConfig
+from jsspark.config.loading import load_stream_config
+
+_SECRET = ("password", "token", "nkey_seed")
+# snake-case job fields -> the live source/sink option names (jsspark.live.options)
+_CONNECTION = {
+    "user": "user", "password": "password", "token": "token", "creds": "creds", "nkey_seed": "nkeySeed",
+    "tls_ca": "tlsCa", "tls_cert": "tlsCert", "tls_key": "tlsKey", "tls_hostname": "tlsHostname",
+    "domain": "domain", "api_prefix": "apiPrefix", "name": "name",
+}
+TRIGGER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)\s*$")
+
+
+class JobError(ValueError):
+    """A job file that cannot run; the message names the field and the value."""
+
+
+class Endpoint(BaseModel):
+    """Where a stream lives: a lake (``location``) or a NATS server (``servers``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    location: str | None = None
+    storage_options: dict[str, str] | None = None
+    servers: str | list[str] | None = None
+    user: str | None = None
+    password: str | None = Field(default=None, repr=False)
+    token: str | None = Field(default=None, repr=False)
+    creds: str | None = None
+    nkey_seed: str | None = Field(default=None, repr=False)
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_hostname: str | None = None
+    domain: str | None = None
+    api_prefix: str | None = None
+    name: str | None = None
+    options: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_place(self) -> Endpoint:
+        if (self.location is None) == (self.servers is None):
+            raise ValueError("give exactly one of 'location' (a lake) or 'servers' (a NATS server URL)")
+        if self.location is not None:
+            lake_only = [k for k in ("user", "password", "token", "creds", "nkey_seed", "tls_ca", "tls_cert",
+                                     "tls_key", "domain", "api_prefix") if getattr(self, k) is not None]
+            if lake_only:
+                raise ValueError(f"{', '.join(lake_only)}: connection fields need 'servers', not 'location'")
+        return self
+
+    @property
+    def is_lake(self) -> bool:
+        return self.location is not None
+
+    @property
+    def server_urls(self) -> str:
+        s = self.servers
+        return ",".join(s) if isinstance(s, list) else str(s)
+
+    def connection_options(self) -> dict[str, str]:
+        """The live source/sink options that connect to this server."""
+        out = {"servers": self.server_urls}
+        for field, option in _CONNECTION.items():
+            value = getattr(self, field)
+            if value is not None:
+                out[option] = str(value)
+        return out
+
+
+class RepublishTo(Endpoint):
+    """Where a lake stream's ``republish`` sends messages: a server, or a lake (into ``stream``,
+    or the one lake stream whose subjects match, as a server routes)."""
+
+    stream: str | None = None
+    mode: Literal["at_most_once", "idempotent"] = "at_most_once"
+
+
+class JobSpec(BaseModel):
+    """One stream's replication: what the server would do for it, run as Spark queries."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stream: StreamConfig
+    target: Endpoint
+    origins: dict[str, Endpoint] = Field(default_factory=dict)
+    republish_to: RepublishTo | None = None
+    checkpoint: str | None = None
+    trigger: str = "1 second"
+    name: str | None = None
+
+    @field_validator("stream", mode="before")
+    @classmethod
+    def _stream(cls, value: Any) -> Any:
+        if isinstance(value, StreamConfig):
+            return value
+        if isinstance(value, str):
+            return load_stream_config(value)
+        if isinstance(value, dict):
+            return StreamConfig.from_json(value)
+        raise ValueError("'stream' is a JetStream stream config (a JSON object or the path of one)")
+
+    @field_validator("trigger")
+    @classmethod
+    def _trigger(cls, value: str) -> str:
+        text = value.strip().lower().replace("-", "_")
+        if text in ("available_now", "availablenow", "once"):
+            return "available_now" if text != "once" else "once"
+        if not TRIGGER.match(text):
+            raise ValueError(f"trigger {value!r}: use 'available_now', 'once' or an interval like '5 seconds'")
+        return text
+
+    @model_validator(mode="after")
+    def _places(self) -> JobSpec:
+        if not self.target.is_lake:
+            raise ValueError("'target' must be a lake location: jsspark runs a stream's replication into a lake "
+                             "(a server runs its own mirrors and sources)")
+        cfg = self.stream
+        if cfg.mirror is None and not cfg.sources and cfg.republish is None:
+            raise ValueError(f"stream {cfg.name!r} has no mirror, sources or republish: nothing to run")
+        for name in self.origin_names():
+            if name not in self.origins and "*" not in self.origins:
+                raise ValueError(f"origin stream {name!r}: say where it lives in 'origins' "
+                                 f"(a lake 'location' or a server 'servers'), or give a '*' default")
+        if cfg.republish is not None and self.republish_to is None:
+            raise ValueError(f"stream {cfg.name!r} has republish {cfg.republish.to_json()}: "
+                             "'republish_to' must say where (a server 'servers' or a lake 'location')")
+        if self.republish_to is not None and cfg.republish is None:
+            raise ValueError("'republish_to' is set but the stream config has no 'republish'")
+        return self
+
+    # -- derived ---------------------------------------------------------------------------------
+    @property
+    def job_name(self) -> str:
+        return self.name or self.stream.name
+
+    @property
+    def checkpoint_root(self) -> str:
+        base = self.checkpoint or f"{str(self.target.location).rstrip('/')}/_checkpoints"
+        return f"{base.rstrip('/')}/{self.job_name}"
+
+    def origin_names(self) -> list[str]:
+        cfg = self.stream
+        if cfg.mirror is not None:
+            return [cfg.mirror.name]
+        return [s.name for s in cfg.sources or ()]
+
+    def origin(self, name: str) -> Endpoint:
+        return self.origins.get(name) or self.origins["*"]
+
+    def trigger_kwargs(self) -> dict[str, Any]:
+        """``DataStreamWriter.trigger`` keywords."""
+        if self.trigger == "available_now":
+            return {"availableNow": True}
+        if self.trigger == "once":
+            return {"once": True}
+        return {"processingTime": self.trigger}
+
+
+def load_job(source: str | Path | dict[str, Any]) -> JobSpec:
+    """A job from a JSON/YAML file (a relative ``stream`` path is relative to the file) or a dict.
+    Errors name the file and the field."""
+    where = "job"
+    if isinstance(source, dict):
+        raw = source
+    else:
+        path = Path(source)
+        where = str(path)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise JobError(f"{path}: cannot read the job file: {e.strerror}") from None
+        try:
+            raw = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+        except (ValueError, yaml.YAMLError) as e:
+            raise JobError(f"{path}: not valid {'YAML' if path.suffix in ('.yaml', '.yml') else 'JSON'}: {e}") from None
+        if not isinstance(raw, dict):
+            raise JobError(f"{path}: a job is an object with 'stream' and 'target'")
+        if isinstance(raw.get("stream"), str) and not Path(raw["stream"]).is_absolute():
+            raw = {**raw, "stream": str(path.parent / raw["stream"])}
+    try:
+        return JobSpec.model_validate(raw)
+    except ValueError as e:
+        raise JobError(f"{where}: {_pydantic_text(e)}") from None
+
+
+def _pydantic_text(e: ValueError) -> str:
+    errors = getattr(e, "errors", None)
+    if not callable(errors):
+        return str(e)
+    parts = []
+    for err in errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)

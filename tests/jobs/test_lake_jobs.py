@@ -1,0 +1,106 @@
+"""Lake -> lake jobs: a mirror keeps sequences, times, headers and gaps; sources keep each
+origin's order with the server's ``Nats-Stream-Source``; reruns and restarts add nothing twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import jsspark
+from jsspark.jobs.runner import run_job
+from jsspark.jobs.spec import JobError, load_job
+
+
+def _rows(lake: Any, stream: str) -> list[dict[str, Any]]:
+    return lake.stream(stream).read().sort_by("seq").to_pylist()
+
+
+def _publish(lake: Any, start: int, n: int) -> None:
+    for i in range(start, start + n):
+        region = "eu" if i % 2 else "us"
+        lake.publish(f"orders.{region}.{i % 5}", f"order {i}".encode(), headers={"Nats-Msg-Id": f"o-{i}", "K": str(i)})
+
+
+@pytest.fixture
+def origin_lake(tmp_path: Path) -> Any:
+    lake = jsspark.connect(str(tmp_path / "lake"))
+    lake.add_stream(name="ORDERS", subjects=["orders.>"])
+    _publish(lake, 1, 30)
+    lake.delete_msg("ORDERS", 7)
+    lake.delete_msg("ORDERS", 8)
+    return lake
+
+
+def test_mirror_job_matches_origin_and_resumes(spark: Any, origin_lake: Any, tmp_path: Path) -> None:
+    loc = origin_lake.location
+    job = {"stream": {"name": "MIRROR", "mirror": {"name": "ORDERS"}}, "target": {"location": loc},
+           "origins": {"*": {"location": loc}}, "trigger": "available_now"}
+    run_job(job, spark).await_termination(300)
+
+    def same() -> None:
+        origin = _rows(origin_lake, "ORDERS")
+        mirror = _rows(origin_lake, "MIRROR")
+        keys = ("seq", "ts_ns", "subject", "headers", "data")
+        assert [{k: r[k] for k in keys} for r in mirror] == [{k: r[k] for k in keys} for r in origin]
+
+    same()
+    info = origin_lake.stream_info("MIRROR")
+    assert info.mirror.name == "ORDERS" and info.mirror.seq == 30 and info.mirror.lag == 0
+    assert (info.state.first_seq, info.state.num_deleted) == (1, 2)  # 7 and 8 keep their numbers, as deleted
+    with pytest.raises(Exception, match="is a mirror and takes no direct publishes"):
+        origin_lake.publish_batch("MIRROR", pa.table({"subject": ["orders.eu.1"], "data": [b"x"]}))
+    _publish(origin_lake, 31, 10)
+    run_job(job, spark).await_termination(300)  # same checkpoint: continues
+    same()
+    # a new checkpoint resumes from the mirror's last sequence, storing nothing twice
+    run_job({**job, "checkpoint": str(tmp_path / "other-ckpt")}, spark).await_termination(300)
+    same()
+
+
+def test_sources_job_keeps_origin_order_and_header(spark: Any, origin_lake: Any, tmp_path: Path) -> None:
+    loc = origin_lake.location
+    origin_lake.add_stream(name="INVOICES", subjects=["inv.>"])
+    for i in range(5):
+        origin_lake.publish(f"inv.{i}", b"i")
+    transforms = [{"src": "orders.eu.*", "dest": "agg.eu.{{wildcard(1)}}"}]
+    job = {"stream": {"name": "AGG", "subjects": ["agg.>"],
+                      "sources": [{"name": "ORDERS", "subject_transforms": transforms}, {"name": "INVOICES"}]},
+           "target": {"location": loc}, "origins": {"*": {"location": loc}}, "trigger": "available_now"}
+    run_job(job, spark).await_termination(300)
+    rows = _rows(origin_lake, "AGG")
+    ident = {n: jsspark.engine.sourcing.identity_of(jsspark.engine.api.rfc3339nano(
+        origin_lake.stream_info(n).created_ns)) for n in ("ORDERS", "INVOICES")}
+    by_origin: dict[str, list[tuple[int, str, str]]] = {}
+    for r in rows:
+        hdr = dict((h["name"], h["value"]) for h in r["headers"])["Nats-Stream-Source"].split(" ")
+        by_origin.setdefault(hdr[0], []).append((int(hdr[1]), r["subject"], hdr[4]))
+        assert hdr[5] == ident[hdr[0]]
+    eu = [r for r in _rows(origin_lake, "ORDERS") if r["subject"].startswith("orders.eu.")]
+    assert by_origin["ORDERS"] == [(r["seq"], "agg.eu." + r["subject"].split(".")[2], r["subject"]) for r in eu]
+    assert [s for s, _, _ in by_origin["INVOICES"]] == [1, 2, 3, 4, 5]
+    assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
+    # restart with a new checkpoint: resumes after each origin's mark, nothing twice
+    _publish(origin_lake, 31, 4)
+    run_job({**job, "checkpoint": str(tmp_path / "fresh")}, spark).await_termination(300)
+    again = _rows(origin_lake, "AGG")
+    seen = [tuple(dict((h["name"], h["value"]) for h in r["headers"])["Nats-Stream-Source"].split(" ")[:2])
+            for r in again]
+    assert len(seen) == len(set(seen)) == len(rows) + 2  # 31 and 33 are eu
+
+
+def test_job_file_errors_name_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "job.json"
+    bad.write_text('{"stream": {"name": "M", "mirror": {"name": "O"}}, "target": {"location": "/x"}}')
+    with pytest.raises(JobError, match="origin stream 'O'"):
+        load_job(bad)
+    bad.write_text('{"stream": {"name": "M", "mirror": {"name": "O"}}, "target": {"servers": "nats://x"},'
+                   ' "origins": {"*": {"location": "/x"}}}')
+    with pytest.raises(JobError, match="'target' must be a lake location"):
+        load_job(bad)
+    bad.write_text('{"stream": {"name": "M", "mirror": {"name": "O"}}, "target": {"location": "/x"},'
+                   ' "origins": {"*": {"location": "/x"}}, "trigger": "soon"}')
+    with pytest.raises(JobError, match="trigger 'soon'"):
+        load_job(bad)

@@ -143,6 +143,16 @@ def test_a_replayed_batch_drops_the_carry_and_asks_the_lookup() -> None:
     assert carry.through == 4 and not carry.complete
 
 
+def test_a_carry_from_the_first_sequence_never_looks_up() -> None:
+    def lookup(seq: int, subjects: pa.Array | None) -> pa.Table | None:
+        raise AssertionError("nothing is below sequence 1, and the carry then knows every subject")
+
+    carry, rp = LastSequences(), RePublish(src=">", dest="o.>")
+    assert last_seqs(republish_batch("S", rp, rows(["a", "b"]), carry=carry, lookup=lookup)) == [0, 0]
+    assert last_seqs(republish_batch("S", rp, rows(["c", "a"], start=3), carry=carry, lookup=lookup)) == [0, 1]
+    assert carry.complete and carry.through == 4
+
+
 def test_last_sequence_below_the_batch_comes_from_the_lake(tmp_path: Path) -> None:
     lake = jsspark.connect(tmp_path / "lake")
     lake.add_stream(name="S", subjects=["s.>"])

@@ -175,6 +175,10 @@ def _bases(
     """Last sequence below ``first`` of each of ``names`` (distinct subjects): from the carry,
     else from ``lookup``, else 0. A fresh carry is seeded with every subject when the lookup
     can give them all, and is then complete."""
+    if first <= 1:  # nothing is stored below the first sequence: no lookup, and the carry is complete
+        lookup = None
+        if carry is not None and not carry.through:
+            carry.complete = True
     known: dict[str, int] = {}
     complete = lookup is None
     if carry is not None:

@@ -1,0 +1,1 @@
+"""Long-running Structured Streaming jobs over lake streams (mirror, source, republish)."""

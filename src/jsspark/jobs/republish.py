@@ -1,0 +1,491 @@
+"""RePublish as a Structured Streaming job: a lake stream's messages re-sent as a server would.
+
+``start_republish`` reads the lake stream with ``format("jetstream")`` and, in a
+``foreachBatch``, computes each batch's republished messages (``engine.republish``) and sends
+them to the destination:
+
+- ``{"servers": "nats://...", ...}`` (connection options as ``jsspark.live.options``): a NATS
+  server. ``mode="at_most_once"`` (the default, what a server does) sends plain core
+  publishes; before a batch's first publish its id is recorded under the checkpoint
+  (``_republish/started``), and a batch Spark replays after a crash is skipped, never sent
+  twice (the rest of a batch interrupted mid-way is lost, as a server's republish is lost in
+  a crash). ``mode="idempotent"`` sends JetStream publishes (request/reply, waiting for every
+  PubAck) with ``Nats-Msg-Id: <stream>:<seq>``, so the destination subject must be captured
+  by a JetStream stream on that server (else no responders fails the batch); a replayed
+  batch is re-sent and that stream's duplicate window drops it: at least once sent, exactly
+  once stored within the window. The id replaces the value of the message's own first
+  ``Nats-Msg-Id`` (the server dedups on the first one), else it is appended last.
+- ``{"location": "...", "stream": optional}``: a lake. Each batch is one ``publish_batch``
+  per target stream with the Delta txn ``(jsspark.republish.<query id>, batchId)``, so a
+  replayed batch is skipped: exactly once, whatever ``mode``. Without ``stream`` every
+  message goes to the one lake stream whose subjects match its subject, as a server routes a
+  core publish; a message no stream captures is dropped, as a core publish nobody listens to.
+
+The read is a non-durable consumer (deliver all, filtered on the republish ``src`` where
+that filter says the same): republish observes the stream and never acks, so it takes
+nothing from a WorkQueue or Interest stream and holds nothing back there. Messages removed
+before the job reads them (limits, purge, delete, or a work-queue consumer's ack) are not
+republished (``failOnDataLoss`` is off), and do not count for ``Nats-Last-Sequence``.
+
+The batch is collected on the driver (``maxMessagesPerTrigger`` bounds it, 100,000 by
+default), where the last sequence per subject is carried from batch to batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from jsspark.config import RePublish, StreamConfig
+from jsspark.engine.republish import (
+    LastSequences,
+    effective_republish,
+    lake_last_seqs,
+    republish_batch,
+)
+from jsspark.errors import APIError
+
+MODES = ("at_most_once", "idempotent")
+DEFAULT_MAX_MESSAGES = 100_000
+APP_ID_PREFIX = "jsspark.republish."
+MARKER_DIR = "_republish"
+MSG_ID = "Nats-Msg-Id"
+CYCLE = "stream configuration for republish destination forms a cycle"
+_READ_COLUMNS = ["seq", "ts_ns", "subject", "headers", "data"]
+
+
+# -- configuration -----------------------------------------------------------------------------
+def check_republish(config: StreamConfig, republish: RePublish | None = None) -> RePublish | None:
+    """The republish to run for a stream (``republish``, else the stream's own), with the
+    server's defaults, validated against the stream's subjects with the server's errors
+    (``forms a cycle``, ``transform ... not valid``). ``None``: nothing to republish."""
+    from jsspark.config.validation import _check_republish
+
+    cfg = config.model_copy(deep=True)
+    if republish is not None:
+        cfg.republish = republish.model_copy(deep=True)
+    if cfg.republish is None:
+        return None
+    if not cfg.subjects and cfg.mirror is None and not cfg.sources:
+        cfg.subjects = [cfg.name]
+    _check_republish(cfg, pedantic=False)
+    return effective_republish(cfg)
+
+
+@dataclass(frozen=True)
+class ServerDestination:
+    conn: Any  # jsspark.live.options.Connection
+    max_in_flight: int = 1_000
+    publish_timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class LakeDestination:
+    location: str
+    stream: str | None = None
+    storage_options: dict[str, str] | None = None
+
+
+def parse_destination(
+    destination: Mapping[str, Any], *, origin_location: str, origin_stream: str,
+    storage_options: dict[str, str] | None = None,
+) -> ServerDestination | LakeDestination:
+    """``{"servers": ..., <connection options>, maxInFlight?, publishTimeout?}`` or
+    ``{"location": ..., "stream"?, "storage_options"?}``; a lake destination that is the origin
+    stream itself is the server's cycle error."""
+    from jsspark.datasource.options import OptionError
+
+    keys = {k.lower() for k in destination}
+    if "servers" in keys and "location" in keys:
+        raise OptionError("republish destination: give either 'servers' (a NATS server) or 'location' (a lake)")
+    if "servers" in keys:
+        from jsspark.live.options import CONNECTION_OPTIONS, _canonical, _int, parse_connection
+
+        opts = _canonical({k: str(v) for k, v in destination.items()},
+                          (*CONNECTION_OPTIONS, "maxInFlight", "publishTimeout"))
+        try:
+            timeout = float(opts.get("publishTimeout", "10"))
+        except ValueError:
+            raise OptionError(f"republish destination: publishTimeout must be seconds, got "
+                              f"{opts['publishTimeout']!r}") from None
+        return ServerDestination(parse_connection(opts), _int(opts, "maxInFlight", 1_000, 1) or 1_000, timeout)
+    if "location" in keys:
+        unknown = keys - {"location", "stream", "storage_options"}
+        if unknown:
+            raise OptionError(f"republish destination: unknown keys {sorted(unknown)} for a lake destination "
+                              "(location, stream, storage_options)")
+        d = {k.lower(): v for k, v in destination.items()}
+        location = str(d["location"]).rstrip("/")
+        stream = d.get("stream") or None
+        if stream is not None and stream == origin_stream and _same_location(location, origin_location):
+            from jsspark.errors import api_error
+
+            raise api_error("JSStreamInvalidConfigF", err=CYCLE)
+        return LakeDestination(location, stream, d.get("storage_options", storage_options))
+    raise OptionError("republish destination needs 'servers' (a NATS server) or 'location' (a lake)")
+
+
+def _same_location(a: str, b: str) -> bool:
+    def norm(x: str) -> str:
+        return x.rstrip("/") if "://" in x else os.path.realpath(x)
+
+    return norm(a) == norm(b)
+
+
+def _reader_filter(src: str, config: StreamConfig) -> str | None:
+    """The consumer filter that selects exactly what ``src`` matches, if there is one: a
+    source token that merely starts with ``*`` matches any token (the server's subset quirk),
+    a filter token would not, so then the whole stream is read; so it is when the stream
+    would refuse the filter (it matches none of its subjects: nothing is republished)."""
+    from jsspark.config import ConsumerConfig, check_consumer_config
+
+    if src in ("", ">"):
+        return None
+    tokens = src.split(".")
+    if any(("*" in t or ">" in t) and t not in ("*", ">") for t in tokens):
+        return None
+    try:
+        check_consumer_config(ConsumerConfig(filter_subject=src), config)
+    except APIError:
+        return None
+    return src
+
+
+# -- checkpoint files --------------------------------------------------------------------------
+def _filesystem(path: str) -> tuple[Any, str]:
+    from pyarrow import fs
+
+    if "://" not in path:
+        return fs.LocalFileSystem(), os.path.abspath(path)
+    return fs.FileSystem.from_uri(path)
+
+
+def _read_text(path: str) -> str | None:
+    filesystem, p = _filesystem(path)
+    try:
+        with filesystem.open_input_stream(p) as f:
+            return f.read().decode()
+    except (FileNotFoundError, OSError):
+        return None
+
+
+class StartedBatches:
+    """The highest batch id whose publishing began, kept durably under the checkpoint (a local
+    file is replaced atomically and synced; an object store put is atomic)."""
+
+    def __init__(self, checkpoint: str) -> None:
+        self.path = f"{checkpoint.rstrip('/')}/{MARKER_DIR}/started"
+        self._last: int | None = None
+
+    def last(self) -> int:
+        if self._last is None:
+            text = _read_text(self.path)
+            self._last = int(json.loads(text)["batch_id"]) if text else -1
+        return self._last
+
+    def started(self, batch_id: int) -> bool:
+        return batch_id <= self.last()
+
+    def record(self, batch_id: int) -> None:
+        body = json.dumps({"batch_id": int(batch_id)}).encode()
+        filesystem, p = _filesystem(self.path)
+        parent = p.rsplit("/", 1)[0]
+        filesystem.create_dir(parent, recursive=True)
+        if "://" in self.path:
+            with filesystem.open_output_stream(p) as f:
+                f.write(body)
+        else:
+            tmp = f"{p}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, p)
+            fd = os.open(parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._last = int(batch_id)
+
+
+def query_app_id(checkpoint: str) -> str:
+    """The Delta txn app id of the query: its persistent id from ``<checkpoint>/metadata``
+    (a new checkpoint is a new query whose batch ids restart at 0)."""
+    text = _read_text(f"{checkpoint.rstrip('/')}/metadata")
+    if text:
+        return APP_ID_PREFIX + json.loads(text.splitlines()[0])["id"]
+    return APP_ID_PREFIX + "checkpoint-" + hashlib.sha256(checkpoint.encode()).hexdigest()[:32]
+
+
+# -- publishing --------------------------------------------------------------------------------
+class _HeaderPairs(dict):  # type: ignore[type-arg]
+    """Headers for nats-py that keep repeated keys and their order: nats-py writes the header
+    block from ``items()``, which here yields every pair."""
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        super().__init__(pairs)
+        self.pairs = pairs
+
+    def items(self) -> Any:  # type: ignore[override]
+        return list(self.pairs)
+
+
+def _pairs(cell: list[dict[str, str]] | None) -> list[tuple[str, str]]:
+    return [(h["name"], h["value"]) for h in cell or ()]
+
+
+def with_msg_id(pairs: list[tuple[str, str]], msg_id: str) -> list[tuple[str, str]]:
+    """``Nats-Msg-Id: msg_id`` as the id the server sees: the first ``Nats-Msg-Id`` gets the
+    value, else it is appended."""
+    for i, (k, _) in enumerate(pairs):
+        if k == MSG_ID:
+            return [*pairs[:i], (MSG_ID, msg_id), *pairs[i + 1:]]
+    return [*pairs, (MSG_ID, msg_id)]
+
+
+async def publish_to_server(
+    dest: ServerDestination, rows: pa.Table, *, stream: str, acked: bool
+) -> tuple[int, int]:
+    """Send ``rows`` (``engine.republish.OUTPUT_SCHEMA``) in order: core publishes then one
+    flush (``acked=False``), or JetStream publishes with ``Nats-Msg-Id: <stream>:<seq>``,
+    ``max_in_flight`` outstanding, each PubAck checked. Returns (sent, duplicates)."""
+    from nats.aio.client import Client
+    from nats.errors import NoRespondersError
+
+    nc = Client()
+    await nc.connect(**dest.conn.connect_kwargs())
+    sent = dups = 0
+    try:
+        if not acked:
+            for r in rows.to_pylist():
+                await nc.publish(r["subject"], r["data"] or b"", headers=_HeaderPairs(_pairs(r["headers"])))
+                sent += 1
+            await nc.flush(timeout=dest.publish_timeout)
+            return sent, 0
+        sem = asyncio.Semaphore(dest.max_in_flight)
+        failures: list[BaseException] = []
+
+        async def one(subject: str, data: bytes, pairs: list[tuple[str, str]]) -> None:
+            nonlocal sent, dups
+            try:
+                reply = await nc.request(subject, data, timeout=dest.publish_timeout, headers=_HeaderPairs(pairs))
+                ack = json.loads(reply.data or b"{}")
+                if "error" in ack:
+                    raise APIError.from_dict(ack["error"])
+                sent += 1
+                dups += bool(ack.get("duplicate"))
+            except NoRespondersError:
+                failures.append(RuntimeError(
+                    f"republish (idempotent): no JetStream stream captures {subject!r} on the destination "
+                    "server; idempotent mode needs one (its duplicate window drops replays)"))
+            except BaseException as e:
+                failures.append(e)
+            finally:
+                sem.release()
+
+        tasks = []
+        for r in rows.to_pylist():
+            if failures:
+                break
+            await sem.acquire()
+            pairs = with_msg_id(_pairs(r["headers"]), f"{stream}:{r['seq']}")
+            tasks.append(asyncio.ensure_future(one(r["subject"], r["data"] or b"", pairs)))
+        await asyncio.gather(*tasks)
+        if failures:
+            raise failures[0]
+        return sent, dups
+    finally:
+        await nc.close()
+
+
+def publish_to_lake(
+    dest: LakeDestination, rows: pa.Table, *, txn: tuple[str, int], lake: Any = None
+) -> dict[str, int]:
+    """One ``publish_batch`` per target stream with ``txn`` (a replay is skipped); returns how
+    many messages each target stream received (0 for a replayed batch)."""
+    import jsspark
+    from jsspark.engine.lake import STREAM
+    from jsspark.subjects import match_filter
+
+    lake = lake or jsspark.connect(dest.location, dest.storage_options)
+    if dest.stream is not None:
+        cfg = lake.stream_info(dest.stream).config
+        targets = [(dest.stream, cfg.subjects or [dest.stream])]
+    else:
+        targets = []
+        for rec in lake.catalog.list(STREAM):
+            c = rec.body["config"]
+            if c.get("mirror"):
+                continue  # a mirror takes no publishes
+            targets.append((rec.stream, c.get("subjects") or [rec.stream]))
+    out: dict[str, int] = {}
+    publish = rows.select(["subject", "data", "headers"])
+    for name, subjects in targets:
+        mine = publish.filter(match_filter(rows["subject"], subjects))
+        if not mine.num_rows:
+            continue
+        ack = lake.publish_batch(name, mine, txn=txn)
+        out[name] = 0 if ack.replayed else int(ack.stored)
+    return out
+
+
+# -- the job -----------------------------------------------------------------------------------
+@dataclass
+class RepublishJob:
+    """The ``foreachBatch`` function: one call per micro-batch, on the driver."""
+
+    location: str
+    stream: str
+    republish: RePublish
+    destination: ServerDestination | LakeDestination
+    checkpoint: str
+    mode: str = "at_most_once"
+    storage_options: dict[str, str] | None = None
+    carry: LastSequences = field(default_factory=LastSequences)
+    stats: dict[str, int] = field(default_factory=lambda: {"batches": 0, "skipped": 0, "sent": 0, "duplicates": 0})
+    _lake: Any = field(default=None, repr=False)
+    _dest_lake: Any = field(default=None, repr=False)
+    _started: StartedBatches | None = field(default=None, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_lake"] = state["_dest_lake"] = None
+        return state
+
+    @property
+    def lake(self) -> Any:
+        if self._lake is None:
+            import jsspark
+
+            self._lake = jsspark.connect(self.location, self.storage_options)
+        return self._lake
+
+    @property
+    def started(self) -> StartedBatches:
+        if self._started is None:
+            self._started = StartedBatches(self.checkpoint)
+        return self._started
+
+    @property
+    def at_most_once(self) -> bool:
+        return isinstance(self.destination, ServerDestination) and self.mode == "at_most_once"
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        if self.at_most_once and self.started.started(batch_id):
+            self.carry.reset()  # the batch's messages are not folded in: rebuild the carry
+            self.stats["skipped"] += 1
+            return
+        table = df.select(*_READ_COLUMNS).toArrow()
+        self.process(table, batch_id)
+
+    def process(self, table: pa.Table, batch_id: int) -> pa.Table:
+        """Republish one batch of stored rows (the Arrow form of the micro-batch)."""
+        out = republish_batch(self.stream, self.republish, table, carry=self.carry,
+                              lookup=lake_last_seqs(self.lake, self.stream))
+        self.stats["batches"] += 1
+        if not out.num_rows:
+            return out
+        dest = self.destination
+        if isinstance(dest, LakeDestination):
+            if self._dest_lake is None:
+                import jsspark
+
+                self._dest_lake = jsspark.connect(dest.location, dest.storage_options)
+            counts = publish_to_lake(dest, out, txn=(query_app_id(self.checkpoint), batch_id), lake=self._dest_lake)
+            self.stats["sent"] += sum(counts.values())
+            return out
+        if self.at_most_once:
+            self.started.record(batch_id)  # before the first publish: a replay must not send again
+        sent, dups = asyncio.run(publish_to_server(dest, out, stream=self.stream, acked=self.mode == "idempotent"))
+        self.stats["sent"] += sent
+        self.stats["duplicates"] += dups
+        return out
+
+
+def start_republish(
+    spark: Any,
+    *,
+    location: str,
+    stream: str,
+    republish: RePublish | Mapping[str, Any] | None,
+    destination: Mapping[str, Any],
+    checkpoint: str,
+    mode: str = "at_most_once",
+    trigger: Mapping[str, Any] | None = None,
+    storage_options: dict[str, str] | None = None,
+    query_name: str | None = None,
+    max_messages_per_trigger: int | None = DEFAULT_MAX_MESSAGES,
+    reader_options: Mapping[str, str] | None = None,
+) -> Any:
+    """Start republishing lake stream ``stream`` at ``location``; returns the ``StreamingQuery``.
+
+    ``republish``: a ``RePublish`` (or its JSON dict), or ``None`` for the stream's own config.
+    It is validated against the stream's subjects first (``APIError`` with the server's text).
+    ``destination``: see the module docstring. ``mode``: ``at_most_once`` or ``idempotent``
+    (server destinations; a lake destination is exactly once). ``trigger``: keyword arguments of
+    ``DataStreamWriter.trigger`` (``{"availableNow": True}``, ``{"processingTime": "5 seconds"}``).
+    ``reader_options``: extra ``format("jetstream")`` options (e.g. ``deliver_policy``/
+    ``opt_start_seq`` to begin later than the first message). ``storage_options`` are used by
+    the engine's lookups; the Spark reader takes object-store credentials from the environment.
+    The query's ``foreachBatch`` function is reachable as ``query._jsspark_republish`` (counters
+    in ``.stats``), for tests and monitoring.
+    """
+    import jsspark
+    from jsspark.datasource.options import OptionError
+
+    if mode not in MODES:
+        raise OptionError(f"republish mode must be one of {MODES}, got {mode!r}")
+    lake = jsspark.connect(location, storage_options)
+    config = lake.stream_info(stream).config
+    if isinstance(republish, Mapping):
+        republish = RePublish.model_validate(dict(republish))
+    rp = check_republish(config, republish)
+    if rp is None:
+        raise OptionError(f"stream {stream} has no republish configured; pass republish={{src, dest}}")
+    dest = parse_destination(destination, origin_location=location, origin_stream=stream,
+                             storage_options=storage_options)
+    job = RepublishJob(location, stream, rp, dest, checkpoint, mode, storage_options)
+
+    reader = spark.readStream.format("jetstream").option("stream", stream).option("failOnDataLoss", "false")
+    if getattr(config.retention, "value", config.retention) == "workqueue":
+        # the server's rule for any pull consumer of a work queue; a non-durable reader never acks,
+        # so nothing is removed on republish's account
+        reader = reader.option("ack_policy", "explicit")
+    if max_messages_per_trigger:
+        reader = reader.option("maxMessagesPerTrigger", str(int(max_messages_per_trigger)))
+    flt = _reader_filter(rp.src, config)
+    if flt is not None and not (reader_options and any(k.lower().startswith("filter") for k in reader_options)):
+        reader = reader.option("filter_subject", flt)
+    for k, v in (reader_options or {}).items():
+        reader = reader.option(k, str(v))
+    writer = reader.load(location).select(*_READ_COLUMNS).writeStream.foreachBatch(job)
+    writer = writer.option("checkpointLocation", checkpoint)
+    if trigger:
+        writer = writer.trigger(**dict(trigger))
+    if query_name:
+        writer = writer.queryName(query_name)
+    query = writer.start()
+    query._jsspark_republish = job
+    return query
+
+
+__all__ = [
+    "MODES",
+    "LakeDestination",
+    "RepublishJob",
+    "ServerDestination",
+    "StartedBatches",
+    "check_republish",
+    "parse_destination",
+    "publish_to_lake",
+    "publish_to_server",
+    "start_republish",
+]

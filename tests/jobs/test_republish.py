@@ -1,0 +1,250 @@
+"""The republish job (``jsspark.jobs.republish``) end to end: a lake stream read by Spark,
+republished to a second nats-server and compared with what a real server republishes for the
+same messages; replays at most once (core NATS), deduplicated (idempotent, into a server
+stream) and exactly once (into lake streams); the server's errors at start."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import jsspark
+from jsspark.config import RePublish
+from jsspark.datasource.options import OptionError
+from jsspark.engine import headers as H
+from jsspark.errors import APIError
+from jsspark.jobs.republish import MARKER_DIR, start_republish
+from jsspark.nats_server import NatsServer
+from tests.engine.test_republish import assert_same_republish, on_server
+from tests.live.conftest import SyncNats
+from tests.rawnats import RawNats
+
+pytestmark = [pytest.mark.nats, pytest.mark.spark]
+_names = itertools.count()
+AVAILABLE_NOW = {"availableNow": True}
+
+
+@pytest.fixture(scope="module")
+def second_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """Where the jobs publish: kept apart from the server whose own republish is the reference."""
+    srv = NatsServer(store_dir=tmp_path_factory.mktemp("republish-dest"))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+@pytest.fixture
+def reference(nats_server: NatsServer) -> Iterator[tuple[SyncNats, RawNats, list[str]]]:
+    api, raw = SyncNats(nats_server.url), RawNats(nats_server.url)
+    created: list[str] = []
+    try:
+        yield api, raw, created
+    finally:
+        for name in created:
+            api.api(f"STREAM.DELETE.{name}")
+        raw.close()
+        api.close()
+
+
+@pytest.fixture
+def dest(second_server: NatsServer) -> Iterator[RawNats]:
+    raw = RawNats(second_server.url)
+    try:
+        yield raw
+    finally:
+        raw.close()
+
+
+def run(spark: Any, **kw: Any) -> Any:
+    """One availableNow run of the job; returns its foreachBatch function (counters in .stats)."""
+    q = start_republish(spark, trigger=AVAILABLE_NOW, **kw)
+    q.awaitTermination(180)
+    assert q.exception() is None, q.exception()
+    return q._jsspark_republish
+
+
+def forget_last_commit(checkpoint: Path) -> int:
+    """Make Spark replay the last batch on the next start, as after a crash between the
+    batch's side effects and its commit-log entry; returns that batch id."""
+    commits = checkpoint / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink(missing_ok=True)
+    return last
+
+
+def lake_with(tmp_path: Path, cfg: dict[str, Any], msgs: list[tuple[str, bytes, Any]]) -> Any:
+    lake = jsspark.connect(tmp_path / "lake")
+    lake.add_stream(cfg)
+    publish(lake, cfg["name"], msgs)
+    return lake
+
+
+def publish(lake: Any, name: str, msgs: list[tuple[str, bytes, Any]]) -> None:
+    lake.publish_batch(name, pa.table({"subject": [m[0] for m in msgs], "data": [m[1] for m in msgs],
+                                       "headers": H.to_arrow([m[2] for m in msgs])}))
+
+
+def stored(lake: Any, name: str) -> pa.Table:
+    return lake.stream(name).read(columns=["seq", "ts_ns", "subject", "headers", "data"]).sort_by("seq")
+
+
+def as_rows(msgs: list[Any]) -> list[dict[str, Any]]:
+    """Received raw messages in ``OUTPUT_SCHEMA`` row form (the lake side of the comparison)."""
+    out = []
+    for m in msgs:
+        out.append({"seq": int(m.header("Nats-Sequence")), "subject": m.subject, "data": m.data,
+                    "headers": [{"name": k, "value": v} for k, v in m.pairs]})
+    return out
+
+
+def scenario(prefix: str, headers_only: bool) -> tuple[dict[str, Any], list[tuple[str, bytes, Any]]]:
+    cfg = {"name": prefix.upper(), "subjects": [f"{prefix}.in.>", f"{prefix}.other.>"],
+           "republish": {"src": f"{prefix}.in.*", "dest": f"{prefix}.out.$1", "headers_only": headers_only}}
+    msgs = []
+    for i in range(14):
+        subject = f"{prefix}.other.x" if i % 5 == 4 else f"{prefix}.in.{'abc'[i % 3]}"
+        pairs = [("K", f"v{i}"), ("K", "again"), ("Nats-Msg-Id", f"id-{i}")] if i % 4 == 0 else None
+        msgs.append((subject, f"payload-{i}".encode() * (i % 3), pairs))
+    return cfg, msgs
+
+
+@pytest.mark.parametrize("headers_only", [False, True], ids=["body", "headers_only"])
+def test_job_republishes_what_a_server_republishes(
+    spark: Any, reference: Any, dest: RawNats, second_server: NatsServer, tmp_path: Path, headers_only: bool
+) -> None:
+    api, raw, created = reference
+    prefix = f"rpj{next(_names)}"
+    cfg, msgs = scenario(prefix, headers_only)
+    theirs = on_server(api, raw, created, cfg, msgs, f"{prefix}.in.z")
+    lake = lake_with(tmp_path, cfg, msgs)
+    sid = dest.subscribe(f"{prefix}.>")
+    job = run(spark, location=lake.location, stream=cfg["name"], republish=None,
+              destination={"servers": second_server.url}, checkpoint=str(tmp_path / "ckpt"),
+              max_messages_per_trigger=4)  # several batches: Nats-Last-Sequence carried across them
+    dest.flush()
+    mine = dest.received(sid)
+    expected = sum(".in." in subject for subject, _, _ in msgs)
+    assert job.stats["batches"] >= 3 and job.stats["sent"] == len(mine) == len(theirs) == expected
+    assert all(H.encode(m.pairs) == m.header_block for m in mine)
+    # the job's messages, as received, against the server's own republish: subjects, bodies and
+    # header blocks byte for byte, with each side's Nats-Time-Stamp its own store time
+    assert_same_republish(api, cfg["name"], stored(lake, cfg["name"]), as_rows(mine), theirs)
+
+
+def test_at_most_once_a_replayed_batch_is_not_sent_again(
+    spark: Any, dest: RawNats, second_server: NatsServer, tmp_path: Path
+) -> None:
+    prefix = f"rpa{next(_names)}"
+    cfg = {"name": prefix.upper(), "subjects": [f"{prefix}.in.>"],
+           "republish": {"src": f"{prefix}.in.>", "dest": f"{prefix}.out.>"}}
+    subjects = [f"{prefix}.in.{i % 3}" for i in range(10)]
+    lake = lake_with(tmp_path, cfg, [(s, str(i).encode(), None) for i, s in enumerate(subjects)])
+    sid = dest.subscribe(f"{prefix}.out.>")
+    ckpt = tmp_path / "ckpt"
+    kw = {"location": lake.location, "stream": cfg["name"], "republish": None,
+          "destination": {"servers": second_server.url}, "checkpoint": str(ckpt), "max_messages_per_trigger": 4}
+    run(spark, **kw)
+    dest.flush()
+    assert len(dest.received(sid)) == 10 and (ckpt / MARKER_DIR / "started").exists()
+    replayed = forget_last_commit(ckpt)
+    more = [f"{prefix}.in.{i % 3}" for i in range(10, 13)]
+    publish(lake, cfg["name"], [(s, str(i).encode(), None) for i, s in enumerate(more, 10)])
+    job = run(spark, **kw)  # Spark replays the batch, then reads the new messages with a fresh carry
+    dest.flush()
+    got = dest.received(sid)
+    seqs = [int(m.header("Nats-Sequence")) for m in got]
+    assert seqs == list(range(1, 14)), f"batch {replayed} replayed: {seqs}"
+    assert job.stats["skipped"] == 1 and job.stats["sent"] == 3
+    everything = subjects + more
+    want = [max([j for j in range(1, i) if everything[j - 1] == everything[i - 1]], default=0) for i in range(1, 14)]
+    assert [int(m.header("Nats-Last-Sequence")) for m in got] == want  # the new run looked below its first batch
+
+
+def test_idempotent_into_a_server_stream_stores_each_message_once(
+    spark: Any, second_server: NatsServer, tmp_path: Path
+) -> None:
+    prefix = f"rpi{next(_names)}"
+    cfg = {"name": prefix.upper(), "subjects": [f"{prefix}.in.>"],
+           "republish": {"src": f"{prefix}.in.>", "dest": f"{prefix}.out.>"}}
+    msgs = [(f"{prefix}.in.{i % 2}", str(i).encode(), [("Nats-Msg-Id", f"orig-{i}")] if i == 3 else None)
+            for i in range(9)]
+    lake = lake_with(tmp_path, cfg, msgs)
+    api = SyncNats(second_server.url)
+    try:
+        api.add_stream(name=f"{prefix.upper()}_CAP", subjects=[f"{prefix}.out.>"], duplicate_window=120_000_000_000)
+        ckpt = tmp_path / "ckpt"
+        kw = {"location": lake.location, "stream": cfg["name"], "republish": None, "mode": "idempotent",
+              "destination": {"servers": second_server.url, "maxInFlight": "3"}, "checkpoint": str(ckpt),
+              "max_messages_per_trigger": 4}
+        run(spark, **kw)
+        forget_last_commit(ckpt)
+        job = run(spark, **kw)
+        assert job.stats["sent"] == 1 and job.stats["duplicates"] == 1  # the replayed batch: seq 9, dropped
+        assert api.state(f"{prefix.upper()}_CAP")["messages"] == 9
+        m = api.get(f"{prefix.upper()}_CAP", 4)
+        pairs = m["headers"]
+        assert pairs[0] == ("Nats-Msg-Id", f"{cfg['name']}:4")  # the message's own id, replaced in place
+        assert H.get(pairs, "Nats-Sequence") == "4" and m["subject"] == f"{prefix}.out.1"
+        assert H.get(api.get(f"{prefix.upper()}_CAP", 1)["headers"], "Nats-Msg-Id") == f"{cfg['name']}:1"
+        q = start_republish(spark, trigger=AVAILABLE_NOW, **{
+            **kw, "republish": {"src": f"{prefix}.in.>", "dest": f"{prefix}.nocap.>"},
+            "checkpoint": str(tmp_path / "ckpt2")})
+        with pytest.raises(Exception, match="no JetStream stream captures"):
+            q.awaitTermination(180)
+    finally:
+        api.close()
+
+
+def test_lake_destination_exactly_once_routed_by_subject_from_a_work_queue(spark: Any, tmp_path: Path) -> None:
+    lake = jsspark.connect(tmp_path / "lake")
+    lake.add_stream(name="ORIG", subjects=["orig.>"], retention="workqueue",  # republish observes, never acks
+                    republish={"src": "orig.*.*", "dest": "copy.$1.$2"})
+    lake.add_stream(name="EU", subjects=["copy.eu.*"])
+    lake.add_stream(name="US", subjects=["copy.us.*"])
+    subjects = [f"orig.{('eu', 'us', 'ap')[i % 3]}.{i % 4}" for i in range(12)]
+    publish(lake, "ORIG", [(s, str(i).encode(), [("K", str(i))]) for i, s in enumerate(subjects)])
+    ckpt = tmp_path / "ckpt"
+    kw = {"location": lake.location, "stream": "ORIG", "republish": None,
+          "destination": {"location": lake.location}, "checkpoint": str(ckpt), "max_messages_per_trigger": 5}
+    run(spark, **kw)
+    forget_last_commit(ckpt)
+    run(spark, **kw)  # the replayed batch is skipped by its Delta txn
+    eu, us = stored(lake, "EU").to_pylist(), stored(lake, "US").to_pylist()
+    assert [r["subject"] for r in eu] == [s.replace("orig", "copy") for s in subjects if ".eu." in s]
+    assert [r["subject"] for r in us] == [s.replace("orig", "copy") for s in subjects if ".us." in s]
+    first = H.from_arrow(eu[0]["headers"])
+    assert first[0] == ("K", "0") and dict(first)["Nats-Stream"] == "ORIG" and dict(first)["Nats-Sequence"] == "1"
+    assert dict(H.from_arrow(eu[1]["headers"]))["Nats-Last-Sequence"] == "0"  # orig.eu.3: a new subject
+    assert lake.stream_info("ORIG").state.messages == 12  # the work queue keeps them all
+    # "ap" went nowhere, as a core publish nobody captures
+    assert {n: lake.stream_info(n).state.messages for n in ("EU", "US")} == {"EU": 4, "US": 4}
+
+
+def test_start_refuses_what_the_server_refuses(spark: Any, tmp_path: Path) -> None:
+    lake = jsspark.connect(tmp_path / "lake")
+    lake.add_stream(name="S", subjects=["s.>"])
+    lake.add_stream(name="R", subjects=["r.>"], republish={"src": "r.>", "dest": "rr.>"})
+    kw = {"location": lake.location, "checkpoint": str(tmp_path / "ckpt"),
+          "destination": {"servers": "nats://127.0.0.1:1"}}
+    with pytest.raises(APIError, match="republish destination forms a cycle"):
+        start_republish(spark, stream="S", republish=RePublish(src="s.a.>", dest="s.b.>"), **kw)
+    with pytest.raises(APIError, match=r"republish with transform from 's\.\*' to 'x\.\$2' not valid"):
+        start_republish(spark, stream="S", republish={"src": "s.*", "dest": "x.$2"}, **kw)
+    with pytest.raises(APIError, match="republish destination forms a cycle"):
+        start_republish(spark, stream="R", republish=None, **{**kw, "destination": {"location": lake.location,
+                                                                                 "stream": "R"}})
+    with pytest.raises(OptionError, match="has no republish configured"):
+        start_republish(spark, stream="S", republish=None, **kw)
+    with pytest.raises(OptionError, match="mode"):
+        start_republish(spark, stream="R", republish=None, mode="exactly_once", **kw)
+    with pytest.raises(OptionError, match=r"'servers'.*'location'"):
+        start_republish(spark, stream="R", republish=None, **{**kw, "destination": {"stream": "X"}})
+    assert not spark.streams.active

@@ -1,13 +1,16 @@
-"""``jsspark stream report``: per-stream state, the replication section from the configs,
-and the GraphViz dot graph."""
+"""``jsspark stream report``: per-stream state, the replication section (configs plus each
+origin's lag, activity and last origin sequence from the landing marks), and the GraphViz graph."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
+from jsspark.engine.headers import HEADER_TYPE
+from jsspark.engine.ingest import store_mirrored, store_sourced
 from jsspark.engine.lake import Lake
 from tests.cli.conftest import Run
 
@@ -65,7 +68,11 @@ def test_report_table_json_and_dot(cli: Run, lake: Lake, tmp_path: Path) -> None
         "2",
         "0",
     ]
-    assert "│ BACKUP │ mirror │ ORDERS" in text
+    replication = text[text.index("Replication Report") :]
+    backup_row = next(line for line in replication.splitlines() if line.startswith("│ BACKUP "))
+    assert [c.strip() for c in backup_row.strip("│").split("│")] == [
+        "BACKUP", "Mirror", "", "ORDERS", "", "", "never", "0", "0", "",
+    ]  # fmt: skip
     graph = dot.read_text()
     assert graph.startswith('digraph "jsspark replication" {') and graph.rstrip().endswith("}")
     assert '"ORDERS" -> "BACKUP" [label="mirror", style=bold];' in graph
@@ -85,3 +92,58 @@ def test_progress_only_on_a_terminal(
     res = cli("stream", "report", "-j")
     assert "reading streams: 3/3" in res.err and res.err.endswith("\r\x1b[K")
     json.loads(res.out)
+
+
+def _origin_rows(lake: Lake, stream: str, seqs: list[int]) -> pa.Table:
+    """Stored origin messages as a replication batch hands them to ``engine.ingest``."""
+    got = [r for r in lake.stream(stream).read().sort_by("seq").to_pylist() if r["seq"] in seqs]
+    return pa.table({"seq": [r["seq"] for r in got], "ts_ns": [r["ts_ns"] for r in got],
+                     "subject": [r["subject"] for r in got], "data": [r["data"] for r in got],
+                     "headers": pa.array([r["headers"] for r in got], HEADER_TYPE)})  # fmt: skip
+
+
+def test_replication_rows_show_lag_activity_and_origin_seq(cli: Run, lake: Lake, tmp_path: Path) -> None:
+    _setup(cli, lake, tmp_path)
+    for i in range(3, 9):
+        lake.publish(f"orders.{'a' if i % 2 else 'b'}", str(i).encode())
+    agg_orders = lake.stream_info("AGG").config.sources[0]
+    store_mirrored(lake, "BACKUP", _origin_rows(lake, "ORDERS", [1, 2, 3, 4, 5]), lag=3)
+    store_sourced(lake, "AGG", _origin_rows(lake, "ORDERS", [1, 2, 3, 4]), origin=agg_orders, lag=4)
+
+    doc = cli("stream", "report", "-j").json()
+    by = {(r["stream"], r["origin"]): r for r in doc["replication"]}
+    backup, agg, remote = by["BACKUP", "ORDERS"], by["AGG", "ORDERS"], by["AGG", "REMOTE"]
+    assert (backup["kind"], backup["lag"], backup["seq"], backup["error"]) == ("mirror", 3, 5, None)
+    assert (agg["kind"], agg["lag"], agg["seq"]) == ("source", 4, 4)
+    assert 0 <= backup["active"] < 60_000_000_000 and 0 <= agg["active"] < 60_000_000_000
+    assert (remote["lag"], remote["active"], remote["seq"]) == (0, -1, 0)  # nothing landed from it yet
+    # the same numbers as the engine's stream_info (the server's StreamSourceInfo)
+    info = lake.stream_info("BACKUP").mirror
+    assert (info.lag, info.seq) == (backup["lag"], backup["seq"])
+    assert lake.stream_info("AGG").state.messages == 2  # orders.a at 1 and 3 passed the filter
+
+    text = cli("stream", "report").out
+    cells = {}
+    for line in text[text.index("Replication Report") :].splitlines():
+        parts = [c.strip() for c in line.strip("│").split("│")]
+        if len(parts) == 10 and parts[0] in ("AGG", "BACKUP"):
+            cells[parts[0], parts[3]] = parts
+    b_row, a_row, r_row = cells["BACKUP", "ORDERS"], cells["AGG", "ORDERS"], cells["AGG", "REMOTE"]
+    assert b_row[1:3] == ["Mirror", ""] and b_row[7:] == ["3", "5", ""]
+    assert a_row[1] == "Source" and a_row[4:6] == ["orders.a", "seq 2"] and a_row[7:] == ["4", "4", ""]
+    assert a_row[6] != "never" and b_row[6] != "never"
+    assert r_row[2] == "$JS.hub.API" and r_row[6:] == ["never", "0", "0", ""]
+    assert r_row[4] == "r.* => agg.r.{{wildcard(1)}}"
+
+
+def test_dot_draws_lag_and_republish_edges(cli: Run, lake: Lake, tmp_path: Path) -> None:
+    _setup(cli, lake, tmp_path)
+    assert cli("stream", "add", "OUT", "--subjects", "out.>", "--republish-source", "out.>",
+               "--republish-destination", "copy.>", "--republish-headers").code == 0  # fmt: skip
+    store_mirrored(lake, "BACKUP", _origin_rows(lake, "ORDERS", [1]), lag=1)
+    dot = tmp_path / "g.dot"
+    assert cli("stream", "report", "--dot", str(dot)).code == 0
+    graph = dot.read_text()
+    assert '"ORDERS" -> "BACKUP" [label="mirror\\nlag 1", style=bold];' in graph
+    assert '"subjects copy.>" [shape=ellipse];' in graph
+    assert '"OUT" -> "subjects copy.>" [label="republish\\nout.>\\nheaders only", style=dotted];' in graph

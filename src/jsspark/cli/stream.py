@@ -510,34 +510,28 @@ def cmd_report(args: argparse.Namespace, session: Session) -> None:
     )  # fmt: skip
     if links:
         render.print_line()
-        render.print_line(
-            render.table(
-                "Replication Report",
-                ["Stream", "Kind", "Source Stream", "Filters and Transforms", "Start", "API Prefix"],
-                [
-                    (link["stream"], link["kind"], link["origin"], ", ".join(link["filters"] + link["transforms"]),
-                     link["start"], link["api"])
-                    for link in links
-                ],
-            )
-        )  # fmt: skip
+        render.print_line(replication_table(links))
     if args.dot:
         render.print_line()
         render.print_line(f"Wrote replication graph to {args.dot}")
 
 
 def replication_links(infos: list[StreamInfo]) -> list[dict[str, Any]]:
-    """One row per configured mirror or source, from the stream configs alone.
-
-    Lag and activity need the replication jobs' progress and are not part of this report yet.
-    """
+    """One row per configured mirror or source: the config (filters, transforms, start, API
+    prefix) and the progress the landing commits record (``stream_info``'s ``mirror`` /
+    ``sources``, the server's ``StreamSourceInfo``): ``lag`` (origin messages pending at the last
+    batch), ``active`` (nanoseconds since the last batch landed, -1 never), ``seq`` (the last
+    origin sequence taken) and ``error``."""
     links: list[dict[str, Any]] = []
     for info in infos:
         cfg = info.config
-        origins = ([("mirror", cfg.mirror)] if cfg.mirror is not None else []) + [
-            ("source", s) for s in cfg.sources
-        ]
-        for kind, src in origins:
+        if cfg.mirror is not None:
+            origins = [("mirror", cfg.mirror, info.mirror)]
+        else:
+            progress = list(info.sources or [])
+            origins = [("source", s, progress[i] if i < len(progress) else None)
+                       for i, s in enumerate(cfg.sources)]  # fmt: skip
+        for kind, src, state in origins:
             start = ""
             if src.opt_start_seq:
                 start = f"seq {src.opt_start_seq}"
@@ -552,13 +546,50 @@ def replication_links(infos: list[StreamInfo]) -> list[dict[str, Any]]:
                     "transforms": [f"{t.src or '>'} => {t.dest}" for t in src.subject_transforms],
                     "start": start,
                     "api": src.external.api if src.external is not None else "",
+                    "lag": state.lag if state is not None else 0,
+                    "active": state.active_ns if state is not None else -1,
+                    "seq": state.seq if state is not None else 0,
+                    "error": state.error if state is not None else None,
                 }
             )
     return links
 
 
+def replication_table(links: list[dict[str, Any]]) -> str:
+    """The nats CLI's "Replication Report" (Stream, Kind, API Prefix, Source Stream, Filters and
+    Transforms, Active, Lag, Error), plus the start position and the last origin sequence taken."""
+    with_start = any(link["start"] for link in links)
+    headers = ["Stream", "Kind", "API Prefix", "Source Stream", "Filters and Transforms",
+               *(["Start"] if with_start else []), "Active", "Lag", "Last Origin Seq", "Error"]  # fmt: skip
+    rows = []
+    for link in links:
+        rows.append([
+            link["stream"], link["kind"].capitalize(), link["api"], link["origin"],
+            ", ".join(link["filters"] + link["transforms"]), *([link["start"]] if with_start else []),
+            active_text(link["active"]), render.count(link["lag"]), render.count(link["seq"]),
+            error_text(link["error"]),
+        ])  # fmt: skip
+    return render.table("Replication Report", headers, rows)
+
+
+def active_text(active_ns: int) -> str:
+    """How long ago an origin's last batch landed (``active``), ``never`` for -1."""
+    return "never" if active_ns < 0 else human_duration(active_ns)
+
+
+def error_text(error: Any) -> str:
+    """A ``StreamSourceInfo.error`` (the server's ``ApiError`` JSON) as ``description (err_code)``."""
+    if not error:
+        return ""
+    if isinstance(error, dict):
+        desc, code = error.get("description", ""), error.get("err_code") or error.get("code")
+        return f"{desc} ({code})" if code else str(desc)
+    return str(error)
+
+
 def replication_dot(infos: list[StreamInfo], links: list[dict[str, Any]]) -> str:
-    """GraphViz dot: a box per stream, an edge origin -> stream per mirror/source.
+    """GraphViz dot: a box per stream, an edge origin -> stream per mirror/source (mirrors bold,
+    with the lag when there is one), and a dotted edge stream -> subjects per ``republish``.
 
     Origins outside this lake (another API prefix, or a name with no stream here) are drawn
     dashed, so a missing origin stands out in the picture.
@@ -572,10 +603,21 @@ def replication_dot(infos: list[StreamInfo], links: list[dict[str, Any]]) -> str
         if origin not in local and origin not in outside:
             outside.add(origin)
             lines.append(f"  {_dot_id(origin)} [style=dashed];")
-        label = "\\n".join([link["kind"], *link["filters"], *link["transforms"]])
+        lag = [f"lag {link['lag']:,}"] if link.get("lag") else []
+        label = "\\n".join([link["kind"], *link["filters"], *link["transforms"], *lag])
         style = ", style=bold" if link["kind"] == "mirror" else ""
         lines.append(
             f"  {_dot_id(origin)} -> {_dot_id(link['stream'])} [label={_dot_id(label, raw=True)}{style}];"
+        )
+    for info in sorted(infos, key=lambda i: i.config.name):
+        rp = info.config.republish
+        if rp is None:
+            continue
+        target = f"subjects {rp.dest}"
+        lines.append(f"  {_dot_id(target)} [shape=ellipse];")
+        label = "\\n".join(["republish", rp.src or ">", *(["headers only"] if rp.headers_only else [])])
+        lines.append(
+            f"  {_dot_id(info.config.name)} -> {_dot_id(target)} [label={_dot_id(label, raw=True)}, style=dotted];"
         )
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -232,6 +232,10 @@ class Job:
             self.queries.append(writer.start(str(self.spec.target.location)))
             log.info("job %s: started %s from %s", self.spec.job_name, plan.query_name, _where(plan.endpoint))
         if self.spec.stream.republish is not None and self.spec.republish_to is not None:
+            if "processingTime" not in trigger:
+                # catch up and stop: republish what the origin queries landed, so wait for them
+                for q in self.queries:
+                    q.awaitTermination()
             self.queries.append(self._start_republish(trigger, root))
         return self.queries
 

@@ -41,6 +41,19 @@ def consumer_name(target: str, origin: Origin) -> str:
     return f"jsspark_{target}_{server_hash(origin.iname)}"
 
 
+def run_sync(coro: Any) -> Any:
+    """``asyncio.run``, also where this thread's event loop is already running (a Jupyter
+    cell, which ``asyncio.run`` refuses): then on a short-lived helper thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="jsspark-origin") as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 def lake_facts(endpoint: Endpoint, name: str) -> OriginFacts:
     import jsspark
 
@@ -79,7 +92,7 @@ def server_facts(endpoint: Endpoint, name: str, durable: str | None) -> OriginFa
             await nc.close()
 
     try:
-        return asyncio.run(ask())
+        return run_sync(ask())
     except APIError:
         raise
     except Exception as e:  # a connection error may echo a URL with credentials

@@ -18,8 +18,14 @@ from jsspark.config import RePublish
 from jsspark.datasource.options import OptionError
 from jsspark.engine import headers as H
 from jsspark.errors import APIError
-from jsspark.jobs.republish import MARKER_DIR, start_republish
-from jsspark.nats_server import NatsServer
+from jsspark.jobs.republish import (
+    MARKER_DIR,
+    RepublishJob,
+    check_republish,
+    parse_destination,
+    start_republish,
+)
+from jsspark.nats_server import NatsServer, free_port
 from tests.engine.test_republish import assert_same_republish, on_server
 from tests.live.conftest import SyncNats
 from tests.rawnats import RawNats
@@ -166,6 +172,27 @@ def test_at_most_once_a_replayed_batch_is_not_sent_again(
     everything = subjects + more
     want = [max([j for j in range(1, i) if everything[j - 1] == everything[i - 1]], default=0) for i in range(1, 14)]
     assert [int(m.header("Nats-Last-Sequence")) for m in got] == want  # the new run looked below its first batch
+
+
+def test_an_unreachable_server_fails_the_batch_before_it_counts_as_started(
+    dest: RawNats, second_server: NatsServer, tmp_path: Path
+) -> None:
+    lake = lake_with(tmp_path, {"name": "U", "subjects": ["u.>"], "republish": {"src": "u.>", "dest": "uo.>"}},
+                     [("u.a", b"1", None), ("u.b", b"2", None)])
+    sid = dest.subscribe("uo.>")
+    rows = stored(lake, "U")
+
+    def job(url: str) -> RepublishJob:
+        d = parse_destination({"servers": url, "connectTimeout": "1"}, origin_location=lake.location, origin_stream="U")
+        return RepublishJob(lake.location, "U", check_republish(lake.stream_info("U").config), d, str(tmp_path / "c"))
+
+    with pytest.raises(RuntimeError, match="no servers available"):  # bounded, not retried forever
+        job(f"nats://127.0.0.1:{free_port()}").process(rows, 0)
+    ok = job(second_server.url)
+    assert not ok.started.started(0)  # the failed batch was never started: a restart sends it
+    ok.process(rows, 0)
+    dest.flush()
+    assert [m.subject for m in dest.received(sid)] == ["uo.a", "uo.b"] and ok.started.started(0)
 
 
 def test_idempotent_into_a_server_stream_stores_each_message_once(

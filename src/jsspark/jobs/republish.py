@@ -6,10 +6,11 @@ them to the destination:
 
 - ``{"servers": "nats://...", ...}`` (connection options as ``jsspark.live.options``): a NATS
   server. ``mode="at_most_once"`` (the default, what a server does) sends plain core
-  publishes; before a batch's first publish its id is recorded under the checkpoint
-  (``_republish/started``), and a batch Spark replays after a crash is skipped, never sent
-  twice (the rest of a batch interrupted mid-way is lost, as a server's republish is lost in
-  a crash). ``mode="idempotent"`` sends JetStream publishes (request/reply, waiting for every
+  publishes; once connected and before a batch's first publish its id is recorded under the
+  checkpoint (``_republish/started``), and a batch Spark replays after a crash is skipped,
+  never sent twice (the rest of a batch interrupted mid-way is lost, as a server's republish
+  is lost in a crash; a server that cannot be reached fails the batch before anything is
+  recorded, so a restart retries it). ``mode="idempotent"`` sends JetStream publishes (request/reply, waiting for every
   PubAck) with ``Nats-Msg-Id: <stream>:<seq>``, so the destination subject must be captured
   by a JetStream stream on that server (else no responders fails the batch); a replayed
   batch is re-sent and that stream's duplicate window drops it: at least once sent, exactly
@@ -37,7 +38,7 @@ import asyncio
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +58,7 @@ DEFAULT_MAX_MESSAGES = 100_000
 APP_ID_PREFIX = "jsspark.republish."
 MARKER_DIR = "_republish"
 MSG_ID = "Nats-Msg-Id"
+CONNECT_ATTEMPTS = 5  # per server, for a batch's connection (and reconnects while it publishes)
 CYCLE = "stream configuration for republish destination forms a cycle"
 _READ_COLUMNS = ["seq", "ts_ns", "subject", "headers", "data"]
 
@@ -252,17 +254,31 @@ def with_msg_id(pairs: list[tuple[str, str]], msg_id: str) -> list[tuple[str, st
 
 
 async def publish_to_server(
-    dest: ServerDestination, rows: pa.Table, *, stream: str, acked: bool
+    dest: ServerDestination, rows: pa.Table, *, stream: str, acked: bool,
+    on_connected: Callable[[], None] | None = None,
 ) -> tuple[int, int]:
     """Send ``rows`` (``engine.republish.OUTPUT_SCHEMA``) in order: core publishes then one
     flush (``acked=False``), or JetStream publishes with ``Nats-Msg-Id: <stream>:<seq>``,
-    ``max_in_flight`` outstanding, each PubAck checked. Returns (sent, duplicates)."""
+    ``max_in_flight`` outstanding, each PubAck checked. ``on_connected`` runs once connected,
+    before the first publish. Returns (sent, duplicates)."""
     from nats.aio.client import Client
     from nats.errors import NoRespondersError
 
+    async def quiet(e: Exception) -> None:
+        """nats-py logs every failed attempt with a traceback; the failure itself is raised."""
+
     nc = Client()
-    await nc.connect(**dest.conn.connect_kwargs())
+    # bounded: a connection lives for one batch, and an unreachable server must fail the batch
+    # (Spark then stops the query) rather than retry forever
+    await nc.connect(**{**dest.conn.connect_kwargs(), "max_reconnect_attempts": CONNECT_ATTEMPTS,
+                        "error_cb": quiet})
     sent = dups = 0
+    if on_connected is not None:
+        try:
+            on_connected()
+        except BaseException:
+            await nc.close()
+            raise
     try:
         if not acked:
             for r in rows.to_pylist():
@@ -402,9 +418,18 @@ class RepublishJob:
             counts = publish_to_lake(dest, out, txn=(query_app_id(self.checkpoint), batch_id), lake=self._dest_lake)
             self.stats["sent"] += sum(counts.values())
             return out
-        if self.at_most_once:
-            self.started.record(batch_id)  # before the first publish: a replay must not send again
-        sent, dups = asyncio.run(publish_to_server(dest, out, stream=self.stream, acked=self.mode == "idempotent"))
+        # at most once: recorded once connected (an unreachable server fails the batch, which a
+        # restart retries) and before the first publish (a replay must not send again)
+        record = (lambda: self.started.record(batch_id)) if self.at_most_once else None
+        try:
+            sent, dups = asyncio.run(publish_to_server(dest, out, stream=self.stream,
+                                                       acked=self.mode == "idempotent", on_connected=record))
+        except (APIError, RuntimeError):
+            raise
+        except Exception as e:  # nats-py errors may echo a URL with credentials
+            from jsspark.live.options import redact
+
+            raise RuntimeError(redact(f"republish to {dest.conn!r}: {type(e).__name__}: {e}", dest.conn)) from None
         self.stats["sent"] += sent
         self.stats["duplicates"] += dups
         return out

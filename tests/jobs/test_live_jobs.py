@@ -1,0 +1,356 @@
+"""Jobs against a real nats-server: the server runs the same mirror / sources over the same
+origin content as a jsspark job, and the two results are compared message for message.
+
+- mirrors (plain, ``filter_subject``, ``subject_transforms``) of a Limits origin with deleted
+  head, middle and tail messages: sequence, ns time, subject, every header (repeats kept,
+  ``Nats-Expected-*`` dropped), data, and the stream state (first/last seq, deleted, bytes);
+- a sourcing stream (two sources, one with transforms incl. an empty destination, one with a
+  filter; a ``Nats-Msg-Id`` present in both origins): each origin's order, the stored subject,
+  headers and the ``Nats-Stream-Source`` value byte for byte, identity token included;
+- durable sourcing from a WorkQueue origin: every message lands once, the origin removes only
+  what landed and ends empty; reruns on the same and on a fresh checkpoint add nothing twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import jsspark
+from jsspark.engine.headers import STREAM_SOURCE
+from jsspark.engine.ingest import sourced_seq
+from jsspark.engine.sourcing import Origin
+from jsspark.jobs.runner import Job, run_job
+from jsspark.nats_server import NatsServer
+from jsspark.subjects.vectorized import match_filter
+from tests.live.conftest import SyncNats
+from tests.live.test_durable_source import wait_for
+from tests.rawnats import RawNats
+
+pytestmark = [pytest.mark.nats, pytest.mark.spark]
+
+BOUND = 60.0  # seconds any server-side catch-up may take
+JOB_BOUND = 300.0
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    srv = NatsServer(store_dir=tmp_path_factory.mktemp("jobs-nats"))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+@pytest.fixture
+def nats(server: NatsServer) -> Iterator[SyncNats]:
+    c = SyncNats(server.url)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def raw(server: NatsServer) -> Iterator[RawNats]:
+    c = RawNats(server.url)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def publish_origin(nats: SyncNats, raw: RawNats, stream: str, items: list[tuple[str, bytes, list[tuple[str, str]]]]) -> None:
+    """Core-NATS publishes with raw header blocks (repeated keys survive, unlike nats-py's dict),
+    then a bounded wait until the origin stored them all."""
+    before = nats.state(stream)["last_seq"]
+    for subject, data, pairs in items:
+        raw.publish(subject, data, pairs or None)
+    raw.flush()
+    wait_for(lambda: nats.state(stream)["last_seq"] >= before + len(items), BOUND, f"{stream} to store the publishes")
+
+
+def delete(nats: SyncNats, stream: str, seqs: list[int]) -> None:
+    for s in seqs:
+        resp = nats.api(f"STREAM.MSG.DELETE.{stream}", {"seq": s})
+        assert resp.get("success"), resp
+
+
+def server_msgs(nats: SyncNats, stream: str) -> list[dict[str, Any]]:
+    """Every message the server's stream holds, in order (deleted numbers skipped)."""
+    st = nats.state(stream)
+    out = []
+    for s in range(st["first_seq"], st["last_seq"] + 1):
+        resp = nats.api(f"STREAM.MSG.GET.{stream}", {"seq": s})
+        if "error" in resp:
+            assert resp["error"]["err_code"] == 10037, resp  # no message found: a deleted number
+            continue
+        out.append(nats.get(stream, s))
+    return out
+
+
+def lake_msgs(lake: Any, stream: str) -> list[dict[str, Any]]:
+    out = []
+    for r in lake.stream(stream).read().sort_by("seq").to_pylist():
+        pairs = [(h["name"], h["value"]) for h in r["headers"]] if r["headers"] else None
+        out.append({"seq": r["seq"], "subject": r["subject"], "data": r["data"], "headers": pairs, "ts_ns": r["ts_ns"]})
+    return out
+
+
+def server_info(nats: SyncNats, stream: str) -> dict[str, Any]:
+    resp = nats.api(f"STREAM.INFO.{stream}")
+    assert "error" not in resp, resp
+    return resp
+
+
+def selected(origin_msgs: list[dict[str, Any]], source: dict[str, Any]) -> list[dict[str, Any]]:
+    """The origin messages a mirror/source with this config takes (``Origin.filters``)."""
+    import pyarrow as pa
+
+    filters = Origin.of(source).filters()
+    if not filters:
+        return list(origin_msgs)
+    hit = match_filter(pa.array([m["subject"] for m in origin_msgs], pa.string()), filters).to_pylist()
+    return [m for m, h in zip(origin_msgs, hit, strict=True) if h]
+
+
+def run_all(jobs: list[dict[str, Any]], spark: Any) -> list[Job]:
+    """Run the jobs to their end, one after the other (several Python streaming sources
+    starting at once on a loaded 2-core machine can miss Spark's worker connect timeout)."""
+    done = []
+    for j in jobs:
+        r = run_job(j, spark)
+        assert r.await_termination(JOB_BOUND), r.progress()
+        done.append(r)
+    return done
+
+
+def state_of(st: dict[str, Any]) -> tuple[int, int, int, int, int]:
+    return st["messages"], st["bytes"], st["first_seq"], st["last_seq"], st.get("num_deleted", 0)
+
+
+def lake_state(lake: Any, stream: str) -> tuple[int, int, int, int, int]:
+    st = lake.stream_info(stream).state
+    return st.messages, st.bytes, st.first_seq, st.last_seq, st.num_deleted
+
+
+def origin_items(stream: str, prefix: str, n: int, offset: int = 0) -> list[tuple[str, bytes, list[tuple[str, str]]]]:
+    """Messages over four subjects: repeated header keys, ``Nats-Msg-Id``, a ``Nats-Expected-*``
+    the origin checks and keeps (mirrors and sources drop it), some without any header."""
+    out = []
+    for i in range(offset, offset + n):
+        subject = [f"{prefix}.a.x", f"{prefix}.b.y", f"{prefix}.a.z", f"{prefix}.c"][i % 4]
+        pairs: list[tuple[str, str]] = []
+        if i % 7 != 3:
+            pairs = [("K", f"v{i}"), ("K", f"w{i}"), ("Nats-Msg-Id", f"{prefix}-{i}")]
+            if i % 5 == 0:
+                pairs.append(("Nats-Expected-Stream", stream))
+            if i % 6 == 1:
+                pairs.insert(0, ("X-Spaces", f"padded  {i}  "))  # inner and trailing blanks kept
+        out.append((subject, f"payload {i}".encode() * (1 + i % 3), pairs))
+    return out
+
+
+# -- mirrors ---------------------------------------------------------------------------------------
+def test_mirror_jobs_equal_server_mirrors(spark: Any, server: NatsServer, nats: SyncNats, raw: RawNats,
+                                         tmp_path: Path) -> None:
+    nats.add_stream(name="LO", subjects=["lo.>"], storage="file")
+    publish_origin(nats, raw, "LO", origin_items("LO", "lo", 40))
+    delete(nats, "LO", [1, 2, 9, 10, 23, 40])  # head, middle and tail
+    assert any([k for k, _ in m["headers"] or []].count("K") == 2 for m in server_msgs(nats, "LO"))  # repeats reached the origin
+
+    mirrors = {
+        "LM": {"name": "LO"},
+        "LMF": {"name": "LO", "filter_subject": "lo.a.>"},
+        "LMT": {"name": "LO", "subject_transforms": [{"src": "lo.a.*", "dest": "x.{{wildcard(1)}}"},
+                                                     {"src": "lo.b.>", "dest": "y.>"}]},
+        "LMS": {"name": "LO", "opt_start_seq": 10},  # a deleted number: starts at 11
+    }
+    for name, mirror in mirrors.items():
+        nats.add_stream(name=name, storage="file", mirror=mirror)
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    jobs = [{"stream": {"name": name, "mirror": mirror}, "target": {"location": loc},
+             "origins": {"*": {"servers": server.url}}, "trigger": "available_now"}
+            for name, mirror in mirrors.items()]
+    run_all(jobs, spark)
+    _same_mirrors(nats, lake, mirrors)
+
+    # the origin goes on after its deleted tail (40): the server's mirrors follow at once, the
+    # jobs resume from their checkpoints, and both show 40 as a deleted number
+    # (no new deletes: the server's mirrors copy new messages before any delete could reach them)
+    publish_origin(nats, raw, "LO", origin_items("LO", "lo", 10, offset=40))
+    run_all(jobs[:2], spark)
+    _same_mirrors(nats, lake, {k: mirrors[k] for k in ("LM", "LMF")})
+    assert lake.stream_info("LM").state.last_seq == 50
+
+
+def _same_mirrors(nats: SyncNats, lake: Any, mirrors: dict[str, dict[str, Any]]) -> None:
+    origin = server_msgs(nats, "LO")
+    for name, mirror in mirrors.items():
+        want = len(selected([m for m in origin if m["seq"] >= mirror.get("opt_start_seq", 0)], mirror))
+        wait_for(lambda n=name, w=want: nats.state(n)["messages"] >= w and server_info(nats, n)["mirror"]["lag"] == 0,
+                 BOUND, f"the server's mirror {name} to catch up")
+        srv, got = server_msgs(nats, name), lake_msgs(lake, name)
+        assert len(srv) == want, name
+        assert got == srv, name
+        assert lake_state(lake, name) == state_of(server_info(nats, name)["state"]), name
+        info, sinfo = lake.stream_info(name).mirror, server_info(nats, name)["mirror"]
+        assert (info.name, info.lag) == (sinfo["name"], sinfo["lag"]), name
+
+
+# -- sources ---------------------------------------------------------------------------------------
+def _source_key(headers: list[tuple[str, str]]) -> tuple[str, str, str]:
+    """(origin head, filters, dests) of a ``Nats-Stream-Source`` value: which source stored it."""
+    value = dict(headers)[STREAM_SOURCE]
+    f = value.split(" ")
+    return f[0], f[2], f[3]
+
+
+def _per_source(msgs: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[tuple[Any, ...]]]:
+    out: dict[tuple[str, str, str], list[tuple[Any, ...]]] = {}
+    for m in msgs:
+        out.setdefault(_source_key(m["headers"]), []).append((m["subject"], m["headers"], m["data"]))
+    return out
+
+
+def test_sources_job_equals_server_sourcing_stream(spark: Any, server: NatsServer, nats: SyncNats, raw: RawNats,
+                                                  tmp_path: Path) -> None:
+    nats.add_stream(name="SO1", subjects=["so1.>"], storage="file")
+    nats.add_stream(name="SO2", subjects=["so2.>"], storage="file")
+    publish_origin(nats, raw, "SO1", origin_items("SO1", "so1", 30))
+    publish_origin(nats, raw, "SO2", origin_items("SO2", "so2", 20))
+    # the same Nats-Msg-Id in both origins: a sourcing stream has no duplicate window by default
+    publish_origin(nats, raw, "SO1", [("so1.a.x", b"twin", [("Nats-Msg-Id", "twin")])])
+    publish_origin(nats, raw, "SO2", [("so2.c", b"twin", [("Nats-Msg-Id", "twin")])])
+    delete(nats, "SO1", [2, 5])
+    sources = [
+        {"name": "SO1", "subject_transforms": [{"src": "so1.a.*", "dest": "agg.{{wildcard(1)}}"},
+                                               {"src": "so1.b.>", "dest": ""}]},
+        {"name": "SO2", "filter_subject": "so2.c"},
+    ]
+    cfg = {"name": "AGG", "subjects": ["agg.>"], "sources": sources}
+    nats.add_stream(storage="file", **cfg)
+    origins = {s["name"]: server_msgs(nats, s["name"]) for s in sources}
+    want = sum(len(selected(origins[s["name"]], s)) for s in sources)
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    run_all([{"stream": cfg, "target": {"location": loc}, "origins": {"*": {"servers": server.url}},
+              "trigger": "available_now"}], spark)
+
+    wait_for(lambda: nats.state("AGG")["messages"] >= want
+             and all(s["lag"] == 0 for s in server_info(nats, "AGG")["sources"]), BOUND,
+             "the server's sourcing stream to catch up")
+    srv, got = server_msgs(nats, "AGG"), lake_msgs(lake, "AGG")
+    assert len(srv) == len(got) == want
+    assert [m["seq"] for m in got] == list(range(1, want + 1))
+    # each origin's messages in origin order, with the very same subject, headers (the server's
+    # Nats-Stream-Source value, identity token included) and data; only the interleaving of the
+    # two origins and the local times are the target's own
+    assert _per_source(got) == _per_source(srv)
+    assert sum(1 for m in got if m["data"] == b"twin") == 2
+    idents = {m["headers"][-1][1].split(" ")[5] for m in srv}
+    assert len(idents) == 2  # one identity per origin, and the lake wrote the same ones
+    st_lake, st_srv = lake.stream_info("AGG").state, server_info(nats, "AGG")["state"]
+    assert (st_lake.messages, st_lake.bytes, st_lake.num_subjects) == (
+        st_srv["messages"], st_srv["bytes"], st_srv["num_subjects"])
+    lake_src = {(s.name, s.filter_subject): (s.seq, s.lag) for s in lake.stream_info("AGG").sources}
+    srv_src = {(s["name"], s.get("filter_subject", "")): (s.get("seq"), s["lag"])
+               for s in server_info(nats, "AGG")["sources"]}
+    assert lake_src == srv_src
+
+
+# -- durable sourcing from a WorkQueue origin ------------------------------------------------------
+class RemovalWatch:
+    """Samples the WorkQueue origin, then the lake, while a job runs: whatever the origin had
+    removed at the first read must be in the lake at the second (a sound check: the lake only
+    grows). A WorkQueue with one consumer removes in order, so removed = below ``first_seq``."""
+
+    def __init__(self, nats: SyncNats, lake: Any, origin: str, target: str, source: dict[str, Any]) -> None:
+        self.nats, self.lake, self.origin, self.target, self.source = nats, lake, origin, target, source
+        self.violations: list[str] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _removed_upto(self) -> int:
+        st = self.nats.state(self.origin)
+        return st["last_seq"] if st["messages"] == 0 else st["first_seq"] - 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            removed = self._removed_upto()
+            try:
+                landed = sourced_seq(self.lake, self.target, self.source)
+            except Exception:  # the target not created yet
+                landed = 0
+            if removed > landed:
+                self.violations.append(f"origin removed up to {removed}, lake holds up to {landed}")
+            self.samples += 1
+            self._stop.wait(0.05)  # sampling interval, not a synchronisation
+
+    def __enter__(self) -> RemovalWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def test_workqueue_durable_sourcing_lands_once_and_drains(spark: Any, server: NatsServer, nats: SyncNats,
+                                                          raw: RawNats, tmp_path: Path) -> None:
+    nats.add_stream(name="WQO", subjects=["wq.>"], storage="file", retention="workqueue")
+    items = origin_items("WQO", "wq", 300)
+    publish_origin(nats, raw, "WQO", items)
+    source = {"name": "WQO"}
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    job = {"stream": {"name": "WQS", "subjects": ["wqs.>"], "sources": [source]}, "target": {"location": loc},
+           "origins": {"*": {"servers": server.url, "options": {"maxMessagesPerTrigger": "60"}}},
+           "trigger": "available_now"}
+    created = server_info(nats, "WQO")["created"]
+    ident = jsspark.engine.sourcing.identity_of(created)
+
+    def check(n: int) -> None:
+        """The lake holds origin messages 1..n once each, in order, as the origin had them."""
+        got = lake_msgs(lake, "WQS")
+        assert [m["seq"] for m in got] == list(range(1, n + 1))
+        for i, m in enumerate(got):
+            subject, data, pairs = items[i]
+            clean = [(k, v) for k, v in pairs if not k.startswith("Nats-Expected-")]
+            assert (m["subject"], m["data"]) == (subject, data)
+            assert m["headers"] == [*clean, (STREAM_SOURCE, f"WQO {i + 1} > > {subject} {ident}")]
+        wait_for(lambda: nats.state("WQO")["messages"] == 0, BOUND, "the work queue to be drained")
+        assert nats.state("WQO")["last_seq"] == n
+
+    def run(j: dict[str, Any]) -> int:
+        """Run the job to its end under the watch; returns how many batches landed something."""
+        with RemovalWatch(nats, lake, "WQO", "WQS", source) as watch:
+            (done,) = run_all([j], spark)
+        assert watch.samples > 0 and watch.violations == [], watch.violations[:5]
+        return sum(1 for p in done.queries[0].recentProgress if p["numInputRows"])
+
+    assert run(job) >= 300 // 60  # maxMessagesPerTrigger from the origin's options: many batches
+    check(300)
+    cons = nats.api("CONSUMER.LIST.WQO")["consumers"]
+    assert [(c["name"], c["config"]["ack_policy"]) for c in cons] == [
+        (jsspark.jobs.origins.consumer_name("WQS", Origin.of(source)), "flow_control")]
+
+    more = origin_items("WQO", "wq", 100, offset=300)
+    items += more
+    publish_origin(nats, raw, "WQO", more)
+    run(job)  # same checkpoint
+    check(400)
+
+    more = origin_items("WQO", "wq", 50, offset=400)
+    items += more
+    publish_origin(nats, raw, "WQO", more)
+    run({**job, "checkpoint": str(tmp_path / "fresh")})  # a fresh checkpoint: the durable and the mark decide
+    check(450)

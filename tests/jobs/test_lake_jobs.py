@@ -104,3 +104,12 @@ def test_job_file_errors_name_the_field(tmp_path: Path) -> None:
                    ' "origins": {"*": {"location": "/x"}}, "trigger": "soon"}')
     with pytest.raises(JobError, match="trigger 'soon'"):
         load_job(bad)
+
+
+def test_trigger_once_reads_as_available_now(tmp_path: Path) -> None:
+    """Spark's deprecated Trigger.Once would land only what a live origin had buffered yet."""
+    job = {"stream": {"name": "M", "mirror": {"name": "O"}}, "target": {"location": str(tmp_path)},
+           "origins": {"*": {"location": str(tmp_path)}}, "trigger": "once"}
+    spec = load_job(job)
+    assert spec.trigger == "available_now" and spec.trigger_kwargs() == {"availableNow": True}
+    assert load_job({**job, "trigger": "5 seconds"}).trigger_kwargs() == {"processingTime": "5 seconds"}

@@ -135,7 +135,10 @@ class JobSpec(BaseModel):
     def _trigger(cls, value: str) -> str:
         text = value.strip().lower().replace("-", "_")
         if text in ("available_now", "availablenow", "once"):
-            return "available_now" if text != "once" else "once"
+            # "once" is Spark's deprecated Trigger.Once: read as AvailableNow (everything there at
+            # start, in bounded batches), since a live origin's one batch would hold only what
+            # happened to be buffered yet
+            return "available_now"
         if not TRIGGER.match(text):
             raise ValueError(f"trigger {value!r}: use 'available_now', 'once' or an interval like '5 seconds'")
         return text
@@ -182,8 +185,6 @@ class JobSpec(BaseModel):
         """``DataStreamWriter.trigger`` keywords."""
         if self.trigger == "available_now":
             return {"availableNow": True}
-        if self.trigger == "once":
-            return {"once": True}
         return {"processingTime": self.trigger}
 
 

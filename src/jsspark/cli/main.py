@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from jsspark import __version__
-from jsspark.cli import consumer, context_verbs, pub, stream
+from jsspark.cli import consumer, context_verbs, pub, run, stream
 from jsspark.cli.errors import CLIError, describe
 from jsspark.cli.session import Session
 
@@ -52,11 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     consumer.register(sub, common)
     pub.register(sub, common)
     context_verbs.register(sub, common, json_only)
+    run.register(sub, json_only)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns the exit code (0 ok, 1 failed, 2 bad usage, 130 interrupted).
+    """Run one command; returns the exit code (0 ok, 1 failed, 2 bad usage, 130 interrupted,
+    143 ``run`` stopped by SIGTERM).
 
     User errors (bad input, API errors, missing files) print one ``jsspark: error: ...`` line
     and no traceback; only a bug in jsspark itself shows one.
@@ -68,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     session = Session(args)
     try:
-        args.func(args, session)
+        code = args.func(args, session)  # None (done) or an exit code (``run``: 130/143 when stopped)
     except CLIError as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:
@@ -80,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(describe(exc))
     finally:
         sys.stdout.flush()
-    return 0
+    return int(code or 0)
 
 
 def _fail(message: str) -> int:

@@ -37,7 +37,7 @@ from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
 from jsspark.engine.lake import Lake
 from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, column_stored_size
-from jsspark.engine.sourcing import Origin
+from jsspark.engine.sourcing import Origin, identity_number
 from jsspark.engine.stream import MAX_ATTEMPTS, LakeStream
 from jsspark.engine.subject_stats import SubjectGroups
 from jsspark.engine.table import ConcurrentCommit
@@ -68,10 +68,11 @@ def _col(table: pa.Table, name: str) -> pa.Array:
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
 
 
-def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: list[Transaction] | None = None,
+def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: Any = None,
             skip_empty: bool = False) -> BatchAck:
-    """Load, build rows against the snapshot, commit with ``txn`` and the origin ``marks``;
-    retry on a concurrent commit. Nothing to store and no mark to move: no commit."""
+    """Load, build rows against the snapshot, commit with ``txn`` and the origin ``marks`` (a
+    list, or a function of the snapshot); retry on a concurrent commit. Nothing to store and no
+    mark to move: no commit."""
     for _ in range(MAX_ATTEMPTS):
         snap, index = ls._load()
         if txn is not None:
@@ -86,7 +87,8 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: l
         try:
             version = ls.table.commit(
                 snap, rows, last_seq=last_seq, state=state,
-                app_transactions=([Transaction(*txn)] if txn is not None else []) + list(marks or []),
+                app_transactions=([Transaction(*txn)] if txn is not None else [])
+                + list((marks(snap) if callable(marks) else marks) or []),
             )
         except ConcurrentCommit:
             continue
@@ -138,12 +140,27 @@ def _origin_order(rows: pa.Table) -> tuple[pa.Table, np.ndarray]:
     return rows, seqs
 
 
-def _progress(origin: Origin, top: int, lag: int | None, now_ns: int) -> list[Transaction]:
+def _progress(origin: Origin, top: int, lag: int | None, now_ns: int, identity: str | None = None) -> list[Transaction]:
     """The per-origin marks stored with the messages (see ``engine.sourcing``)."""
     marks = [Transaction(origin.seq_app, top), Transaction(origin.seen_app, now_ns // 1_000_000)]
     if lag is not None:
         marks.append(Transaction(origin.lag_app, max(int(lag), 0)))
+    if identity:
+        marks.append(Transaction(origin.ident_app, identity_number(identity)))
     return marks
+
+
+def _taken(table: Any, origin: Origin, identity: str | None) -> int:
+    """The last origin sequence the target took from ``origin`` (its mark), or 0 when the
+    origin's ``identity`` is not the one the mark was taken from: the origin was deleted and
+    created again, and, as the server does on ``consumer's stream identity does not match``,
+    the source starts over at sequence 0."""
+    mark = int(table.transaction_version(origin.seq_app) or 0)
+    if mark and identity:
+        known = table.transaction_version(origin.ident_app)
+        if known is not None and int(known) != identity_number(identity):
+            return 0
+    return mark
 
 
 def store_mirrored(lake: Lake, stream: str, rows: pa.Table, *, txn: tuple[str, int] | None = None,
@@ -172,8 +189,10 @@ def store_mirrored(lake: Lake, stream: str, rows: pa.Table, *, txn: tuple[str, i
             return built, last, ls._last_ts_ns
         return built, int(built["seq"][-1].as_py()), int(pc.max(built["ts_ns"]).as_py())
 
-    marks = _progress(origin, top_seen, lag, time.time_ns()) if top_seen else []
-    return _commit(ls, build, txn, marks, skip_empty=not top_seen)
+    def marks(snap: Any) -> list[Transaction]:  # a replayed, older batch never moves the mark back
+        return _progress(origin, max(top_seen, _taken(snap.table, origin, None)), lag, time.time_ns())
+
+    return _commit(ls, build, txn, marks if top_seen else [], skip_empty=not top_seen)
 
 
 def source_header(origin: str, seq: int, subject: str, filter_subject: str | None = None,
@@ -183,24 +202,27 @@ def source_header(origin: str, seq: int, subject: str, filter_subject: str | Non
     return Origin(name=origin, filter_subject=filter_subject or "").header(seq, subject, identity)
 
 
-def sourced_seq(lake: Lake, stream: str, source: Any) -> int:
+def sourced_seq(lake: Lake, stream: str, source: Any, identity: str | None = None) -> int:
     """The last origin sequence ``stream`` holds from ``source`` (0 if none): where a restarted
     source resumes (+1). The mark stored with the messages answers at once; without one (a
     stream filled by a server or an older jsspark), the newest ``Nats-Stream-Source`` of that
-    origin is looked up, as ``startingSequenceForSources`` scans backwards."""
+    origin is looked up, as ``startingSequenceForSources`` scans backwards. With the origin's
+    ``identity``: 0 if what the stream holds came from an earlier origin of the same name."""
     ls = lake.stream(stream)
     origin = Origin.of(source)
     snap, _ = ls._load()
-    mark = snap.table.transaction_version(origin.seq_app)
-    if mark is not None:
-        return int(mark)
-    table = ls.read(columns=["seq", "headers"])
+    if snap.table.transaction_version(origin.seq_app) is not None:
+        return _taken(snap.table, origin, identity)
+    table = ls.read(columns=["seq", "headers"]).sort_by("seq")
     values = H.column_lookup(_col(table, "headers").cast(H.HEADER_TYPE), H.STREAM_SOURCE)
     head = origin.iname.split(" ")
     best = 0
-    for text in values.drop_null().to_pylist():
+    for text in values.drop_null().to_pylist():  # oldest first: the newest origin decides
         fields = text.split(" ")
         if (len(fields) >= 4 and [fields[0], fields[2], fields[3]] == head) or (len(fields) == 2 and fields[0] == origin.name):
+            if identity and len(fields) >= 6 and fields[5] != identity:
+                best = 0  # from an earlier origin of that name
+                continue
             best = max(best, int(fields[1]))
     return best
 
@@ -225,7 +247,7 @@ def store_sourced(lake: Lake, stream: str, rows: pa.Table, *, origin: Any = None
 
     def build(snap: object) -> tuple[pa.Table, int, int]:
         last = snap.last_seq  # type: ignore[attr-defined]
-        mark = snap.table.transaction_version(src.seq_app) or 0  # type: ignore[attr-defined]
+        mark = _taken(snap.table, src, identity)  # type: ignore[attr-defined]
         take = (arr > mark) & src.selected(_col(rows, "subject")).to_numpy(zero_copy_only=False)
         part = rows.filter(pa.array(take)) if not take.all() else rows
         headers = _headers_of(part)
@@ -242,8 +264,11 @@ def store_sourced(lake: Lake, stream: str, rows: pa.Table, *, origin: Any = None
         return built, last + n, now if n else ls._last_ts_ns
 
     top = int(arr[-1]) if len(arr) else 0
-    marks = _progress(src, top, lag, time.time_ns()) if top else []
-    return _commit(ls, build, txn, marks, skip_empty=not top)
+
+    def marks(snap: Any) -> list[Transaction]:  # a replayed, older batch never moves the mark back
+        return _progress(src, max(top, _taken(snap.table, src, identity)), lag, time.time_ns(), identity)
+
+    return _commit(ls, build, txn, marks if top else [], skip_empty=not top)
 
 
 def _drop_known_ids(ls: LakeStream, part: pa.Table, headers: pa.Array, window: int) -> tuple[pa.Table, pa.Array]:

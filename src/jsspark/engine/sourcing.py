@@ -8,7 +8,7 @@ stored under (the first transform that matches, ``subject_transforms``), and, fo
 ``processInboundSourceMsg`` / ``processInboundMirrorMsg`` and ``stream.identity``.
 
 Progress per origin is kept as Delta ``txn`` actions in the target's own commits (app ids
-``jsspark.source.<iname>``, ``.lag.``, ``.seen.``): written atomically with the messages,
+``jsspark.source.<iname>``, ``.lag.``, ``.seen.``, ``.ident.``): written atomically with the messages,
 carried by every later commit and checkpoint of the table, and readable without a scan. This
 is the lake's counterpart of the server's persisted per-source state (``store.SourcesState``):
 it survives purges and expiry and says where a restarted source resumes.
@@ -32,6 +32,7 @@ FWC = ">"
 SEQ_APP = "jsspark.source."
 LAG_APP = "jsspark.source-lag."
 SEEN_APP = "jsspark.source-seen."
+IDENT_APP = "jsspark.source-ident."
 
 
 def server_hash(text: str, size: int = 8) -> str:
@@ -44,6 +45,12 @@ def identity_of(created_rfc3339: str) -> str:
     """``stream.identity``: the hash of the origin's creation time (RFC3339Nano, UTC), which
     2.15 appends to ``Nats-Stream-Source`` so a recreated origin is noticed."""
     return server_hash(created_rfc3339)
+
+
+def identity_number(identity: str) -> int:
+    """An origin identity as a Delta ``txn`` version (a non-negative 56-bit number): the
+    lake's counterpart of the ``Ident`` the server keeps next to each source's ``Seq``."""
+    return int.from_bytes(hashlib.sha256(identity.encode()).digest()[:7], "big")
 
 
 def _get(cfg: Any, key: str, default: Any = None) -> Any:
@@ -158,3 +165,7 @@ class Origin:
     @property
     def seen_app(self) -> str:
         return SEEN_APP + self.iname
+
+    @property
+    def ident_app(self) -> str:
+        return IDENT_APP + self.iname

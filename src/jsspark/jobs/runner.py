@@ -11,7 +11,8 @@ Where a query starts, the first time (no checkpoint yet), is what the server wou
 from: a mirror at its last sequence + 1 (else the mirror's ``opt_start_seq`` /
 ``opt_start_time``), a source after its mark (``engine.ingest.sourced_seq``, the
 ``Nats-Stream-Source`` resume of ``startingSequenceForSources``). Later the checkpoint's
-offsets decide, and the marks make any overlap harmless. Several sources are several queries
+offsets decide, and the marks make any overlap harmless. An origin deleted and created again
+(another identity) is sourced from its start, under a checkpoint of its own. Several sources are several queries
 committing into one stream: each origin's order is kept, interleaved with the others and with
 local publishes through Delta's optimistic concurrency.
 """
@@ -53,6 +54,14 @@ class OriginPlan:
     @property
     def query_name(self) -> str:
         return f"{self.kind}-{self.source.name}-{server_hash(self.origin.iname)}"
+
+    def checkpoint(self, root: str) -> str:
+        """The query's checkpoint under the job's root. A source's is per origin identity: the
+        offsets of an origin deleted and created again under the same name mean nothing for the
+        new one, which (as on the server) is sourced from its start."""
+        if self.kind == "source" and self.facts.identity:
+            return f"{root}/{self.query_name}@{self.facts.identity}"
+        return f"{root}/{self.query_name}"
 
 
 class Job:
@@ -124,7 +133,7 @@ class Job:
                 last = self._align_empty_mirror(source, facts)
             resume = last + 1 if last else None
         else:
-            mark = sourced_seq(self.lake, self.spec.stream.name, source)
+            mark = sourced_seq(self.lake, self.spec.stream.name, source, facts.identity)
             resume = mark + 1 if mark else None
         plan = OriginPlan(kind, source, endpoint, facts, resume)
         plan.reader_options = (self._lake_reader(plan, durable) if endpoint.is_lake
@@ -235,7 +244,7 @@ class Job:
                 .option("stream", self.spec.stream.name)
                 .option("form", plan.kind)
                 .option("origin", json.dumps(plan.source.to_json()))
-                .option("checkpointLocation", f"{root}/{plan.query_name}")
+                .option("checkpointLocation", plan.checkpoint(root))
                 .queryName(f"{self.spec.job_name}:{plan.query_name}")
                 .trigger(**trigger)
             )

@@ -384,3 +384,33 @@ def test_workqueue_durable_sourcing_lands_once_and_drains(spark: Any, server: Na
     publish_origin(nats, raw, "WQO", more)
     run({**job, "checkpoint": str(tmp_path / "fresh")})  # a fresh checkpoint: the durable and the mark decide
     check(450)
+
+
+def test_source_mark_never_moves_back_and_follows_identity(tmp_path: Path) -> None:
+    """What the job's restarts lean on, at the engine: a batch wholly at or below an origin's
+    mark (a replay, a durable reset back, a fresh checkpoint reading from an ack floor below
+    the mark) stores nothing and leaves the mark where it was, so the next batch stores nothing
+    twice; a different origin identity starts over at 0."""
+    import pyarrow as pa
+
+    from jsspark.engine.ingest import store_sourced
+
+    lake = jsspark.connect(str(tmp_path / "lake"))
+    lake.add_stream(name="T", subjects=["t.>"], sources=[{"name": "X"}])
+
+    def land(a: int, b: int, ident: str, version: int) -> None:
+        rows = pa.table({"seq": list(range(a, b + 1)), "subject": [f"x.{i}" for i in range(a, b + 1)],
+                         "data": [b"d"] * (b - a + 1)})
+        store_sourced(lake, "T", rows, origin={"name": "X"}, identity=ident, txn=("q", version))
+
+    land(1, 5, "AAAAAAAA", 0)
+    land(1, 3, "AAAAAAAA", 1)
+    assert sourced_seq(lake, "T", {"name": "X"}, "AAAAAAAA") == 5
+    land(4, 6, "AAAAAAAA", 2)
+    assert sourced_seq(lake, "T", {"name": "X"}) == 6
+    assert sourced_seq(lake, "T", {"name": "X"}, "BBBBBBBB") == 0  # another origin of that name
+    land(1, 2, "BBBBBBBB", 3)
+    got = [dict((h["name"], h["value"]) for h in r["headers"])[STREAM_SOURCE]
+           for r in lake.stream("T").read().sort_by("seq").to_pylist()]
+    assert got == [f"X {i} > > x.{i} AAAAAAAA" for i in range(1, 7)] + [f"X {i} > > x.{i} BBBBBBBB" for i in (1, 2)]
+    assert lake.stream_info("T").sources[0].seq == 2

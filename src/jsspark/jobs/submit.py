@@ -1,0 +1,133 @@
+"""The ``spark-submit`` entry for a job file::
+
+    spark-submit --conf spark.pyspark.python=/path/to/python \\
+        /path/to/site-packages/jsspark/jobs/submit.py conf/job.json [--trigger available_now] [--timeout 3600]
+    python -m jsspark.jobs.submit conf/job.json        # the same, on a local SparkSession
+
+Under ``spark-submit`` (or any process that already has a SparkSession) the job runs on that
+session: ``SparkSession.builder.getOrCreate()`` picks up the master, the resources and the
+``--conf`` settings given to spark-submit. As a plain ``python -m`` it starts a local session
+(``jsspark.local_spark``). Either way ``format("jetstream")`` is registered, the job is started
+with ``jsspark.jobs.runner.run_job`` and awaited: it ends when its queries do (``available_now``
+/ ``once``), at ``--timeout`` (queries stopped), or on SIGINT/SIGTERM (queries stopped cleanly).
+Exit codes: 0 done, 1 failed (one line on stderr, secrets redacted), 2 bad usage, 130/143
+stopped by a signal. The executors need ``jsspark`` importable too (installed, or ``--py-files``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__" and not __package__:  # run as a file (spark-submit .../submit.py)
+    _here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if p and str(Path(p).resolve()) != _here]  # jobs/ is no top level
+    try:
+        import jsspark  # noqa: F401
+    except ImportError:  # a source checkout: src/ holds the package
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+PROG = "jsspark.jobs.submit"
+
+
+class _Signalled(BaseException):
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+def session() -> Any:
+    """The SparkSession to run on: spark-submit's (the gateway it launched us with), an active
+    one, or a new local one for a plain ``python -m`` run."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        spark = active
+    elif os.environ.get("PYSPARK_GATEWAY_PORT"):  # launched by spark-submit / pyspark
+        spark = SparkSession.builder.getOrCreate()
+    else:
+        from jsspark.local_spark import local_spark
+
+        return local_spark("jsspark-submit")  # registers the data source itself
+    from jsspark.datasource import register
+
+    register(spark)
+    return spark
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Run a jsspark job file on Spark and wait for it."
+    )
+    parser.add_argument("job", metavar="JOB", help="the job file (.json, .yaml or .yml)")
+    parser.add_argument("--trigger", help="override the file's trigger: available_now, once or '5 seconds'")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS", help="stop the queries after this long")
+    args = parser.parse_args(argv)
+
+    from jsspark.cli.errors import CLIError, describe
+    from jsspark.cli.run import Redactor, Watcher, concise, load
+    from jsspark.jobs.runner import run_job
+
+    try:
+        spec = load(args.job, args.trigger)  # the file with --trigger applied; errors in one line
+    except CLIError as exc:
+        return _fail(str(exc))
+    redact = Redactor(spec)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        raise _Signalled(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    job = None
+    try:
+        job = run_job(spec, session())
+        finished = job.await_termination(args.timeout)
+    except _Signalled as sig:
+        if job is not None:
+            job.stop()
+        _log(f"job {spec.job_name}: stopped by signal {sig.code - 128}")
+        return sig.code
+    except KeyboardInterrupt:
+        if job is not None:
+            job.stop()
+        return 130
+    except Exception as exc:
+        if job is not None:
+            job.stop()
+        return _fail(f"job {spec.job_name}: {redact(concise(describe(exc)))}")
+    watcher = Watcher(job, spec, redact)
+    if not finished:
+        for view in watcher.sync():
+            if view.query.isActive:
+                view.status = "stopped"
+        job.stop()
+    watcher.states()
+    for view in watcher.progress():
+        _log(watcher.line(view))
+    if not finished:
+        catch_up = spec.trigger in ("available_now", "once")
+        _log(
+            f"job {spec.job_name}: stopped at --timeout {args.timeout:g}s"
+            + (" before it caught up" if catch_up else "")
+        )
+        return 1 if catch_up else 0
+    return 0
+
+
+def _log(text: str) -> None:
+    sys.stderr.write(f"{PROG}: {text}\n")
+    sys.stderr.flush()
+
+
+def _fail(message: str) -> int:
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

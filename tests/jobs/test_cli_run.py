@@ -1,0 +1,91 @@
+"""``jsspark run`` and the spark-submit entry (``jsspark/jobs/submit.py``) run for real, each in its
+own process with its own JVM: a lake -> lake mirror catches up, then resumes from its checkpoint;
+a bad job file fails in one line before any JVM starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import jsspark
+import jsspark.jobs.submit as submit_module
+
+BIN = Path(sys.executable).parent
+SCRIPT = BIN / "jsspark"
+
+pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason="console script not installed (pip install -e .)")
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if k != "JSSPARK_LOCATION"}
+    out.update({"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "PYSPARK_PYTHON": sys.executable,
+                "PYSPARK_DRIVER_PYTHON": sys.executable})  # fmt: skip
+    return out
+
+
+def _proc(argv: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=timeout)
+
+
+def _rows(lake: Any, stream: str) -> list[tuple[Any, ...]]:
+    return [(r["seq"], r["ts_ns"], r["subject"], r["data"]) for r in lake.stream(stream).read().sort_by("seq").to_pylist()]
+
+
+def test_run_then_spark_submit_mirror(tmp_path: Path, env: dict[str, str]) -> None:
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="ORDERS", subjects=["orders.>"])
+    for i in range(1, 31):
+        lake.publish(f"orders.{'eu' if i % 2 else 'us'}.{i}", f"order {i}".encode())
+    lake.delete_msg("ORDERS", 7)
+    job = tmp_path / "mirror.yaml"
+    job.write_text(f"stream: {{name: MIRROR, mirror: {{name: ORDERS}}}}\ntarget: {{location: {loc}}}\n"
+                   f"origins: {{'*': {{location: {loc}}}}}\ntrigger: 5 seconds\n")  # fmt: skip
+
+    res = _proc([str(SCRIPT), "run", str(job), "--trigger", "available_now", "--interval", "2"], env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stderr.startswith(f"Starting job MIRROR from {job}: stream MIRROR (origins ORDERS), trigger available_now")
+    assert "Job MIRROR finished after" in res.stdout
+    row = next(line for line in res.stdout.splitlines() if line.startswith("│ MIRROR:mirror-ORDERS-"))
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert cells[1:4] == ["Mirror", "ORDERS", "finished"] and cells[5] == "29"  # rows this run
+    assert cells[7:] == ["0", "30"]  # lag 0, origin seq 30
+    assert "Stream MIRROR: 29 messages, first seq 1, last seq 30" in res.stdout
+    assert _rows(lake, "MIRROR") == _rows(lake, "ORDERS")
+
+    # the spark-submit entry, run as a file by spark-submit: same job, same checkpoint, only the new messages
+    for i in range(31, 36):
+        lake.publish(f"orders.eu.{i}", f"order {i}".encode())
+    entry = Path(submit_module.__file__)
+    jvm = "spark.driver.extraJavaOptions=-XX:+UseSerialGC -XX:TieredStopAtLevel=1"  # as local_spark, to start fast
+    argv = [str(BIN / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf", jvm,
+            str(entry), str(job), "--trigger", "available_now"]  # fmt: skip
+    res = _proc(argv, env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    printed = res.stdout + res.stderr  # spark-submit hands the Python driver's stderr to its stdout
+    lines = [line for line in printed.splitlines() if line.startswith("jsspark.jobs.submit: MIRROR:mirror-ORDERS-")]
+    assert len(lines) == 1 and "  finished  " in lines[0] and "rows 5  " in lines[0], printed[-3000:]
+    assert "lag 0  origin seq 35" in lines[0]
+    assert _rows(lake, "MIRROR") == _rows(lake, "ORDERS")
+    info = lake.stream_info("MIRROR")
+    assert (info.state.messages, info.state.last_seq, info.mirror.seq) == (34, 35, 35)
+
+
+def test_bad_job_file_is_one_line_without_a_jvm(tmp_path: Path, env: dict[str, str]) -> None:
+    bad = tmp_path / "job.json"
+    bad.write_text(json.dumps({"stream": {"name": "M", "mirror": {"name": "O"}},
+                               "target": {"location": str(tmp_path / "lake")}}))  # fmt: skip
+    expected = f"{bad}: origin stream 'O': say where it lives in 'origins'"
+    res = _proc([str(SCRIPT), "run", str(bad)], env, timeout=60)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.startswith(f"jsspark: error: {expected}") and res.stderr.count("\n") == 1
+    res = _proc([sys.executable, "-m", "jsspark.jobs.submit", str(bad)], env, timeout=60)
+    assert res.returncode == 1 and res.stderr.startswith(f"jsspark.jobs.submit: error: {expected}")
+    assert res.stderr.count("\n") == 1

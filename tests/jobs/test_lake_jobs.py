@@ -113,3 +113,18 @@ def test_trigger_once_reads_as_available_now(tmp_path: Path) -> None:
     spec = load_job(job)
     assert spec.trigger == "available_now" and spec.trigger_kwargs() == {"availableNow": True}
     assert load_job({**job, "trigger": "5 seconds"}).trigger_kwargs() == {"processingTime": "5 seconds"}
+
+
+def test_restarting_a_job_does_not_rewrite_an_unchanged_stream_config(tmp_path: Path) -> None:
+    from jsspark.jobs.runner import Job
+
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="O", subjects=["o.>"])
+    job = {"stream": {"name": "M", "mirror": {"name": "O"}}, "target": {"location": str(tmp_path)},
+           "origins": {"*": {"location": str(tmp_path)}}}
+    Job(load_job(job)).prepare()
+    before = lake.catalog._table().version()
+    Job(load_job(job)).prepare()
+    assert lake.catalog._table().version() == before  # no catalog commit for the same config
+    Job(load_job({**job, "stream": {**job["stream"], "description": "now described"}})).prepare()
+    assert lake.stream_info("M").config.description == "now described"

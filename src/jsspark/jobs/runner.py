@@ -108,7 +108,9 @@ class Job:
                 raise
             lake.add_stream(cfg)
             return
-        if current.to_json() != cfg.to_json():
+        from jsspark.config import check_stream_config
+
+        if current.to_json() != check_stream_config(cfg).to_json():  # as stored: defaults applied
             lake.update_stream(cfg)
 
     def plan(self) -> list[OriginPlan]:

@@ -85,6 +85,16 @@ class Publisher:
         self.stop()
 
 
+def _in_flight(root: Path) -> bool:
+    """The mirror query's checkpoint (Spark's own layout) has offsets for a batch it has not
+    committed."""
+    def last(d: Path) -> int:
+        return max((int(p.name) for p in d.iterdir() if p.name.isdigit()), default=-1) if d.is_dir() else -1
+
+    ckpts = list(root.glob("MIR/*"))
+    return len(ckpts) == 1 and last(ckpts[0] / "offsets") > last(ckpts[0] / "commits")
+
+
 def _rows(lake: Any, stream: str) -> list[dict[str, Any]]:
     return [{k: r[k] for k in KEYS} for r in lake.stream(stream).read().sort_by("seq").to_pylist()]
 
@@ -110,8 +120,11 @@ def test_mirror_job_killed_and_restarted_loses_and_doubles_nothing(tmp_path: Pat
         proc = _start(job)
         try:
             _wait_for("the mirror to hold some messages", lambda: mirrored() >= 150, proc)
-            _wait_for("the origin to run ahead of the mirror",
-                      lambda: lake.stream_info("ORIG").state.last_seq > mirrored() + PER_TRIGGER, proc)
+            # kill inside a batch: Spark has logged its offsets but not yet its commit (the
+            # landing's Delta commit may or may not have happened), with the origin ahead
+            _wait_for("a batch in flight, the origin ahead of the mirror",
+                      lambda: _in_flight(tmp_path / "ckpt")
+                      and lake.stream_info("ORIG").state.last_seq > mirrored() + PER_TRIGGER, proc)
         finally:
             _kill(proc)
         at_kill = mirrored()

@@ -332,9 +332,32 @@ class Board:
         self.stream.flush()
 
 
-class _Stopped(BaseException):
-    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt (a BaseException, so no
-    ``except Exception`` on the way swallows it)."""
+class Signals:
+    """Ctrl-C and SIGTERM as a request to stop, read by the watch loop between two waits.
+
+    A handler that raises (Python's KeyboardInterrupt, or pyspark's, which also cancels every
+    Spark job through Py4J) lands in the middle of a Py4J call and leaves tracebacks from the
+    broken gateway connection; a flag the loop reads within half a second does not. A second
+    Ctrl-C raises KeyboardInterrupt at once."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _on(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and self.received is not None:
+            raise KeyboardInterrupt
+        self.received = "interrupted" if signum == signal.SIGINT else "terminated"
+
+    def __enter__(self) -> Signals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._on)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 @dataclass
@@ -353,10 +376,10 @@ def _bind(spark: Any) -> None:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
 
 
-def _watch(job: Any, watcher: Watcher, board: Board, timeout: float | None) -> Outcome:
+def _watch(job: Any, watcher: Watcher, board: Board, timeout: float | None, signals: Signals) -> Outcome:
     """Start the job's queries on a helper thread (a republish query may wait for the origin
     queries before it starts) and follow them until they all end, one fails, or the timeout."""
-    began = time.monotonic()
+    began = board.started  # the command's start: --timeout and the elapsed time include Spark's start-up
     deadline = None if timeout is None else began + timeout
     failure: list[BaseException] = []
 
@@ -372,6 +395,9 @@ def _watch(job: Any, watcher: Watcher, board: Board, timeout: float | None) -> O
     status, error, detail = "finished", None, None
     try:
         while True:
+            if signals.received is not None:
+                status = signals.received
+                break
             views = watcher.states()
             failed = [v for v in views if v.status == "failed"]
             if failed:
@@ -391,13 +417,11 @@ def _watch(job: Any, watcher: Watcher, board: Board, timeout: float | None) -> O
             _wait(
                 views, starter, 0.5 if deadline is None else max(min(0.5, deadline - time.monotonic()), 0.01)
             )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # from a scripted wait, or Ctrl-C before the handlers were in place
         status = "interrupted"
-    except _Stopped:
-        status = "terminated"
     if status != "finished":
         if status in ("interrupted", "terminated", "timeout"):
-            board.note(f"stopping {len(watcher.views)} queries ({status})")
+            board.note(f"stopping the queries ({status})")
         _stop(job, watcher, starter)
     return Outcome(status, time.monotonic() - began, error, detail)
 
@@ -447,18 +471,8 @@ def cmd_run(args: argparse.Namespace, session: Session) -> int:
             f"could not start Spark for job {spec.job_name}: {redact(concise(_describe(exc)))}"
         ) from None
     watcher = Watcher(job, spec, redact)
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise _Stopped()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, on_term)
-    try:
-        outcome = _watch(job, watcher, board, args.timeout)
-    finally:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, previous)
+    with Signals() as signals:  # after the session: replaces pyspark's SIGINT handler
+        outcome = _watch(job, watcher, board, args.timeout, signals)
     views = watcher.progress()
     if board.tty:
         board.show([watcher.line(v) for v in views])

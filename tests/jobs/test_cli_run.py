@@ -31,11 +31,16 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 def _proc(argv: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=timeout)
+    return subprocess.run(
+        argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=timeout
+    )
 
 
 def _rows(lake: Any, stream: str) -> list[tuple[Any, ...]]:
-    return [(r["seq"], r["ts_ns"], r["subject"], r["data"]) for r in lake.stream(stream).read().sort_by("seq").to_pylist()]
+    return [
+        (r["seq"], r["ts_ns"], r["subject"], r["data"])
+        for r in lake.stream(stream).read().sort_by("seq").to_pylist()
+    ]
 
 
 def test_run_then_spark_submit_mirror(tmp_path: Path, env: dict[str, str]) -> None:
@@ -51,7 +56,9 @@ def test_run_then_spark_submit_mirror(tmp_path: Path, env: dict[str, str]) -> No
 
     res = _proc([str(SCRIPT), "run", str(job), "--trigger", "available_now", "--interval", "2"], env)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert res.stderr.startswith(f"Starting job MIRROR from {job}: stream MIRROR (origins ORDERS), trigger available_now")
+    assert res.stderr.startswith(
+        f"Starting job MIRROR from {job}: stream MIRROR (origins ORDERS), trigger available_now"
+    )
     assert "Job MIRROR finished after" in res.stdout
     row = next(line for line in res.stdout.splitlines() if line.startswith("│ MIRROR:mirror-ORDERS-"))
     cells = [c.strip() for c in row.strip("│").split("│")]
@@ -70,7 +77,9 @@ def test_run_then_spark_submit_mirror(tmp_path: Path, env: dict[str, str]) -> No
     res = _proc(argv, env)
     assert res.returncode == 0, res.stderr[-3000:]
     printed = res.stdout + res.stderr  # spark-submit hands the Python driver's stderr to its stdout
-    lines = [line for line in printed.splitlines() if line.startswith("jsspark.jobs.submit: MIRROR:mirror-ORDERS-")]
+    lines = [
+        line for line in printed.splitlines() if line.startswith("jsspark.jobs.submit: MIRROR:mirror-ORDERS-")
+    ]
     assert len(lines) == 1 and "  finished  " in lines[0] and "rows 5  " in lines[0], printed[-3000:]
     assert "lag 0  origin seq 35" in lines[0]
     assert _rows(lake, "MIRROR") == _rows(lake, "ORDERS")
@@ -89,3 +98,58 @@ def test_bad_job_file_is_one_line_without_a_jvm(tmp_path: Path, env: dict[str, s
     res = _proc([sys.executable, "-m", "jsspark.jobs.submit", str(bad)], env, timeout=60)
     assert res.returncode == 1 and res.stderr.startswith(f"jsspark.jobs.submit: error: {expected}")
     assert res.stderr.count("\n") == 1
+
+
+def test_submit_entry_ends_on_signal_timeout_and_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The entry's waiting, without Spark: scripted queries (tests/cli/test_run.py) stand in."""
+    import signal
+
+    import jsspark.jobs.runner as runner
+    from tests.cli.test_run import FakeJob, FakeQuery, batch
+
+    loc = str(tmp_path / "lake")
+    jsspark.connect(loc).add_stream(name="ORDERS", subjects=["orders.>"])
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({"stream": {"name": "MIRROR", "mirror": {"name": "ORDERS"}},
+                                    "target": {"location": loc}, "trigger": "available_now",
+                                    "origins": {"*": {"servers": "nats://app:pw-42424@127.0.0.1:4222"}}}))  # fmt: skip
+    monkeypatch.setattr(submit_module, "session", lambda: object())
+
+    def scripted(*steps: Any, ends: bool = True) -> FakeJob:
+        def run_job(spec: Any, spark: Any) -> FakeJob:
+            job = FakeJob(spec, [FakeQuery("MIRROR:mirror-ORDERS-h", list(steps), ends)])
+            job.start()
+            return job
+
+        monkeypatch.setattr(runner, "run_job", run_job)
+        return run_job  # type: ignore[return-value]
+
+    scripted(batch(0, 4), batch(1, 2))
+    assert submit_module.main([str(job_file)]) == 0
+    assert "jsspark.jobs.submit: MIRROR:mirror-ORDERS-h  finished  batch 1  rows 6" in capsys.readouterr().err
+
+    scripted(batch(0, 1), lambda: os.kill(os.getpid(), signal.SIGTERM), ends=False)
+    assert submit_module.main([str(job_file)]) == 143
+    err = capsys.readouterr().err
+    assert "MIRROR:mirror-ORDERS-h  stopped" in err and "job MIRROR: terminated; queries stopped" in err
+
+    scripted(batch(0, 1), ends=False)
+    assert submit_module.main([str(job_file), "--timeout", "0.2"]) == 1  # a catch-up that did not finish
+    assert "stopped at --timeout 0.2s before it caught up" in capsys.readouterr().err
+    scripted(batch(0, 1), ends=False)
+    assert (
+        submit_module.main([str(job_file), "--timeout", "0.2", "--trigger", "1 second"]) == 0
+    )  # runs until stopped
+    assert "job MIRROR: stopped at --timeout 0.2s\n" in capsys.readouterr().err
+
+    scripted(
+        batch(0, 1),
+        RuntimeError("Traceback (most recent call last):\n  x\nConnectionError: nats://app:pw-42424@h"),
+    )
+    assert submit_module.main([str(job_file)]) == 1
+    assert (
+        capsys.readouterr().err
+        == "jsspark.jobs.submit: error: job MIRROR: ConnectionError: nats://app:***@h\n"
+    )

@@ -9,7 +9,8 @@ session: ``SparkSession.builder.getOrCreate()`` picks up the master, the resourc
 ``--conf`` settings given to spark-submit. As a plain ``python -m`` it starts a local session
 (``jsspark.local_spark``). Either way ``format("jetstream")`` is registered, the job is started
 with ``jsspark.jobs.runner.run_job`` and awaited: it ends when its queries do (``available_now``
-/ ``once``), at ``--timeout`` (queries stopped), or on SIGINT/SIGTERM (queries stopped cleanly).
+/ ``once``), at ``--timeout`` (queries stopped; exit 1 if a catch-up trigger had not finished),
+or on SIGINT/SIGTERM (queries stopped cleanly).
 Exit codes: 0 done, 1 failed (one line on stderr, secrets redacted), 2 bad usage, 130/143
 stopped by a signal. The executors need ``jsspark`` importable too (installed, or ``--py-files``).
 """
@@ -18,8 +19,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,11 +34,6 @@ if __name__ == "__main__" and not __package__:  # run as a file (spark-submit ..
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 PROG = "jsspark.jobs.submit"
-
-
-class _Signalled(BaseException):
-    def __init__(self, code: int) -> None:
-        self.code = code
 
 
 def session() -> Any:
@@ -70,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from jsspark.cli.errors import CLIError, describe
-    from jsspark.cli.run import Redactor, Watcher, concise, load
+    from jsspark.cli.run import Redactor, Signals, Watcher, concise, load
     from jsspark.jobs.runner import run_job
 
     try:
@@ -78,20 +74,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CLIError as exc:
         return _fail(str(exc))
     redact = Redactor(spec)
-
-    def on_signal(signum: int, frame: Any) -> None:
-        raise _Signalled(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_signal)
+    began = time.monotonic()
     job = None
     try:
-        job = run_job(spec, session())
-        finished = job.await_termination(args.timeout)
-    except _Signalled as sig:
-        if job is not None:
-            job.stop()
-        _log(f"job {spec.job_name}: stopped by signal {sig.code - 128}")
-        return sig.code
+        spark = session()
+        with Signals() as signals:  # after the session: replaces pyspark's SIGINT handler
+            job = run_job(spec, spark)
+            ended = _await(job, signals, None if args.timeout is None else began + args.timeout)
     except KeyboardInterrupt:
         if job is not None:
             job.stop()
@@ -101,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             job.stop()
         return _fail(f"job {spec.job_name}: {redact(concise(describe(exc)))}")
     watcher = Watcher(job, spec, redact)
-    if not finished:
+    if ended != "finished":
         for view in watcher.sync():
             if view.query.isActive:
                 view.status = "stopped"
@@ -109,14 +98,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     watcher.states()
     for view in watcher.progress():
         _log(watcher.line(view))
-    if not finished:
+    if ended == "finished":
+        return 0
+    if ended == "timeout":
         catch_up = spec.trigger in ("available_now", "once")
         _log(
             f"job {spec.job_name}: stopped at --timeout {args.timeout:g}s"
             + (" before it caught up" if catch_up else "")
         )
         return 1 if catch_up else 0
-    return 0
+    _log(f"job {spec.job_name}: {ended}; queries stopped")
+    return 130 if ended == "interrupted" else 143
+
+
+def _await(job: Any, signals: Any, deadline: float | None) -> str:
+    """Wait for the job's queries half a second at a time, so a signal is acted on between two
+    waits: ``finished``, ``timeout``, ``interrupted`` or ``terminated``; a failed query raises.
+    (Each wait is at least 10 ms: Spark refuses a timeout under one millisecond.)"""
+    while True:
+        if signals.received is not None:
+            return str(signals.received)
+        for q in job.queries:
+            exc = q.exception()
+            if exc is not None:
+                raise exc
+        running = [q for q in job.queries if q.isActive]
+        if not running:
+            return "finished"
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            return "timeout"
+        running[0].awaitTermination(0.5 if deadline is None else max(min(0.5, deadline - now), 0.01))
 
 
 def _log(text: str) -> None:

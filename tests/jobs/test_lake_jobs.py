@@ -128,3 +128,23 @@ def test_restarting_a_job_does_not_rewrite_an_unchanged_stream_config(tmp_path: 
     assert lake.catalog._table().version() == before  # no catalog commit for the same config
     Job(load_job({**job, "stream": {**job["stream"], "description": "now described"}})).prepare()
     assert lake.stream_info("M").config.description == "now described"
+
+
+def test_await_termination_at_the_deadline_does_not_raise() -> None:
+    """A deadline reached between two queries asks the next one for 1 ms, never for 0 s
+    (which pyspark refuses)."""
+    from jsspark.jobs.runner import Job
+
+    class Query:
+        def __init__(self) -> None:
+            self.timeouts: list[float] = []
+
+        def awaitTermination(self, timeout: float | None = None) -> bool:
+            assert timeout is None or timeout > 0
+            self.timeouts.append(timeout)
+            return True
+
+    job = Job.__new__(Job)
+    job.queries = [Query(), Query()]
+    assert job.await_termination(0.0) is True
+    assert all(t == 0.001 for q in job.queries for t in q.timeouts)

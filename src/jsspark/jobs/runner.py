@@ -289,7 +289,8 @@ class Job:
         first query's error. ``False`` if ``timeout`` passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         for q in self.queries:
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            # pyspark refuses a timeout <= 0 (Spark < 1 ms): at the deadline, ask for 1 ms
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
             if left is None:
                 q.awaitTermination()
             elif not q.awaitTermination(left):

@@ -24,6 +24,14 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer
         srv.close()
 
 
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """A private server per test module, for tests that need a server no other module touches
+    (streams they leave, restarts, consumers a WorkQueue allows only once)."""
+    with NatsServer(store_dir=tmp_path_factory.mktemp("nats-private")) as srv:
+        yield srv
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """The one local SparkSession every Spark test shares (``local[2]``, start-up is the cost)."""

@@ -37,25 +37,6 @@ BOUND = 90.0  # seconds any server-side catch-up may take (a recreated origin wa
 JOB_BOUND = 300.0
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    srv = NatsServer(store_dir=tmp_path_factory.mktemp("jobs-nats"))
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.close()
-
-
-@pytest.fixture
-def nats(server: NatsServer) -> Iterator[SyncNats]:
-    c = SyncNats(server.url)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
 @pytest.fixture
 def raw(server: NatsServer) -> Iterator[RawNats]:
     c = RawNats(server.url)

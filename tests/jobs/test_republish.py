@@ -38,12 +38,8 @@ AVAILABLE_NOW = {"availableNow": True}
 @pytest.fixture(scope="module")
 def second_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
     """Where the jobs publish: kept apart from the server whose own republish is the reference."""
-    srv = NatsServer(store_dir=tmp_path_factory.mktemp("republish-dest"))
-    srv.start()
-    try:
+    with NatsServer(store_dir=tmp_path_factory.mktemp("republish-dest")) as srv:
         yield srv
-    finally:
-        srv.close()
 
 
 @pytest.fixture

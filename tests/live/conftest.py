@@ -1,4 +1,5 @@
-"""Fixtures for live-NATS tests: a private nats-server, a SparkSession, a sync NATS client."""
+"""Fixtures for live-NATS tests: a sync NATS client on the module's private server (``server``,
+from the root conftest)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,6 @@ from typing import Any
 import pytest
 
 from jsspark.nats_server import NatsServer
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    srv = NatsServer(store_dir=tmp_path_factory.mktemp("live-nats"))
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.close()
 
 
 def rfc3339_ns(text: str) -> int:

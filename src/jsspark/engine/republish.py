@@ -73,6 +73,16 @@ def effective_republish(config: StreamConfig, republish: RePublish | None = None
     transform's dest (implicit republish). Not validated (``_check_republish`` does that)."""
     from jsspark.config.defaults import default_republish
 
+    cfg = with_republish(config, republish)
+    if cfg is None:
+        return None
+    default_republish(cfg, pedantic=False)
+    return cfg.republish
+
+
+def with_republish(config: StreamConfig, republish: RePublish | None = None) -> StreamConfig | None:
+    """A copy of ``config`` carrying ``republish`` (else its own), with the server's default
+    subject (the stream name) when it has none; ``None`` when there is nothing to republish."""
     cfg = config.model_copy(deep=True)
     if republish is not None:
         cfg.republish = republish.model_copy(deep=True)
@@ -80,8 +90,7 @@ def effective_republish(config: StreamConfig, republish: RePublish | None = None
         return None
     if not cfg.subjects and cfg.mirror is None and not cfg.sources:
         cfg.subjects = [cfg.name]
-    default_republish(cfg, pedantic=False)
-    return cfg.republish
+    return cfg
 
 
 def rfc3339nano_array(ts_ns: pa.Array | pa.ChunkedArray | np.ndarray) -> pa.Array:

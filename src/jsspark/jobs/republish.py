@@ -51,6 +51,7 @@ from jsspark.engine.republish import (
     effective_republish,
     lake_last_seqs,
     republish_batch,
+    with_republish,
 )
 from jsspark.errors import APIError
 
@@ -72,13 +73,9 @@ def check_republish(config: StreamConfig, republish: RePublish | None = None) ->
     (``forms a cycle``, ``transform ... not valid``). ``None``: nothing to republish."""
     from jsspark.config.validation import _check_republish
 
-    cfg = config.model_copy(deep=True)
-    if republish is not None:
-        cfg.republish = republish.model_copy(deep=True)
-    if cfg.republish is None:
+    cfg = with_republish(config, republish)
+    if cfg is None:
         return None
-    if not cfg.subjects and cfg.mirror is None and not cfg.sources:
-        cfg.subjects = [cfg.name]
     _check_republish(cfg, pedantic=False)
     return effective_republish(cfg)
 

@@ -199,7 +199,8 @@ class LakeStream:
                 snap,
                 plan.rows,
                 last_seq=plan.last_seq,
-                remove_predicate=seq_ranges_predicate(index.seq_array(), plan.removed),
+                # the live seqs are only needed (and only copied out of the index) when a limit removes
+                remove_predicate=seq_ranges_predicate(index.seq_array(), plan.removed) if len(plan.removed) else None,
                 state=plan.state,
                 app_transactions=[Transaction(*txn)] if txn is not None else None,
             )

@@ -7,7 +7,7 @@ subjects of the change (a hash lookup of each into the known set), never to the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +21,8 @@ class SubjectGroups:
     names: pa.Array
     counts: np.ndarray
     last: np.ndarray
+    # positions of ``names`` in a SubjectStats at one of its generations (see ``SubjectStats.positions_of``)
+    _pos: tuple[SubjectStats, int, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, subjects: pa.Array | pa.ChunkedArray, seqs: np.ndarray) -> SubjectGroups:
@@ -29,7 +31,7 @@ class SubjectGroups:
         if len(subjects) == 0:
             return cls(pa.array([], pa.string()), np.zeros(0, np.int64), np.zeros(0, np.int64))
         enc = subjects if pa.types.is_dictionary(subjects.type) else pc.dictionary_encode(subjects)
-        codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        codes = enc.indices.to_numpy(zero_copy_only=False)
         k = len(enc.dictionary)
         counts = np.bincount(codes, minlength=k)
         last = np.zeros(k, dtype=np.int64)
@@ -46,6 +48,7 @@ class SubjectStats:
         self.names = groups.names
         self.counts = groups.counts.copy()
         self.last = groups.last.copy()
+        self._generation = 0  # bumped by every change of ``names``
 
     def __len__(self) -> int:
         return len(self.names)
@@ -57,14 +60,22 @@ class SubjectStats:
         pos = pc.index_in(names, value_set=self.names)
         return pc.fill_null(pos, -1).to_numpy(zero_copy_only=False).astype(np.int64)
 
+    def positions_of(self, g: SubjectGroups) -> np.ndarray:
+        """``positions(g.names)``, looked up once per group while the known names stay the same:
+        a publish plans the state (``count_after``) and then applies the same groups (``add``)."""
+        if g._pos is None or g._pos[0] is not self or g._pos[1] != self._generation:
+            g._pos = (self, self._generation, self.positions(g.names))
+        return g._pos[2]
+
     def add(self, g: SubjectGroups) -> None:
-        pos = self.positions(g.names)
+        pos = self.positions_of(g)
         known = pos >= 0
         np.add.at(self.counts, pos[known], g.counts[known])
         np.maximum.at(self.last, pos[known], g.last[known])
         if (~known).any():
             fresh = pa.array(~known)
             self.names = pa.concat_arrays([self.names, g.names.filter(fresh)])
+            self._generation += 1
             self.counts = np.concatenate([self.counts, g.counts[~known]])
             self.last = np.concatenate([self.last, g.last[~known]])
 
@@ -79,6 +90,7 @@ class SubjectStats:
         if empty.any():
             keep = pa.array(~empty)
             self.names = self.names.filter(keep)
+            self._generation += 1
             self.counts = self.counts[~empty]
             self.last = self.last[~empty]
 
@@ -89,7 +101,7 @@ class SubjectStats:
         if removed is not None and len(removed.names):
             np.subtract.at(counts, self.positions(removed.names), removed.counts)
         if len(added.names):
-            pos = self.positions(added.names)
+            pos = self.positions_of(added)
             known = pos >= 0
             np.add.at(counts, pos[known], added.counts[known])
             extra = int((~known).sum())

@@ -29,7 +29,7 @@ from jsspark.engine.api import BatchAck, SourceInfo, StreamState
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.limits import removal_mask, seq_ranges_predicate
 from jsspark.engine.partitioning import PartitionKey
-from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, column_stored_size
+from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, stored_sizes, value_lengths
 from jsspark.engine.subject_stats import SubjectGroups
 from jsspark.engine.table import ConcurrentCommit, MessageTable, Snapshot
 from jsspark.errors import APIError, JSSparkError, api_error
@@ -56,9 +56,23 @@ class Incoming:
     subject: pa.Array
     data: pa.Array
     headers: pa.Array
+    # the subjects as plain strings when ``subject`` is their dictionary encoding (``encoded()``)
+    plain_subject: pa.Array | None = None
 
     def __len__(self) -> int:
         return len(self.subject)
+
+    def encoded(self) -> Incoming:
+        """The same messages with ``subject`` dictionary-encoded once (every subject step then
+        runs on distinct values), keeping the strings as given for the stored column."""
+        if pa.types.is_dictionary(self.subject.type):
+            return self
+        return Incoming(pc.dictionary_encode(self.subject), self.data, self.headers, self.subject)
+
+    def subject_strings(self) -> pa.Array:
+        if self.plain_subject is not None:
+            return self.plain_subject
+        return self.subject.cast(pa.string())
 
     @classmethod
     def from_table(cls, table: pa.Table | pa.RecordBatch) -> Incoming:
@@ -182,8 +196,7 @@ class LakeStream:
         self._writable()
         if not len(batch):  # nothing to store: no commit, as a publish of nothing changes nothing
             return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0)
-        if not pa.types.is_dictionary(batch.subject.type):  # encode once: every subject step runs on distinct values
-            batch = Incoming(pc.dictionary_encode(batch.subject), batch.data, batch.headers)
+        batch = batch.encoded()
         self._check_routable(batch)
 
         def attempt(snap: Snapshot, index: MessageIndex) -> BatchAck:
@@ -266,6 +279,8 @@ class LakeStream:
         if self.config.mirror is not None:
             raise NoRespondersError(f"stream {self.name} is a mirror and takes no direct publishes")
         subjects = self.config.subjects or [self.name]
+        if pa.types.is_dictionary(batch.subject.type) and pc.all(match_filter(batch.subject.dictionary, subjects)).as_py():
+            return  # every distinct subject is routable (the common case): no per-row check
         ok = match_filter(batch.subject, subjects)
         if not pc.all(ok).as_py():
             bad = batch.subject.filter(pc.invert(ok))[0].as_py()
@@ -276,14 +291,22 @@ class LakeStream:
         if cfg.sealed:
             raise api_error("JSStreamSealedErr")
         subjects = batch.subject
+        plain = None  # the subjects as strings, when already at hand
         if cfg.subject_transform is not None and cfg.subject_transform.dest:
-            subjects = SubjectTransform(cfg.subject_transform.src or ">", cfg.subject_transform.dest).apply_array(
+            plain = SubjectTransform(cfg.subject_transform.src or ">", cfg.subject_transform.dest).apply_array(
                 subjects, keep_unmatched=True
             )
+            if isinstance(plain, pa.ChunkedArray):
+                plain = plain.combine_chunks()
+            subjects = pc.dictionary_encode(plain)  # distinct subjects may map to one
+        elif not pa.types.is_dictionary(subjects.type):
+            plain, subjects = subjects, pc.dictionary_encode(subjects)
+        else:
+            plain = batch.plain_subject
         n = len(batch)
         msg_ids = H.column_lookup(batch.headers, H.MSG_ID)
         hdr_len = H.column_encoded_len(batch.headers)
-        data_len = pc.fill_null(pc.binary_length(batch.data), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        data_len = value_lengths(batch.data)
         window = int(cfg.duplicate_window or 0)
         known_ids = self._known_ids(index, now - window) if window > 0 else {}
         if H.column_has_prefix(batch.headers, H.EXPECTED_PREFIX).any():
@@ -305,30 +328,34 @@ class LakeStream:
                     wanted |= match_filter(subjects, fs or [">"]).to_numpy(zero_copy_only=False)
                 store &= wanted
 
-        encoded = subjects if pa.types.is_dictionary(subjects.type) else pc.dictionary_encode(subjects)
+        # the file store's size of every message, from lengths already computed
+        sizes = stored_sizes(value_lengths(subjects), hdr_len, data_len)
         if store.all():
-            new_subjects, new_headers, new_data, new_ids = encoded, batch.headers, batch.data, msg_ids
+            new_subjects, new_headers, new_data, new_ids = subjects, batch.headers, batch.data, msg_ids
+            new_seqs, new_sizes = seqs, sizes
         else:
-            idx = pa.array(np.flatnonzero(store), pa.int64())
-            new_subjects, new_headers = encoded.take(idx), batch.headers.take(idx)
+            keep = np.flatnonzero(store)
+            idx = pa.array(keep, pa.int64())
+            new_subjects, new_headers = subjects.take(idx), batch.headers.take(idx)
             new_data, new_ids = batch.data.take(idx), msg_ids.take(idx)
+            new_seqs, new_sizes = seqs[keep], sizes[keep]
+            plain = plain.take(idx) if plain is not None else None
         k = len(new_subjects)
-        ts = np.full(k, now, dtype=np.int64)
         rows = pa.Table.from_arrays(
             [
-                pa.array(seqs[store], pa.int64()),
-                pa.array(ts),
-                pa.array(ts // 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                new_subjects.cast(pa.string()),
+                pa.array(new_seqs, pa.int64()),
+                pa.array(np.full(k, now, dtype=np.int64)),
+                pa.array(np.full(k, now // 1000, dtype=np.int64)).view(pa.timestamp("us", tz="UTC")),
+                plain if plain is not None else new_subjects.cast(pa.string()),
                 new_headers,
                 new_data,
                 new_ids,
-                pa.array(column_stored_size(new_subjects, new_headers, new_data)),
+                pa.array(new_sizes),
                 self.partition.of(new_subjects),
             ],
             schema=MESSAGE_SCHEMA,
         )
-        groups = SubjectGroups.of(new_subjects, rows["seq"].to_numpy())
+        groups = SubjectGroups.of(new_subjects, new_seqs)
         self._check_discard_new(index, rows)
         n_old = index.rows.num_rows
         removed_mask = None
@@ -384,6 +411,8 @@ class LakeStream:
                 else:
                     first_at[mid] = i
         self._check_sizes(hdr_len, data_len, accepted)
+        if accepted.all():  # no duplicates: the next n sequences
+            return accepted, np.arange(snap.last_seq + 1, snap.last_seq + n + 1, dtype=np.int64)
         seqs = snap.last_seq + np.cumsum(accepted, dtype=np.int64)
         seqs = np.where(accepted, seqs, orig)
         in_batch = seqs < 0
@@ -392,11 +421,17 @@ class LakeStream:
         return accepted, seqs
 
     def _check_sizes(self, hdr_len: np.ndarray, data_len: np.ndarray, accepted: np.ndarray) -> None:
-        if (hdr_len[accepted] > MAX_HEADER_BYTES).any():
+        """The server's size checks on the accepted messages (header block, then whole message)."""
+        every = accepted.all()
+        hdr = hdr_len if every else hdr_len[accepted]
+        if len(hdr) and hdr.max() > MAX_HEADER_BYTES:
             raise api_error("JSStreamHeaderExceedsMaximumErr")
         max_size = int(self.config.max_msg_size)
-        if max_size >= 0 and ((hdr_len + data_len)[accepted] > max_size).any():
-            raise api_error("JSStreamMessageExceedsMaximumErr")
+        if max_size >= 0:
+            total = hdr_len + data_len
+            total = total if every else total[accepted]
+            if len(total) and total.max() > max_size:
+                raise api_error("JSStreamMessageExceedsMaximumErr")
 
     def _check_sequential(
         self, snap: Snapshot, index: MessageIndex, batch: Incoming, subjects: pa.Array,

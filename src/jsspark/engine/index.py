@@ -77,17 +77,13 @@ class MessageIndex:
         if self._subjects is None or not gone.num_rows:
             return
         g = _groups(gone)
-        pos = self._subjects.positions(g.names)
+        pos = self._subjects.positions_of(g)
         lost_last = g.last == self._subjects.last[pos]
-        new_last: dict[str, int] = {}
+        left_of_lost = None
         if lost_last.any():  # a subject's last message went: its new last is the max of what is left
             names = g.names.filter(pa.array(lost_last))
-            mine = left.filter(pc.is_in(left["subject"], value_set=names))
-            new_last = {n: 0 for n in names.to_pylist()}
-            if mine.num_rows:
-                lg = _groups(mine)
-                new_last.update(zip(lg.names.to_pylist(), lg.last.tolist(), strict=True))
-        self._subjects.remove(g, new_last)
+            left_of_lost = _groups(left.filter(pc.is_in(left["subject"], value_set=names)))
+        self._subjects.remove(g, left_of_lost)
 
     # -- state -------------------------------------------------------------------------------
     @property

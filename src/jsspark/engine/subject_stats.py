@@ -79,13 +79,13 @@ class SubjectStats:
             self.counts = np.concatenate([self.counts, g.counts[~known]])
             self.last = np.concatenate([self.last, g.last[~known]])
 
-    def remove(self, g: SubjectGroups, last_of: dict[str, int]) -> None:
-        """Subtract removed rows; ``last_of`` gives the new last seq of subjects whose last went."""
-        pos = self.positions(g.names)
-        np.subtract.at(self.counts, pos, g.counts)
-        for name, seq in last_of.items():
-            i = self.positions(pa.array([name]))[0]
-            self.last[i] = seq
+    def remove(self, g: SubjectGroups, left: SubjectGroups | None = None) -> None:
+        """Subtract removed rows ``g``; ``left`` holds the rows still stored on subjects whose
+        last message went, whose largest seq is their new last (a subject with nothing left
+        goes away with its count)."""
+        np.subtract.at(self.counts, self.positions_of(g), g.counts)
+        if left is not None and len(left.names):
+            self.last[self.positions(left.names)] = left.last
         empty = self.counts <= 0
         if empty.any():
             keep = pa.array(~empty)

@@ -30,7 +30,7 @@ from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.limits import removal_mask, seq_ranges_predicate
 from jsspark.engine.partitioning import PartitionKey
 from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, stored_sizes, value_lengths
-from jsspark.engine.subject_stats import SubjectGroups
+from jsspark.engine.subject_stats import KnownPositions, SubjectGroups
 from jsspark.engine.table import ConcurrentCommit, MessageTable, Snapshot
 from jsspark.errors import APIError, JSSparkError, api_error
 from jsspark.subjects import SubjectTransform, match_filter, subject_matches
@@ -196,15 +196,20 @@ class LakeStream:
         self._writable()
         if not len(batch):  # nothing to store: no commit, as a publish of nothing changes nothing
             return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0)
-        batch = batch.encoded()
-        self._check_routable(batch)
+        transform = self._subject_transform()
+        if transform is not None:  # routable as published; stored (and checked) as transformed
+            batch = batch.encoded()
+            self._check_routable(batch.subject)
 
         def attempt(snap: Snapshot, index: MessageIndex) -> BatchAck:
+            subjects = self._coded_subjects(index, batch, transform)
+            if transform is None:
+                self._check_routable(subjects[0])
             done = snap.table.transaction_version(txn[0]) if txn is not None else None
             if txn is not None and done is not None and done >= txn[1]:
                 return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0, replayed=True)
             now = now_ns or time.time_ns()
-            plan = self._plan(snap, index, batch, now)
+            plan = self._plan(snap, index, batch, subjects, now)
             if plan.last_seq == snap.last_seq and not len(plan.removed) and txn is None:
                 # all duplicates: nothing to commit
                 return BatchAck(self.name, plan.seqs, plan.duplicates, 0)
@@ -275,34 +280,44 @@ class LakeStream:
             if mid is not None and not dup:
                 self._recent_ids[mid] = (int(seq), now)
 
-    def _check_routable(self, batch: Incoming) -> None:
+    def _check_routable(self, published: pa.Array) -> None:
         if self.config.mirror is not None:
             raise NoRespondersError(f"stream {self.name} is a mirror and takes no direct publishes")
         subjects = self.config.subjects or [self.name]
-        if pa.types.is_dictionary(batch.subject.type) and pc.all(match_filter(batch.subject.dictionary, subjects)).as_py():
+        if pa.types.is_dictionary(published.type) and pc.all(match_filter(published.dictionary, subjects)).as_py():
             return  # every distinct subject is routable (the common case): no per-row check
-        ok = match_filter(batch.subject, subjects)
+        ok = match_filter(published, subjects)
         if not pc.all(ok).as_py():
-            bad = batch.subject.filter(pc.invert(ok))[0].as_py()
+            bad = published.filter(pc.invert(ok))[0].as_py()
             raise NoRespondersError(f"no responders: stream {self.name} does not listen on subject {bad!r}")
 
-    def _plan(self, snap: Snapshot, index: MessageIndex, batch: Incoming, now: int) -> Plan:
+    def _subject_transform(self) -> SubjectTransform | None:
+        tr = self.config.subject_transform
+        return SubjectTransform(tr.src or ">", tr.dest) if tr is not None and tr.dest else None
+
+    @staticmethod
+    def _coded_subjects(
+        index: MessageIndex, batch: Incoming, transform: SubjectTransform | None
+    ) -> tuple[pa.DictionaryArray, KnownPositions, pa.Array]:
+        """The subjects to store (transformed if the stream transforms), dictionary-encoded
+        against the index's known subjects (with their positions there), and as strings."""
+        if transform is None:
+            plain = batch.subject_strings()
+        else:
+            plain = transform.apply_array(batch.subject, keep_unmatched=True)  # on distinct subjects
+            if isinstance(plain, pa.ChunkedArray):
+                plain = plain.combine_chunks()
+        encoded, known = index.subjects().encode(plain)
+        return encoded, known, plain
+
+    def _plan(
+        self, snap: Snapshot, index: MessageIndex, batch: Incoming,
+        coded: tuple[pa.DictionaryArray, KnownPositions, pa.Array], now: int,
+    ) -> Plan:
         cfg = self.config
         if cfg.sealed:
             raise api_error("JSStreamSealedErr")
-        subjects = batch.subject
-        plain = None  # the subjects as strings, when already at hand
-        if cfg.subject_transform is not None and cfg.subject_transform.dest:
-            plain = SubjectTransform(cfg.subject_transform.src or ">", cfg.subject_transform.dest).apply_array(
-                subjects, keep_unmatched=True
-            )
-            if isinstance(plain, pa.ChunkedArray):
-                plain = plain.combine_chunks()
-            subjects = pc.dictionary_encode(plain)  # distinct subjects may map to one
-        elif not pa.types.is_dictionary(subjects.type):
-            plain, subjects = subjects, pc.dictionary_encode(subjects)
-        else:
-            plain = batch.plain_subject
+        subjects, known, plain = coded
         n = len(batch)
         msg_ids = H.column_lookup(batch.headers, H.MSG_ID)
         hdr_len = H.column_encoded_len(batch.headers)
@@ -329,7 +344,7 @@ class LakeStream:
                 store &= wanted
 
         # the file store's size of every message, from lengths already computed
-        sizes = stored_sizes(value_lengths(subjects), hdr_len, data_len)
+        sizes = stored_sizes(value_lengths(plain), hdr_len, data_len)
         if store.all():
             new_subjects, new_headers, new_data, new_ids = subjects, batch.headers, batch.data, msg_ids
             new_seqs, new_sizes = seqs, sizes
@@ -339,14 +354,14 @@ class LakeStream:
             new_subjects, new_headers = subjects.take(idx), batch.headers.take(idx)
             new_data, new_ids = batch.data.take(idx), msg_ids.take(idx)
             new_seqs, new_sizes = seqs[keep], sizes[keep]
-            plain = plain.take(idx) if plain is not None else None
+            plain = plain.take(idx)
         k = len(new_subjects)
         rows = pa.Table.from_arrays(
             [
                 pa.array(new_seqs, pa.int64()),
                 pa.array(np.full(k, now, dtype=np.int64)),
                 pa.array(np.full(k, now // 1000, dtype=np.int64)).view(pa.timestamp("us", tz="UTC")),
-                plain if plain is not None else new_subjects.cast(pa.string()),
+                plain,
                 new_headers,
                 new_data,
                 new_ids,
@@ -355,7 +370,7 @@ class LakeStream:
             ],
             schema=MESSAGE_SCHEMA,
         )
-        groups = SubjectGroups.of(new_subjects, new_seqs)
+        groups = SubjectGroups.of(new_subjects, new_seqs, known)
         self._check_discard_new(index, rows)
         n_old = index.rows.num_rows
         removed_mask = None

@@ -25,7 +25,9 @@ class SubjectGroups:
     _pos: tuple[SubjectStats, int, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def of(cls, subjects: pa.Array | pa.ChunkedArray, seqs: np.ndarray) -> SubjectGroups:
+    def of(cls, subjects: pa.Array | pa.ChunkedArray, seqs: np.ndarray, known: KnownPositions | None = None) -> SubjectGroups:
+        """``known`` (from ``SubjectStats.encode``) gives where each dictionary entry of
+        ``subjects`` is in the stats, saving the lookup when the groups are counted in."""
         if isinstance(subjects, pa.ChunkedArray):
             subjects = subjects.combine_chunks()
         if len(subjects) == 0:
@@ -38,9 +40,18 @@ class SubjectGroups:
         np.maximum.at(last, codes, seqs)
         keep = counts > 0
         names = enc.dictionary.cast(pa.string())
-        if not keep.all():
+        every = keep.all()
+        if not every:
             names = names.filter(pa.array(keep))
-        return cls(names, counts[keep], last[keep])
+        groups = cls(names, counts[keep], last[keep])
+        if known is not None:
+            stats, generation, positions = known
+            groups._pos = (stats, generation, positions if every else positions[keep])
+        return groups
+
+
+# where the dictionary entries of an encoding are in a SubjectStats (-1: not there), at a generation
+KnownPositions = tuple["SubjectStats", int, np.ndarray]
 
 
 class SubjectStats:
@@ -59,6 +70,33 @@ class SubjectStats:
             return np.full(len(names), -1, dtype=np.int64)
         pos = pc.index_in(names, value_set=self.names)
         return pc.fill_null(pos, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def encode(self, subjects: pa.Array) -> tuple[pa.DictionaryArray, KnownPositions]:
+        """Dictionary-encode ``subjects`` against the known subjects: one hash probe per row into
+        the known names (only subjects never seen before are hashed into a new dictionary). The
+        dictionary holds the distinct subjects of ``subjects``, known ones first, and each
+        one's position here comes with it, so counting the batch in needs no second lookup."""
+        n_known = len(self.names)
+        if not n_known or subjects.null_count:
+            enc = pc.dictionary_encode(subjects)
+            return enc, (self, self._generation, self.positions(enc.dictionary))
+        found = pc.fill_null(pc.index_in(subjects, value_set=self.names), -1).to_numpy()
+        new_names = pa.array([], pa.string())
+        unknown = found < 0
+        if unknown.any():
+            fresh = pc.dictionary_encode(subjects.filter(pa.array(unknown)))
+            new_names = fresh.dictionary.cast(pa.string())
+            found = found.astype(np.int64)
+            found[unknown] = n_known + fresh.indices.to_numpy()
+        present = np.flatnonzero(np.bincount(found, minlength=n_known + len(new_names)))
+        dense = np.empty(n_known + len(new_names), dtype=np.int32)
+        dense[present] = np.arange(len(present), dtype=np.int32)
+        split = int(np.searchsorted(present, n_known))
+        names = self.names.take(pa.array(present[:split]))
+        if split < len(present):
+            names = pa.concat_arrays([names, new_names.take(pa.array(present[split:] - n_known))])
+        positions = np.where(present < n_known, present, -1).astype(np.int64)
+        return pa.DictionaryArray.from_arrays(pa.array(dense[found]), names), (self, self._generation, positions)
 
     def positions_of(self, g: SubjectGroups) -> np.ndarray:
         """``positions(g.names)``, looked up once per group while the known names stay the same:

@@ -150,14 +150,14 @@ def column_lookup(headers: pa.Array, key: str) -> pa.Array:
     hit = pc.fill_null(pc.equal(names, key), False).to_numpy(zero_copy_only=False)
     if not hit.any():
         return pa.nulls(n, pa.string())
-    result = np.full(n, None, dtype=object)
     parents = pc.list_parent_indices(headers).to_numpy()
-    idx = np.nonzero(hit)[0]
-    rows = parents[idx]
-    first = np.unique(rows, return_index=True)[1]
-    values = pc.struct_field(entries, "value").take(pa.array(idx[first])).to_pylist()
-    result[rows[first]] = [v.lstrip(" ") if v is not None else None for v in values]
-    return pa.array(result, type=pa.string())
+    idx = np.flatnonzero(hit)
+    rows = parents[idx]  # ascending: entries are in row order
+    first = np.r_[True, rows[1:] != rows[:-1]]  # the first hit of each row
+    values = pc.utf8_ltrim(pc.struct_field(entries, "value").take(pa.array(idx[first])), characters=" ")
+    at = np.full(n, -1, dtype=np.int64)
+    at[rows[first]] = np.arange(int(first.sum()))
+    return values.cast(pa.string()).take(pa.array(at, mask=at < 0))
 
 
 def column_has_prefix(headers: pa.Array, prefix: str) -> np.ndarray:

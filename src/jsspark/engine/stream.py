@@ -26,6 +26,7 @@ from deltalake import Transaction
 
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, SourceInfo, StreamState
+from jsspark.engine.dedup import DedupWindow, KnownIds
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.limits import removal_mask, seq_ranges_predicate
 from jsspark.engine.partitioning import PartitionKey
@@ -114,6 +115,7 @@ class Plan:
     duplicates: np.ndarray
     state: dict[str, Any]
     groups: SubjectGroups  # the stored rows' subjects, computed once for state and index
+    ids: list[str | None] | None = None  # per input row, when the dedup window needed them
 
 
 class LakeStream:
@@ -135,10 +137,7 @@ class LakeStream:
         self.created_ns = created_ns
         self._index: MessageIndex | None = None
         self._last_ts_ns = 0
-        # Msg ids this process accepted, kept for the dedup window even when a limit, a purge
-        # or interest retention removed the message, as the server's dedup map does. Like the
-        # server after a restart, another process knows only the ids of stored messages.
-        self._recent_ids: dict[str, tuple[int, int]] = {}
+        self._dedup = DedupWindow()  # the msg ids of the dedup window (see dedup.py)
 
     @property
     def name(self) -> str:
@@ -259,26 +258,30 @@ class LakeStream:
         removed: np.ndarray | None, state: dict[str, Any], groups: SubjectGroups | None = None,
     ) -> None:
         if version == snap.version + 1:
+            if removed is not None and len(removed):
+                self._dedup.removed(index, removed)
             index.apply(added, removed, version, groups)
             self._last_ts_ns = state["last_ts_ns"]
         else:  # someone else's commit slipped in between: rebuild on next use
             self._index = None
 
-    def _known_ids(self, index: MessageIndex, since_ns: int) -> dict[str, int]:
-        self._recent_ids = {k: v for k, v in self._recent_ids.items() if v[1] >= since_ns}
-        known = {k: seq for k, (seq, _) in self._recent_ids.items()}
-        known.update(index.msg_ids_since(since_ns))
-        return known
+    def _known_ids(self, index: MessageIndex, since_ns: int) -> KnownIds:
+        return self._dedup.known(index, since_ns)
 
     def _remember_ids(self, batch: Incoming, plan: Plan, now: int) -> None:
         if not int(self.config.duplicate_window or 0):
             return
-        ids = H.column_lookup(batch.headers, H.MSG_ID)
-        if ids.null_count == len(ids):
+        if plan.ids is None:
             return
-        for mid, seq, dup in zip(ids.to_pylist(), plan.seqs, plan.duplicates, strict=True):
-            if mid is not None and not dup:
-                self._recent_ids[mid] = (int(seq), now)
+        fresh = [(mid, int(seq)) for mid, seq, dup in zip(plan.ids, plan.seqs, plan.duplicates, strict=True)
+                 if mid is not None and not dup] if plan.duplicates.any() else None
+        if fresh is not None:
+            self._dedup.accepted([m for m, _ in fresh], [q for _, q in fresh], now)
+        elif None in plan.ids:
+            mine = [i for i, mid in enumerate(plan.ids) if mid is not None]
+            self._dedup.accepted([plan.ids[i] for i in mine], plan.seqs[mine].tolist(), now)
+        else:
+            self._dedup.accepted(plan.ids, plan.seqs.tolist(), now)
 
     def _check_routable(self, published: pa.Array) -> None:
         if self.config.mirror is not None:
@@ -323,11 +326,12 @@ class LakeStream:
         hdr_len = H.column_encoded_len(batch.headers)
         data_len = value_lengths(batch.data)
         window = int(cfg.duplicate_window or 0)
-        known_ids = self._known_ids(index, now - window) if window > 0 else {}
+        known_ids = self._known_ids(index, now - window) if window > 0 else None
+        ids = msg_ids.to_pylist() if known_ids is not None and msg_ids.null_count < n else None
         if H.column_has_prefix(batch.headers, H.EXPECTED_PREFIX).any():
             accepted, seqs = self._check_sequential(snap, index, batch, subjects, msg_ids, known_ids, hdr_len, data_len)
         else:
-            accepted, seqs = self._check_vectorised(snap, batch, msg_ids, known_ids, hdr_len, data_len, window)
+            accepted, seqs = self._check_vectorised(snap, batch, ids, msg_ids.null_count, known_ids, hdr_len, data_len)
         duplicates = ~accepted
         last_seq = snap.last_seq + int(accepted.sum())
 
@@ -392,7 +396,7 @@ class LakeStream:
         removed = index.rows["seq"].to_numpy()[removed_mask] if removed_mask is not None else np.zeros(0, np.int64)
         last_ts = now if accepted.any() else self._last_ts_ns
         state = index.state_after(rows.select(INDEX_COLUMNS), removed_mask, last_seq, last_ts, groups)
-        return Plan(rows, removed, last_seq, seqs, duplicates, state, groups)
+        return Plan(rows, removed, last_seq, seqs, duplicates, state, groups, ids)
 
     def _has_limits(self) -> bool:
         cfg = self.config
@@ -402,17 +406,22 @@ class LakeStream:
         )
 
     def _check_vectorised(
-        self, snap: Snapshot, batch: Incoming, msg_ids: pa.Array, known: dict[str, int],
-        hdr_len: np.ndarray, data_len: np.ndarray, window: int,
+        self, snap: Snapshot, batch: Incoming, ids: list[str | None] | None, no_ids: int, known: KnownIds | None,
+        hdr_len: np.ndarray, data_len: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """No expectation headers anywhere in the batch: every check is a column operation."""
+        """No expectation headers anywhere in the batch: every check is a column operation, and
+        the dedup window's ids are looked up row by row only if some id repeats in the batch or
+        may be known (``ids``: each row's msg id, None when the window is off or no row has one;
+        ``no_ids``: how many rows have none)."""
         n = len(batch)
         if H.column_has_prefix(batch.headers, H.STREAM_SOURCE).any():
             raise api_error("JSMessageSourceHdrNotAllowedErr")
         accepted = np.ones(n, dtype=bool)
         orig = np.zeros(n, dtype=np.int64)
-        if window > 0 and msg_ids.null_count < n:
-            ids = msg_ids.to_pylist()
+        if ids is not None and known is not None and (
+            len(set(ids)) - (1 if no_ids else 0) < n - no_ids or known.any_of(ids)
+        ):
+            # some id repeats within the batch or may be in the window: decide row by row
             first_at: dict[str, int] = {}
             for i, mid in enumerate(ids):
                 if mid is None:
@@ -450,7 +459,7 @@ class LakeStream:
 
     def _check_sequential(
         self, snap: Snapshot, index: MessageIndex, batch: Incoming, subjects: pa.Array,
-        msg_ids: pa.Array, known: dict[str, int], hdr_len: np.ndarray, data_len: np.ndarray,
+        msg_ids: pa.Array, known: KnownIds | None, hdr_len: np.ndarray, data_len: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Expectation headers present: check message by message, in the server's order."""
         n = len(batch)

@@ -118,15 +118,16 @@ def from_arrow(value: Sequence[Mapping[str, str]] | None) -> HeaderPairs | None:
 
 
 def column_encoded_len(headers: pa.Array) -> np.ndarray:
-    """Vectorised ``encoded_len`` over a headers column (int64 per row, 0 for null)."""
+    """Vectorised ``encoded_len`` over a headers column (int64 per row, 0 for null); read-only
+    (a zero view, no memory) when no row has headers."""
     headers = _flat_chunks(headers)
     n = len(headers)
-    out = np.zeros(n, dtype=np.int64)
     if n == 0 or headers.null_count == n:
-        return out
+        return np.broadcast_to(np.int64(0), (n,))
     entries = pc.list_flatten(headers)
     if len(entries) == 0:
-        return out
+        return np.broadcast_to(np.int64(0), (n,))
+    out = np.zeros(n, dtype=np.int64)
     parents = pc.list_parent_indices(headers).to_numpy()
     names = pc.binary_length(pc.struct_field(entries, "name").cast(pa.binary())).to_numpy(zero_copy_only=False)
     values = pc.binary_length(pc.struct_field(entries, "value").cast(pa.binary())).to_numpy(zero_copy_only=False)

@@ -55,13 +55,39 @@ def value_lengths(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
         return value_lengths(arr.dictionary)[arr.indices.to_numpy()]
     if arr.null_count or not (pa.types.is_string(arr.type) or pa.types.is_binary(arr.type)):
         return pc.fill_null(pc.binary_length(arr.cast(pa.binary())), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
+    offsets = _offsets(arr)
     return np.subtract(offsets[1:], offsets[:-1], dtype=np.int64)
 
 
-def stored_sizes(subject_len: np.ndarray, hdr_len: np.ndarray, data_len: np.ndarray) -> np.ndarray:
-    """Vectorised ``stored_size`` from per-row byte lengths (one new array, summed in place)."""
-    sizes = np.add(subject_len, data_len, dtype=np.int64)
+def _offsets(arr: pa.Array) -> np.ndarray | None:
+    """The int32 offsets of a plain string/binary array without nulls (a view), else None."""
+    if isinstance(arr, pa.ChunkedArray) or arr.null_count or not (pa.types.is_string(arr.type) or pa.types.is_binary(arr.type)):
+        return None
+    return np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
+
+
+def add_value_lengths(out: np.ndarray, arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """``out += value_lengths(arr)``, straight from the offsets where it can (no new array)."""
+    offsets = _offsets(arr)
+    if offsets is None:
+        out += value_lengths(arr)
+    else:
+        out += offsets[1:]
+        out -= offsets[:-1]
+    return out
+
+
+def stored_sizes(
+    subjects: pa.Array | np.ndarray, hdr_len: np.ndarray, data_len: np.ndarray, *, reuse: bool = False
+) -> np.ndarray:
+    """Vectorised ``stored_size`` from the subjects (or their byte lengths) and per-row header
+    and data lengths; ``reuse`` sums into ``data_len`` (the caller's own int64 array, not needed
+    afterwards) instead of a new array."""
+    sizes = data_len if reuse else data_len.astype(np.int64)
+    if isinstance(subjects, np.ndarray):
+        sizes += subjects
+    else:
+        add_value_lengths(sizes, subjects)
     sizes += _FILE_STORE_OVERHEAD
     if hdr_len.any():
         sizes += np.where(hdr_len > 0, hdr_len + 4, 0)
@@ -70,4 +96,4 @@ def stored_sizes(subject_len: np.ndarray, hdr_len: np.ndarray, data_len: np.ndar
 
 def column_stored_size(subjects: pa.Array, headers: pa.Array, data: pa.Array) -> np.ndarray:
     """Vectorised ``stored_size`` over columns."""
-    return stored_sizes(value_lengths(subjects), column_encoded_len(headers), value_lengths(data))
+    return stored_sizes(subjects, column_encoded_len(headers), value_lengths(data), reuse=True)

@@ -347,8 +347,9 @@ class LakeStream:
                     wanted |= match_filter(subjects, fs or [">"]).to_numpy(zero_copy_only=False)
                 store &= wanted
 
-        # the file store's size of every message, from lengths already computed
-        sizes = stored_sizes(value_lengths(plain), hdr_len, data_len)
+        # the file store's size of every message, summed into the data lengths (checked above)
+        sizes = stored_sizes(plain, hdr_len, data_len, reuse=True)
+        del data_len
         if store.all():
             new_subjects, new_headers, new_data, new_ids = subjects, batch.headers, batch.data, msg_ids
             new_seqs, new_sizes = seqs, sizes

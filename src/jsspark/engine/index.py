@@ -30,10 +30,15 @@ def _groups(rows: pa.Table) -> SubjectGroups:
 
 
 class MessageIndex:
-    def __init__(self, rows: pa.Table, version: int) -> None:
-        self.rows = rows.select(INDEX_COLUMNS).cast(INDEX_SCHEMA).sort_by("seq")
+    def __init__(
+        self, rows: pa.Table, version: int, *, ordered: bool = False, subjects: SubjectStats | None = None
+    ) -> None:
+        """``ordered``: ``rows`` are already sorted by seq; ``subjects``: their per-subject stats,
+        when known (both from a persisted index, see index_store.py)."""
+        rows = rows.select(INDEX_COLUMNS).cast(INDEX_SCHEMA)
+        self.rows = rows if ordered else rows.sort_by("seq")
         self.version = version
-        self._subjects: SubjectStats | None = None
+        self._subjects: SubjectStats | None = subjects
         self._bytes: int | None = None
         self._seqs: np.ndarray | None = None
 

@@ -28,6 +28,7 @@ from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, SourceInfo, StreamState
 from jsspark.engine.dedup import DedupWindow, KnownIds
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
+from jsspark.engine.index_store import IndexStore
 from jsspark.engine.limits import removal_mask, seq_ranges_predicate
 from jsspark.engine.partitioning import PartitionKey
 from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, stored_sizes, value_lengths
@@ -138,6 +139,7 @@ class LakeStream:
         self._index: MessageIndex | None = None
         self._last_ts_ns = 0
         self._dedup = DedupWindow()  # the msg ids of the dedup window (see dedup.py)
+        self._store = IndexStore(table)
 
     @property
     def name(self) -> str:
@@ -162,12 +164,22 @@ class LakeStream:
     def _load(self) -> tuple[Snapshot, MessageIndex]:
         snap = self.table.snapshot()
         if self._index is None or self._index.version != snap.version:
-            rows = self.table.read(snap, columns=INDEX_COLUMNS)
-            self._index = MessageIndex(rows, snap.version)
+            index = self._store.load(snap)  # a persisted snapshot and the data files since
+            if index is None:
+                index = MessageIndex(self.table.read(snap, columns=INDEX_COLUMNS), snap.version)
+                self._store.save_if_large(index, snap)  # the next process loads instead of rebuilding
+            self._index = index
             recorded = self.table.recorded_state(snap)
-            last_ts = int(pc.max(rows["ts_ns"]).as_py() or 0) if rows.num_rows else 0
+            last_ts = int(pc.max(index.rows["ts_ns"]).as_py() or 0) if index.msgs else 0
             self._last_ts_ns = max(last_ts, int(recorded["last_ts_ns"]) if recorded else 0)
         return snap, self._index
+
+    def save_index(self) -> bool:
+        """Persist the index as of the current table version (``index_store.py``), so the next
+        process to open the stream loads it instead of rebuilding it; jobs may call this on
+        shutdown or on a schedule. Returns whether a snapshot was written."""
+        snap, index = self._load()
+        return self._store.save(index, snap)
 
     def state(self, consumer_count: int = 0) -> StreamState:
         """State from the newest commit's record; the index only if another engine wrote last."""
@@ -665,6 +677,7 @@ class LakeStream:
             metrics = self.table.compact(snap, self._state_of(index, snap.last_seq, self._last_ts_ns), target_size)
             if metrics.get("numFilesAdded", 0) or metrics.get("numFilesRemoved", 0):
                 index.version = snap.table.version()  # same messages, new layout
+                self._store.save_if_large(index, self.table.snapshot())  # every file changed
             return metrics
 
         return self._optimistic("compacting files", attempt)

@@ -1,0 +1,225 @@
+"""The message index persisted next to the stream table, so a new process need not rebuild it.
+
+Building the index (``index.py``) reads the narrow columns of every data file and sorts them by
+sequence: seconds at ten million messages, paid by every job that starts. A snapshot of it, as
+of one table version, is kept in the table directory under ``_jsspark_index/`` (Delta readers
+and VACUUM leave ``_``-prefixed paths alone) as an Arrow IPC file that lists the data files it
+was read from. A new process loads the newest snapshot at or below the version it needs (memory
+mapped for a local table) and replays only the difference in data files since:
+
+- files gone since the snapshot (removed by a limit, purge, delete or compaction): their
+  sequences leave the index. They are read from the files themselves, which stay until VACUUM;
+  if one is gone, the snapshot is not used;
+- files added since: their rows join the index.
+
+The result is exactly what a full read of that version gives. Snapshots are written after a
+load that had to read much (a full build, or a long replay) and after compaction, never on the
+publish path; writing is best effort (another writer's snapshot of the same version is the same
+file), and a snapshot that cannot be read is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+
+from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
+from jsspark.engine.schema import INDEX_COLUMNS
+from jsspark.engine.subject_stats import SubjectGroups, SubjectStats
+
+if TYPE_CHECKING:
+    from jsspark.engine.table import MessageTable, Snapshot
+
+INDEX_DIR = "_jsspark_index"
+META_KEY = b"jsspark.index"
+KEEP = 2  # snapshots kept per stream
+SAVE_MIN_ROWS = 100_000  # smaller streams rebuild in well under a second
+REPLAY_SAVE_FRACTION = 0.2  # a replay that read this share of the rows writes a new snapshot
+
+
+def _name(version: int, kind: str = "index") -> str:
+    return f"{INDEX_DIR}/{kind}-{version:020d}.arrow"
+
+
+def _version_of(name: str) -> int | None:
+    base = name.rsplit("/", 1)[-1]
+    if not (base.startswith("index-") and base.endswith(".arrow")):
+        return None
+    try:
+        return int(base[len("index-") : -len(".arrow")])
+    except ValueError:
+        return None
+
+
+def _local_root(uri: str) -> str | None:
+    if uri.startswith("file://"):
+        return uri[len("file://") :]
+    return uri if "://" not in uri else None
+
+
+def data_files(snap: Snapshot) -> list[str]:
+    """The data files (paths relative to the table) of a version."""
+    return pa.table(snap.table.get_add_actions(flatten=True))["path"].to_pylist()
+
+
+def _read_files(dataset: ds.Dataset, paths: list[str]) -> pa.Table:
+    """INDEX_COLUMNS of the given data files of a table (present or removed)."""
+    if not paths:
+        return INDEX_SCHEMA.empty_table()
+    frag = next(iter(dataset.get_fragments()), None)
+    if frag is None:
+        raise FileNotFoundError("no data file to take the file system from")
+    fragments = [frag.format.make_fragment(p, filesystem=frag.filesystem) for p in paths]
+    phys = pa.schema([dataset.schema.field(c) for c in INDEX_COLUMNS])
+    table = ds.FileSystemDataset(fragments, phys, frag.format, frag.filesystem).to_table(columns=INDEX_COLUMNS)
+    return table.cast(INDEX_SCHEMA)
+
+
+def _write(fs: pafs.FileSystem, path: str, table: pa.Table, *, compress: bool) -> None:
+    """One Arrow IPC file, all or nothing: written aside and renamed on a local disk, one put on
+    an object store. Uncompressed locally, so it can be memory mapped."""
+    options = pa.ipc.IpcWriteOptions(compression="zstd" if compress else None)
+    if isinstance(fs, pafs.LocalFileSystem):
+        tmp = f"{path.rsplit('/', 1)[0]}/.tmp-{uuid.uuid4().hex}"
+        with fs.open_output_stream(tmp) as out, pa.ipc.new_file(out, table.schema, options=options) as writer:
+            writer.write_table(table)
+        fs.move(tmp, path)
+        return
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    # delta-rs's file system hands pyarrow's writes to its Rust stream as Buffers, which that
+    # stream refuses; its Rust stream itself takes bytes (if it is not there, nothing is saved)
+    raw = fs.handler._handler.open_output_stream(path, None)  # type: ignore[attr-defined]
+    try:
+        raw.write(sink.getvalue().to_pybytes())
+    finally:
+        raw.close()
+
+
+class IndexStore:
+    """Snapshots of one stream's index (see the module docstring)."""
+
+    def __init__(self, table: MessageTable) -> None:
+        self.table = table
+
+    def _fs(self, dataset: ds.Dataset) -> tuple[pafs.FileSystem, str] | None:
+        """A file system and the table's root in it: the local one for a local table (memory
+        mapping, atomic renames), else the one delta-rs reads the table's files with."""
+        root = _local_root(self.table.uri)
+        if root is not None:
+            return pafs.LocalFileSystem(), root.rstrip("/") + "/"
+        frag = next(iter(dataset.get_fragments()), None)
+        return (frag.filesystem, "") if frag is not None else None
+
+    def _list(self, fs: pafs.FileSystem, root: str) -> list[tuple[int, str]]:
+        infos = fs.get_file_info(pafs.FileSelector(root + INDEX_DIR, allow_not_found=True))
+        found = [(v, f"{INDEX_DIR}/{i.base_name}") for i in infos if (v := _version_of(i.base_name)) is not None]
+        return sorted(found)
+
+    # -- loading -------------------------------------------------------------------------------
+    def load(self, snap: Snapshot) -> MessageIndex | None:
+        """The index at ``snap`` from the newest usable snapshot plus the data files since, or
+        None when there is none (the caller builds it from the table and may ``save`` it)."""
+        if self.table.as_of is not None:
+            return None
+        dataset = self.table.dataset(snap)
+        try:
+            where = self._fs(dataset)
+            if where is None:
+                return None
+            fs, root = where
+            candidates = [(v, n) for v, n in self._list(fs, root) if v <= snap.version]
+            if not candidates:
+                return None
+            version, name = candidates[-1]
+            stored, meta = self._read(fs, root + name)
+            if meta.get("version") != version:
+                return None
+            then = set(meta["files"])
+            now = data_files(snap)
+            gone = sorted(then - set(now))
+            added = [p for p in now if p not in then]
+            rows = stored
+            replayed = 0
+            if gone:
+                removed_seqs = np.sort(_read_files(dataset, gone)["seq"].to_numpy())
+                replayed += len(removed_seqs)
+                seqs = rows["seq"].to_numpy()
+                pos = np.searchsorted(removed_seqs, seqs)
+                hit = (pos < len(removed_seqs)) & (removed_seqs[np.minimum(pos, len(removed_seqs) - 1)] == seqs)
+                rows = rows.filter(pa.array(~hit))
+            fresh = _read_files(dataset, added) if added else None
+            if fresh is not None and fresh.num_rows:
+                replayed += fresh.num_rows
+                fresh = fresh.sort_by("seq")
+                ordered = not rows.num_rows or int(pc.min(fresh["seq"]).as_py()) > int(rows["seq"][-1].as_py())
+                rows = pa.concat_tables([rows, fresh])
+                if not ordered:
+                    rows = rows.sort_by("seq")
+            # per-subject stats come along when only files were added (removals recompute them lazily)
+            stats = self._read_subjects(fs, root + _name(version, "subjects")) if not gone else None
+            if stats is not None and fresh is not None and fresh.num_rows:
+                stats.add(SubjectGroups.of(fresh["subject"], fresh["seq"].to_numpy()))
+        except Exception:  # a snapshot is only a cache: an unreadable one is not used
+            return None
+        index = MessageIndex(rows, snap.version, ordered=True, subjects=stats)
+        if replayed >= REPLAY_SAVE_FRACTION * index.msgs:
+            self.save_if_large(index, snap)  # the next process replays less
+        return index
+
+    @staticmethod
+    def _read_subjects(fs: pafs.FileSystem, path: str) -> SubjectStats | None:
+        try:
+            with fs.open_input_file(path) as f:
+                t = pa.ipc.open_file(f).read_all()
+        except Exception:
+            return None
+        return SubjectStats(SubjectGroups(t["subject"].combine_chunks(), t["msgs"].to_numpy(), t["last_seq"].to_numpy()))
+
+    def _read(self, fs: pafs.FileSystem, path: str) -> tuple[pa.Table, dict[str, Any]]:
+        if isinstance(fs, pafs.LocalFileSystem):  # memory map: pages are read when used
+            reader = pa.ipc.open_file(pa.memory_map(path))
+        else:
+            reader = pa.ipc.open_file(fs.open_input_file(path))
+        table = reader.read_all()
+        meta = json.loads((table.schema.metadata or {}).get(META_KEY, b"{}"))
+        return table.replace_schema_metadata(None).cast(INDEX_SCHEMA), meta
+
+    # -- saving --------------------------------------------------------------------------------
+    def save_if_large(self, index: MessageIndex, snap: Snapshot) -> bool:
+        """``save`` a stream big enough for rebuilding to be slow."""
+        return index.msgs >= SAVE_MIN_ROWS and self.save(index, snap)
+
+    def save(self, index: MessageIndex, snap: Snapshot) -> bool:
+        """Write ``index`` (which must be exactly the table at ``snap``) as a snapshot; best effort."""
+        if self.table.as_of is not None or index.version != snap.version:
+            return False
+        dataset = self.table.dataset(snap)
+        try:
+            where = self._fs(dataset)
+            if where is None:
+                return False
+            fs, root = where
+            meta = {"version": snap.version, "files": data_files(snap)}
+            table = index.rows.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
+            fs.create_dir(root + INDEX_DIR, recursive=True)
+            # the subject stats first: an index snapshot that is there has its stats there too
+            _write(fs, root + _name(snap.version, "subjects"), index.subjects().table(), compress=True)
+            _write(fs, root + _name(snap.version), table, compress=not isinstance(fs, pafs.LocalFileSystem))
+            for v, _ in self._list(fs, root)[:-KEEP]:
+                for kind in ("index", "subjects"):
+                    fs.delete_file(root + _name(v, kind))
+        except Exception:  # best effort: without a snapshot the next process rebuilds
+            return False
+        return True
+
+
+__all__ = ["IndexStore", "data_files"]

@@ -1,0 +1,130 @@
+"""A persisted index snapshot plus the data files since gives exactly the index a full read
+gives: after appends by another writer, removals (purge, delete, limits), compaction; and a
+snapshot that cannot be used (its removed files vacuumed, the file damaged) is not used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import jsspark
+from jsspark.engine import index_store
+from jsspark.engine.index import MessageIndex
+from jsspark.engine.schema import INDEX_COLUMNS
+from jsspark.engine.stream import LakeStream
+from tests.engine.test_object_store import s3  # noqa: F401 (the moto S3 server fixture)
+
+
+@pytest.fixture(autouse=True)
+def _small_streams_are_saved(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_store, "SAVE_MIN_ROWS", 0)
+
+
+def _batch(start: int, n: int) -> pa.Table:
+    return pa.table({
+        "subject": [f"s.{(start + i) * 7 % 13}" for i in range(n)],
+        "data": [b"x" * ((start + i) % 5) for i in range(n)],
+    })
+
+
+def _fresh(root: Path) -> LakeStream:
+    return jsspark.connect(str(root)).stream("S")
+
+
+def _check(root: Path) -> MessageIndex:
+    """A new process's index (from the newest snapshot) equals a full read of the table."""
+    s = _fresh(root)
+    snap = s.table.snapshot()
+    loaded = s._store.load(snap)
+    assert loaded is not None, "the snapshot was not used"
+    full = MessageIndex(s.table.read(snap, columns=INDEX_COLUMNS), snap.version)
+    assert loaded.version == full.version
+    assert loaded.rows.to_pydict() == full.rows.to_pydict()
+    assert loaded.subject_stats().sort_by("subject").equals(full.subject_stats().sort_by("subject"))
+    assert loaded.bytes == full.bytes
+    return loaded
+
+
+def _snapshots(root: Path) -> list[str]:
+    d = root / "streams" / "S" / index_store.INDEX_DIR
+    return sorted(p.name for p in d.iterdir() if not p.name.startswith(".")) if d.exists() else []
+
+
+def test_snapshot_then_appends_and_removals(tmp_path: Path) -> None:
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="S", subjects=["s.>"])
+    for b in range(3):
+        lake.publish_batch("S", _batch(b * 50, 50))
+    _fresh(tmp_path).index()  # a load that read much saves a snapshot
+    assert {"index-00000000000000000003.arrow", "subjects-00000000000000000003.arrow"} <= set(_snapshots(tmp_path))
+
+    other = jsspark.connect(str(tmp_path))  # another writer appends
+    other.publish_batch("S", _batch(150, 40))
+    other.publish_batch("S", _batch(190, 40))
+    _check(tmp_path)
+
+    other.purge_stream("S", subject="s.3")  # rewrites files: removals
+    other.delete_msg("S", 8)
+    _check(tmp_path)
+    other.purge_stream("S", seq=60)
+    _check(tmp_path)
+
+
+def test_snapshot_across_limits_and_compaction(tmp_path: Path) -> None:
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="S", subjects=["s.>"], max_msgs_per_subject=6, max_msgs=200)
+    lake.publish_batch("S", _batch(0, 120))
+    _fresh(tmp_path).index()
+    for b in range(1, 5):
+        lake.publish_batch("S", _batch(b * 120, 120))
+        _check(tmp_path)
+    lake.compact("S")  # every file replaced; compaction saves a snapshot of the new layout
+    assert _check(tmp_path).version == lake.stream("S").table.snapshot().version
+    lake.publish_batch("S", _batch(900, 30))
+    _check(tmp_path)
+
+
+def test_unusable_snapshots_are_not_used(tmp_path: Path) -> None:
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="S", subjects=["s.>"])
+    lake.publish_batch("S", _batch(0, 100))
+    _fresh(tmp_path).index()
+    lake.purge_stream("S", subject="s.1")
+    lake.vacuum("S", retention_hours=0)  # the files the snapshot knew are gone
+    s = _fresh(tmp_path)
+    assert s._store.load(s.table.snapshot()) is None
+    assert s.index().msgs == lake.stream_info("S").state.messages  # rebuilt, and saved again
+
+    for name in _snapshots(tmp_path):
+        (tmp_path / "streams" / "S" / index_store.INDEX_DIR / name).write_bytes(b"not arrow")
+    s = _fresh(tmp_path)
+    assert s._store.load(s.table.snapshot()) is None
+    assert s.index().msgs == lake.stream_info("S").state.messages
+
+
+def test_spark_readers_and_vacuum_leave_the_snapshot_directory_alone(tmp_path: Path) -> None:
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="S", subjects=["s.>"])
+    lake.publish_batch("S", _batch(0, 100))
+    _fresh(tmp_path).index()
+    before = _snapshots(tmp_path)
+    lake.vacuum("S", retention_hours=0)
+    assert _snapshots(tmp_path) == before
+    assert lake.stream("S").read().num_rows == 100
+
+
+def test_snapshot_on_an_object_store(s3: dict[str, str]) -> None:  # noqa: F811 (the fixture)
+    lake = jsspark.connect("s3://lake/idx", storage_options=s3)
+    lake.add_stream(name="S", subjects=["s.>"])
+    lake.publish_batch("S", _batch(0, 80))
+    jsspark.connect("s3://lake/idx", storage_options=s3).stream("S").index()
+    lake.publish_batch("S", _batch(80, 80))
+    lake.purge_stream("S", subject="s.2")
+    s = jsspark.connect("s3://lake/idx", storage_options=s3).stream("S")
+    snap = s.table.snapshot()
+    loaded = s._store.load(snap)
+    assert loaded is not None
+    full = MessageIndex(s.table.read(snap, columns=INDEX_COLUMNS), snap.version)
+    assert loaded.rows.to_pydict() == full.rows.to_pydict()

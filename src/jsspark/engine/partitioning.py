@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -35,9 +36,27 @@ class PartitionKey:
         if isinstance(subjects, pa.ChunkedArray):
             subjects = subjects.combine_chunks()
         if pa.types.is_dictionary(subjects.type):  # compute once per distinct subject
+            if self.kind == "hash" and not subjects.null_count:
+                return self.strings(self.buckets(subjects.dictionary)[subjects.indices.to_numpy()])
             return self.of(subjects.dictionary.cast(pa.string())).take(subjects.indices)
+        if self.kind == "hash" and not subjects.null_count:
+            return self.strings(self.buckets(subjects))
         if self.kind == "hash":
             buckets = pc.divide(fnv1a_32_array(subjects).cast(pa.int64()), 1)
             return pc.cast(pc.subtract(buckets, pc.multiply(pc.divide(buckets, self.n), self.n)), pa.string())
         parts = pc.split_pattern(subjects, ".", max_splits=self.n)
         return pc.binary_join(pc.list_slice(parts, 0, self.n), ".")
+
+    def buckets(self, subjects: pa.Array) -> np.ndarray:
+        """``hash(N)``: each (non-null) subject's bucket, ``fnv1a_32 % N``."""
+        return fnv1a_32_array(subjects.cast(pa.string())).to_numpy().astype(np.int64) % self.n
+
+    def strings(self, buckets: np.ndarray) -> pa.Array:
+        """Buckets as the partition values (their decimal text), built straight from the codes."""
+        n = len(buckets)
+        if self.n <= 10:  # one digit each
+            offsets = np.arange(n + 1, dtype=np.int32)
+            data = (buckets + ord("0")).astype(np.uint8)
+            return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        values = pa.array([str(i) for i in range(self.n)], pa.string())
+        return pa.DictionaryArray.from_arrays(pa.array(buckets.astype(np.int32)), values).cast(pa.string())

@@ -215,7 +215,7 @@ class LakeStream:
         def attempt(snap: Snapshot, index: MessageIndex) -> BatchAck:
             subjects = self._coded_subjects(index, batch, transform)
             if transform is None:
-                self._check_routable(subjects[0])
+                self._check_routable(subjects[0], subjects[1])
             done = snap.table.transaction_version(txn[0]) if txn is not None else None
             if txn is not None and done is not None and done >= txn[1]:
                 return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0, replayed=True)
@@ -295,16 +295,29 @@ class LakeStream:
         else:
             self._dedup.accepted(plan.ids, plan.seqs.tolist(), now)
 
-    def _check_routable(self, published: pa.Array) -> None:
+    def _check_routable(self, published: pa.Array, known: KnownPositions | None = None) -> None:
         if self.config.mirror is not None:
             raise NoRespondersError(f"stream {self.name} is a mirror and takes no direct publishes")
         subjects = self.config.subjects or [self.name]
-        if pa.types.is_dictionary(published.type) and pc.all(match_filter(published.dictionary, subjects)).as_py():
-            return  # every distinct subject is routable (the common case): no per-row check
+        if pa.types.is_dictionary(published.type):
+            ok = _per_distinct(
+                published.dictionary, known, "routable", tuple(subjects),
+                lambda names: match_filter(names, subjects).to_numpy(zero_copy_only=False),
+            )
+            if ok.all():
+                return  # every distinct subject is routable (the common case): no per-row check
         ok = match_filter(published, subjects)
         if not pc.all(ok).as_py():
             bad = published.filter(pc.invert(ok))[0].as_py()
             raise NoRespondersError(f"no responders: stream {self.name} does not listen on subject {bad!r}")
+
+    def _partition_column(self, subjects: pa.DictionaryArray, known: KnownPositions) -> pa.Array:
+        """The partition key of every row; for ``hash(N)`` from each known subject's bucket,
+        computed once per subject and kept with the subject stats."""
+        if self.partition.kind != "hash" or subjects.null_count:
+            return self.partition.of(subjects)
+        buckets = _per_distinct(subjects.dictionary, known, "partition", self.partition.spec, self.partition.buckets)
+        return self.partition.strings(buckets[subjects.indices.to_numpy()])
 
     def _subject_transform(self) -> SubjectTransform | None:
         tr = self.config.subject_transform
@@ -383,7 +396,7 @@ class LakeStream:
                 new_data,
                 new_ids,
                 pa.array(new_sizes),
-                self.partition.of(new_subjects),
+                self._partition_column(new_subjects, known),
             ],
             schema=MESSAGE_SCHEMA,
         )
@@ -716,6 +729,26 @@ class LakeStream:
 
     def index(self) -> MessageIndex:
         return self._load()[1]
+
+
+def _per_distinct(
+    names: pa.Array, known: KnownPositions | None, kind: str, key: object, fn: Callable[[pa.Array], np.ndarray]
+) -> np.ndarray:
+    """``fn(names)``, taken for the known ones from what the subject stats keep per subject
+    (``SubjectStats.derived``) and computed only for subjects new to the stream."""
+    if known is None:
+        return np.asarray(fn(names))
+    stats, generation, positions = known
+    if generation != stats._generation:
+        return np.asarray(fn(names))
+    mine = positions >= 0
+    kept = stats.derived(kind, key, fn)
+    if mine.all():
+        return kept[positions]
+    out = np.empty(len(names), dtype=kept.dtype)
+    out[mine] = kept[positions[mine]]
+    out[~mine] = fn(names.filter(pa.array(~mine)))
+    return out
 
 
 def _parse_seq(text: str) -> int:

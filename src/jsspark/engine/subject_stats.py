@@ -7,6 +7,7 @@ subjects of the change (a hash lookup of each into the known set), never to the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,6 +61,20 @@ class SubjectStats:
         self.counts = groups.counts.copy()
         self.last = groups.last.copy()
         self._generation = 0  # bumped by every change of ``names``
+        self._derived: dict[tuple[str, object], np.ndarray] = {}
+
+    def derived(self, kind: str, key: object, fn: Callable[[pa.Array], np.ndarray]) -> np.ndarray:
+        """``fn`` of every known name, aligned with ``names``: computed once per name and kept
+        (names added since are computed when next asked, removed ones are dropped with them).
+        One ``key`` per ``kind`` is kept (a new key, e.g. a changed config, replaces the old)."""
+        arr = self._derived.get((kind, key))
+        if arr is None or len(arr) < len(self.names):
+            done = 0 if arr is None else len(arr)
+            extra = np.asarray(fn(self.names.slice(done)))
+            arr = extra if arr is None else np.concatenate([arr, extra])
+            self._derived = {k: v for k, v in self._derived.items() if k[0] != kind}
+            self._derived[(kind, key)] = arr
+        return arr
 
     def __len__(self) -> int:
         return len(self.names)
@@ -128,6 +143,7 @@ class SubjectStats:
         if empty.any():
             keep = pa.array(~empty)
             self.names = self.names.filter(keep)
+            self._derived = {k: v[~empty[: len(v)]] for k, v in self._derived.items()}
             self._generation += 1
             self.counts = self.counts[~empty]
             self.last = self.last[~empty]

@@ -48,15 +48,26 @@ class PartitionKey:
         return pc.binary_join(pc.list_slice(parts, 0, self.n), ".")
 
     def buckets(self, subjects: pa.Array) -> np.ndarray:
-        """``hash(N)``: each (non-null) subject's bucket, ``fnv1a_32 % N``."""
-        return fnv1a_32_array(subjects.cast(pa.string())).to_numpy().astype(np.int64) % self.n
+        """``hash(N)``: each (non-null) subject's bucket, ``fnv1a_32 % N`` (as small an int as fits)."""
+        dtype = np.uint8 if self.n <= 256 else np.int32
+        return (fnv1a_32_array(subjects.cast(pa.string())).to_numpy() % self.n).astype(dtype)
 
     def strings(self, buckets: np.ndarray) -> pa.Array:
         """Buckets as the partition values (their decimal text), built straight from the codes."""
         n = len(buckets)
-        if self.n <= 10:  # one digit each
-            offsets = np.arange(n + 1, dtype=np.int32)
-            data = (buckets + ord("0")).astype(np.uint8)
-            return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        if self.n <= 10:  # one digit each: shared offsets 0, 1, 2, ... and one byte per row
+            data = buckets.astype(np.uint8) + np.uint8(ord("0"))
+            return pa.Array.from_buffers(pa.string(), n, [None, _unit_offsets(n), pa.py_buffer(data)])
         values = pa.array([str(i) for i in range(self.n)], pa.string())
         return pa.DictionaryArray.from_arrays(pa.array(buckets.astype(np.int32)), values).cast(pa.string())
+
+
+_UNIT_OFFSETS: list[pa.Buffer] = []
+
+
+def _unit_offsets(n: int) -> pa.Buffer:
+    """int32 offsets 0..n (one byte per value), from one buffer kept and grown as needed:
+    Arrow buffers are immutable, so every array of one-byte strings can share it."""
+    if not _UNIT_OFFSETS or _UNIT_OFFSETS[0].size < 4 * (n + 1):
+        _UNIT_OFFSETS[:] = [pa.py_buffer(np.arange(max(n + 1, 1 << 20), dtype=np.int32))]
+    return _UNIT_OFFSETS[0].slice(0, 4 * (n + 1))

@@ -60,9 +60,16 @@ class MessageIndex:
         """Fold in one commit: ``added`` rows (seq above all current) and ``removed`` seqs."""
         rows = self.rows
         if removed is not None and len(removed):
-            gone = pc.is_in(rows["seq"], value_set=pa.array(removed, pa.int64()))
-            self._forget(rows.filter(gone), rows.filter(pc.invert(gone)))
-            rows = rows.filter(pc.invert(gone))
+            pos = self.positions_of(np.asarray(removed, dtype=np.int64))
+            pos = np.unique(pos[pos >= 0])
+            if len(pos) and pos[-1] == len(pos) - 1:  # the oldest messages (max_msgs, max_age, ...): a slice
+                gone, left = rows.slice(0, len(pos)), rows.slice(len(pos))
+            else:
+                keep = np.ones(rows.num_rows, dtype=bool)
+                keep[pos] = False
+                gone, left = rows.take(pa.array(pos)), rows.filter(pa.array(keep))
+            self._forget(gone, left)
+            rows = left
         if added is not None and added.num_rows:
             added = added.select(INDEX_COLUMNS).cast(INDEX_SCHEMA)
             if self._bytes is not None:
@@ -83,9 +90,10 @@ class MessageIndex:
             return
         g = _groups(gone)
         pos = self._subjects.positions_of(g)
-        lost_last = g.last == self._subjects.last[pos]
+        # a subject's last message went but others stay: its new last is the max of what is left
+        lost_last = (g.last == self._subjects.last[pos]) & (self._subjects.counts[pos] > g.counts)
         left_of_lost = None
-        if lost_last.any():  # a subject's last message went: its new last is the max of what is left
+        if lost_last.any():
             names = g.names.filter(pa.array(lost_last))
             left_of_lost = _groups(left.filter(pc.is_in(left["subject"], value_set=names)))
         self._subjects.remove(g, left_of_lost)
@@ -133,16 +141,16 @@ class MessageIndex:
         rows) removed, without applying either."""
         rows = self.rows
         n_old = rows.num_rows
-        removed = rows.filter(pa.array(removed_mask)) if removed_mask is not None and removed_mask.any() else None
-        msgs = n_old - (removed.num_rows if removed is not None else 0) + added.num_rows
+        gone = np.flatnonzero(removed_mask) if removed_mask is not None else np.zeros(0, np.int64)
+        removed = rows.take(pa.array(gone)) if len(gone) else None
+        msgs = n_old - len(gone) + added.num_rows
         size = self.bytes + int(pc.sum(added["size"]).as_py() or 0) - (
             int(pc.sum(removed["size"]).as_py() or 0) if removed is not None else 0
         )
         first_seq, first_ts = (last_seq + 1 if last_seq else 0), 0  # a never-written stream reads 0/0
         if msgs:
-            alive = np.flatnonzero(~removed_mask) if removed is not None else None
-            if n_old and (alive is None or len(alive)):
-                i = 0 if alive is None else int(alive[0])
+            if n_old > len(gone):  # the oldest message left: the first not removed
+                i = 0 if removed is None else int(np.argmin(removed_mask))
                 first_seq, first_ts = int(rows["seq"][i].as_py()), int(rows["ts_ns"][i].as_py())
             else:
                 first_seq, first_ts = int(added["seq"][0].as_py()), int(added["ts_ns"][0].as_py())

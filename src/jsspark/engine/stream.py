@@ -406,11 +406,14 @@ class LakeStream:
         removed_mask = None
         if self._has_limits():
             combined = pa.concat_tables([index.rows, rows.select(INDEX_COLUMNS).cast(index.rows.schema)])
+            per_subject = int(cfg.max_msgs_per_subject)
             drop = removal_mask(
                 combined,
                 max_msgs=int(cfg.max_msgs),
                 max_bytes=int(cfg.max_bytes),
-                max_per_subject=int(cfg.max_msgs_per_subject),
+                # no subject over its limit after this batch (from the subject stats): nothing to rank
+                max_per_subject=per_subject if per_subject > 0 and self._most_on_a_subject(index, groups) > per_subject
+                else 0,
                 max_age_ns=int(cfg.max_age or 0),
                 now_ns=now,
                 discard_old=_v(cfg.discard) != "new",
@@ -419,10 +422,20 @@ class LakeStream:
             if drop[n_old:].any():
                 rows = rows.filter(pa.array(~drop[n_old:]))
                 groups = SubjectGroups.of(rows["subject"], rows["seq"].to_numpy())
-        removed = index.rows["seq"].to_numpy()[removed_mask] if removed_mask is not None else np.zeros(0, np.int64)
+        removed = index.seq_array()[removed_mask] if removed_mask is not None else np.zeros(0, np.int64)
         last_ts = now if accepted.any() else self._last_ts_ns
         state = index.state_after(rows.select(INDEX_COLUMNS), removed_mask, last_seq, last_ts, groups)
         return Plan(rows, removed, last_seq, seqs, duplicates, state, groups, ids)
+
+    @staticmethod
+    def _most_on_a_subject(index: MessageIndex, added: SubjectGroups) -> int:
+        """The largest message count of any subject once ``added`` is stored."""
+        stats = index.subjects()
+        counts = stats.counts.copy()
+        pos = stats.positions_of(added)
+        mine = pos >= 0
+        np.add.at(counts, pos[mine], added.counts[mine])
+        return int(max(counts.max(initial=0), added.counts[~mine].max(initial=0)))
 
     def _has_limits(self) -> bool:
         cfg = self.config

@@ -41,6 +41,7 @@ class MessageIndex:
         self._subjects: SubjectStats | None = subjects
         self._bytes: int | None = None
         self._seqs: np.ndarray | None = None
+        self._planned_removal: tuple[np.ndarray, SubjectGroups] | None = None
 
     def frozen(self) -> MessageIndex:
         """A view of the index as it is now, unaffected by later ``apply`` calls (the rows are
@@ -61,15 +62,20 @@ class MessageIndex:
         rows = self.rows
         if removed is not None and len(removed):
             pos = self.positions_of(np.asarray(removed, dtype=np.int64))
-            pos = np.unique(pos[pos >= 0])
+            pos = pos[pos >= 0]
+            if len(pos) > 1 and not (pos[1:] > pos[:-1]).all():  # (removed seqs come sorted)
+                pos = np.unique(np.sort(pos))
             if len(pos) and pos[-1] == len(pos) - 1:  # the oldest messages (max_msgs, max_age, ...): a slice
                 gone, left = rows.slice(0, len(pos)), rows.slice(len(pos))
             else:
                 keep = np.ones(rows.num_rows, dtype=bool)
                 keep[pos] = False
                 gone, left = rows.take(pa.array(pos)), rows.filter(pa.array(keep))
-            self._forget(gone, left)
+            planned = self._planned_removal
+            groups = planned[1] if planned is not None and np.array_equal(planned[0], pos) else None
+            self._forget(gone, left, groups)
             rows = left
+        self._planned_removal = None
         if added is not None and added.num_rows:
             added = added.select(INDEX_COLUMNS).cast(INDEX_SCHEMA)
             if self._bytes is not None:
@@ -83,12 +89,12 @@ class MessageIndex:
         self.version = version
         self._seqs = None
 
-    def _forget(self, gone: pa.Table, left: pa.Table) -> None:
+    def _forget(self, gone: pa.Table, left: pa.Table, groups: SubjectGroups | None = None) -> None:
         if self._bytes is not None:
             self._bytes -= int(pc.sum(gone["size"]).as_py() or 0)
         if self._subjects is None or not gone.num_rows:
             return
-        g = _groups(gone)
+        g = groups or _groups(gone)
         pos = self._subjects.positions_of(g)
         # a subject's last message went but others stay: its new last is the max of what is left
         lost_last = (g.last == self._subjects.last[pos]) & (self._subjects.counts[pos] > g.counts)
@@ -143,6 +149,9 @@ class MessageIndex:
         n_old = rows.num_rows
         gone = np.flatnonzero(removed_mask) if removed_mask is not None else np.zeros(0, np.int64)
         removed = rows.take(pa.array(gone)) if len(gone) else None
+        removed_groups = _groups(removed) if removed is not None else None
+        # the commit that follows removes the same rows: ``apply`` takes their groups from here
+        self._planned_removal = (gone, removed_groups) if removed_groups is not None else None
         msgs = n_old - len(gone) + added.num_rows
         size = self.bytes + int(pc.sum(added["size"]).as_py() or 0) - (
             int(pc.sum(removed["size"]).as_py() or 0) if removed is not None else 0
@@ -154,9 +163,7 @@ class MessageIndex:
                 first_seq, first_ts = int(rows["seq"][i].as_py()), int(rows["ts_ns"][i].as_py())
             else:
                 first_seq, first_ts = int(added["seq"][0].as_py()), int(added["ts_ns"][0].as_py())
-        num_subjects = self.subjects().count_after(
-            added_groups or _groups(added), _groups(removed) if removed is not None else None
-        )
+        num_subjects = self.subjects().count_after(added_groups or _groups(added), removed_groups)
         return {
             "messages": msgs,
             "bytes": size,

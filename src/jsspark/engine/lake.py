@@ -6,6 +6,7 @@ Layout under ``location`` (a local path or any URI delta-rs supports):
 
     <location>/_catalog/          Delta table: stream and consumer configs (catalog.py)
     <location>/streams/<NAME>/    Delta table: the stream's messages (table.py, schema.py)
+    <location>/streams/<NAME>/_jsspark_index/   the persisted message index (index_store.py)
 """
 
 from __future__ import annotations

@@ -61,6 +61,13 @@ def main() -> None:
     batches = max(1, args.messages // args.batch)
     print(f"building {batches} x {args.batch:,} messages, {args.subjects:,} subjects, 100-byte payloads in {root}")
 
+    # Warm both write paths up first (the Delta writer's runtime and threads start on a process's
+    # first write, which would otherwise land on whichever path runs first), untimed, elsewhere.
+    warm = jsspark.connect(str(root / "warmup"))
+    warm.add_stream(name="WARMUP", subjects=["orders.>"], duplicate_window=0)
+    warm.publish_batch("WARMUP", make_batch(0, 10_000, 1_000, payload))
+    write_deltalake(str(root / "warmup_raw"), make_batch(0, 10_000, 1_000, payload), mode="append")
+
     lake = jsspark.connect(str(root / "lake"))
     lake.add_stream(name="BENCH", subjects=["orders.>"], duplicate_window=0)
     anchor = str(root / "anchor")

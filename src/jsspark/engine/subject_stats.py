@@ -95,7 +95,8 @@ class SubjectStats:
         if not n_known or subjects.null_count:
             enc = pc.dictionary_encode(subjects)
             return enc, (self, self._generation, self.positions(enc.dictionary))
-        found = pc.fill_null(pc.index_in(subjects, value_set=self.names), -1).to_numpy()
+        found = pc.index_in(subjects, value_set=self.names)
+        found = (pc.fill_null(found, -1) if found.null_count else found).to_numpy()
         new_names = pa.array([], pa.string())
         unknown = found < 0
         if unknown.any():

@@ -93,6 +93,7 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: A
         except ConcurrentCommit:
             continue
         ls._after_commit(index, snap, version, rows, None, state, groups)
+        ls._remember_stored(rows)
         seqs = rows["seq"].to_numpy()
         if ls._has_limits():
             ls.enforce_limits()

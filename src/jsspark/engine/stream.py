@@ -295,6 +295,17 @@ class LakeStream:
         else:
             self._dedup.accepted(plan.ids, plan.seqs.tolist(), now)
 
+    def _remember_stored(self, rows: pa.Table) -> None:
+        """Ids of rows committed outside ``publish`` (mirror/source landing) join the dedup window,
+        each at its message time, as ``_remember_ids`` does for publishes."""
+        if not int(self.config.duplicate_window or 0) or not rows.num_rows:
+            return
+        ids = rows["msg_id"]
+        if ids.null_count == len(ids):
+            return
+        known = rows.filter(pc.is_valid(ids))
+        self._dedup.accepted(known["msg_id"].to_pylist(), known["seq"].to_pylist(), int(pc.max(known["ts_ns"]).as_py()))
+
     def _check_routable(self, published: pa.Array, known: KnownPositions | None = None) -> None:
         if self.config.mirror is not None:
             raise NoRespondersError(f"stream {self.name} is a mirror and takes no direct publishes")

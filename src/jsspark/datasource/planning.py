@@ -347,9 +347,15 @@ class Planner:
         key = (snap.version, after)
         if self._scanned is None or self._scanned[0] != key:
             cols = ["seq", "size", *(["subject"] if self.opts.filters else [])]
-            rows = self.table().dataset(snap).to_table(columns=cols, filter=ds.field("seq") > after)
-            order = np.argsort(rows["seq"].to_numpy(), kind="stable")  # sorted runs, one per file
-            self._scanned = (key, rows.take(pa.array(order)).combine_chunks())
+            index = self.lake().stream(self.opts.stream).index_at(snap.version)
+            if index is not None:  # the engine's index (persisted, seq-ordered): a slice, no file read
+                seqs = index.seq_array()
+                rows = index.rows.select(cols).slice(int(np.searchsorted(seqs, after, side="right")))
+                self._scanned = (key, rows.combine_chunks())
+            else:
+                rows = self.table().dataset(snap).to_table(columns=cols, filter=ds.field("seq") > after)
+                order = np.argsort(rows["seq"].to_numpy(), kind="stable")  # sorted runs, one per file
+                self._scanned = (key, rows.take(pa.array(order)).combine_chunks())
         rows = self._scanned[1]
         if upto is not None:
             rows = rows.slice(0, int(np.searchsorted(rows["seq"].to_numpy(), upto, side="right")))

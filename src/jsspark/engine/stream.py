@@ -754,6 +754,14 @@ class LakeStream:
     def index(self) -> MessageIndex:
         return self._load()[1]
 
+    def index_at(self, version: int) -> MessageIndex | None:
+        """The index as of table ``version`` if that is the newest version, else None: a
+        reader's planner pins a version and falls back to reading the table's files."""
+        if self._index is not None and self._index.version == version:
+            return self._index
+        index = self._load()[1]
+        return index if index.version == version else None
+
 
 def _per_distinct(
     names: pa.Array, known: KnownPositions | None, kind: str, key: object, fn: Callable[[pa.Array], np.ndarray]

@@ -70,7 +70,9 @@ def load_rows(p: ReadPartition) -> tuple[pa.Table, np.ndarray]:
     One ``take`` per column later replaces a sort, a filter and a concatenation (each of
     which copied every column, payloads included)."""
     cond = (ds.field("seq") > p.lo) & (ds.field("seq") <= p.hi)
-    rows = _dataset(p).to_table(columns=_stored_columns(p), filter=cond)
+    # one contiguous chunk per column: ``take`` on a many-chunk column concatenates it first,
+    # which for the output slices below would copy the payloads once per slice
+    rows = _dataset(p).to_table(columns=_stored_columns(p), filter=cond).combine_chunks()
     seqs = rows["seq"].to_numpy()
     mask = delivery_mask(seqs, rows["subject"], p.filters, p.skip, p.resume)  # per row: order-free
     order = np.argsort(seqs, kind="stable")  # a few sorted runs (one per file): near linear

@@ -1,10 +1,13 @@
-"""``format("jetstream").option("servers", ...)``: a live JetStream server as a Spark stream.
+"""``format("jetstream").option("servers", ...)``: a live JetStream server as a Spark source.
 
-The reader's driver process owns the connection and the consumer (``jsspark.live.ingestor``,
-whose docstring has the full design: origin-seq offsets, acks only for what Spark's checkpoint
-holds, spill files for executors, gap repair by consumer reset). This module is the Spark
-glue: offsets are ``{"seq": <origin stream seq>}``; ``read()`` on executors only opens the
-spill files its partition names.
+Streaming: the reader's driver process owns the connection and the consumer
+(``jsspark.live.ingestor``, whose docstring has the full design: origin-seq offsets, acks only
+for what Spark's checkpoint holds, spill files for executors, gap repair by consumer reset).
+This module is the Spark glue: offsets are ``{"seq": <origin stream seq>}``; ``read()`` on
+executors only opens the spill files its partition names.
+
+Batch (``spark.read``): a bounded snapshot pinned at ``load()``, read by executors straight from
+the server by stream-sequence ranges, with no consumer and no acks (``jsspark.live.snapshot``).
 """
 
 from __future__ import annotations
@@ -14,9 +17,18 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
+from jsspark.datasource.options import OptionError
 from jsspark.live.options import LiveReadOptions, redact
+from jsspark.live.snapshot import (
+    Bounds,
+    SnapshotError,
+    SnapshotPartition,
+    plan,
+    read_snapshot,
+    resolve_bounds,
+)
 from jsspark.live.spill import SpillPartition, read_spill
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
@@ -119,6 +131,57 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
     def stop(self) -> None:
         if self._ingestor is not None:
             self._ingestor.stop()
+
+
+def _bounds(opts: LiveReadOptions) -> Bounds:
+    try:
+        return asyncio.run(resolve_bounds(opts))
+    except SnapshotError:
+        raise
+    except Exception as e:
+        raise SnapshotError(redact(f"jetstream (live): batch read of stream {opts.stream!r}: {type(e).__name__}: {e}",
+                                   opts.conn)) from None
+
+
+def pin_snapshot(options: Any) -> Bounds | None:
+    """At ``load()`` (``DataSource.schema``): validate the options, and fix what a batch read
+    of this DataFrame returns. ``None`` if the server cannot say now (a streaming query does not
+    need it; a batch read then resolves the bounds at its first action and fails there)."""
+    opts = live_stream_reader(options).opts
+    try:
+        return _bounds(opts)
+    except Exception:
+        return None
+
+
+class LiveBatchReader(DataSourceReader):
+    """``spark.read``: the snapshot ``bounds`` (pinned at ``load()``) in sequence-range partitions."""
+
+    def __init__(self, opts: LiveReadOptions, bounds: Bounds | None) -> None:
+        if opts.mode == "user":
+            raise OptionError("jetstream (live): consumerMode user binds a durable, which a batch read does not "
+                              "(it creates no consumer); give deliverPolicy/filterSubject(s) instead")
+        self.opts = opts
+        self.bounds = bounds
+
+    def partitions(self) -> Sequence[InputPartition]:
+        bounds = self.bounds if self.bounds is not None else _bounds(self.opts)
+        return [InputPartition(p) for p in plan(self.opts, bounds)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        value = partition.value
+        if value is None:
+            return
+        if not isinstance(value, SnapshotPartition):
+            raise TypeError(f"jetstream (live): unexpected partition {partition!r}")
+        yield from read_snapshot(value)
+
+
+def live_batch_reader(options: Any, bounds: Bounds | None) -> LiveBatchReader:
+    """The dispatch target of ``JetStreamDataSource.reader`` when ``servers`` is set."""
+    from jsspark.live.options import parse_live_read_options
+
+    return LiveBatchReader(parse_live_read_options(options), bounds)
 
 
 def live_stream_reader(options: Any) -> LiveStreamReader:

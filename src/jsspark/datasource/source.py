@@ -60,14 +60,19 @@ class JetStreamDataSource(DataSource):
     def schema(self) -> StructType:
         # Validate here: Spark calls schema() from load(), so bad options fail at load().
         if "servers" in self.options:  # a live JetStream server (jsspark.live)
-            from jsspark.datasource.live_source import live_stream_reader
+            from jsspark.datasource.live_source import pin_snapshot
 
-            live_stream_reader(self.options)
+            # Spark reuses this instance for every action: a batch read's snapshot is fixed here.
+            self._live_snapshot = pin_snapshot(self.options)
             return spark_schema()
         parse_read_options(self.options)
         return spark_schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if "servers" in self.options:  # a bounded snapshot of a live JetStream stream
+            from jsspark.datasource.live_source import live_batch_reader
+
+            return live_batch_reader(self.options, getattr(self, "_live_snapshot", None))
         return JetStreamBatchReader(parse_read_options(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:

@@ -106,6 +106,9 @@ def ordered_config(opts: LiveReadOptions, start_seq: int | None, deliver_subject
 
 
 def _filters(cfg: dict[str, Any], opts: LiveReadOptions) -> None:
+    """What to deliver, from the options: filter(s) and ``headers_only``."""
+    if opts.headers_only:
+        cfg["headers_only"] = True
     if opts.filter_subjects:
         cfg["filter_subjects"] = list(opts.filter_subjects)
     elif opts.filter_subject:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from jsspark.datasource.options import OptionError
+from jsspark.datasource.options import OptionError, parse_bool, parse_subject_list
 
 CONNECTION_OPTIONS = (
     "servers", "user", "password", "token", "creds", "nkeySeed", "tlsCa", "tlsCert", "tlsKey",
@@ -23,8 +23,14 @@ CONNECTION_OPTIONS = (
 )
 READ_OPTIONS = (
     "stream", "consumer", "consumerMode", "deliverSubject", "deliverPolicy", "optStartSeq", "optStartTime",
-    "filterSubject", "filterSubjects", "maxAckPending", "maxMessagesPerTrigger", "spillDir", "chunkRows", "waitTimeout",
+    "filterSubject", "filterSubjects", "headersOnly", "maxAckPending", "maxMessagesPerTrigger", "spillDir", "chunkRows",
+    "waitTimeout",
 )
+# The lake source's option names (JetStream ConsumerConfig JSON) for the same settings.
+CONSUMER_CONFIG_NAMES = {
+    "deliver_policy": "deliverPolicy", "opt_start_seq": "optStartSeq", "opt_start_time": "optStartTime",
+    "filter_subject": "filterSubject", "filter_subjects": "filterSubjects", "headers_only": "headersOnly",
+}
 WRITE_OPTIONS = ("subject", "msgIdColumn", "maxInFlight", "publishTimeout", "checkpointLocation", "queryName", "stream")
 SECRET_OPTIONS = ("password", "token", "nkeySeed")
 CONSUMER_MODES = ("server", "user", "ordered")
@@ -34,11 +40,14 @@ _URL_CREDS = re.compile(r"(\w+://)[^/@\s]+@")
 
 def _canonical(options: Mapping[str, str], allowed: tuple[str, ...]) -> dict[str, str]:
     known = {n.lower(): n for n in allowed}
+    known.update((alias, name) for alias, name in CONSUMER_CONFIG_NAMES.items() if name in allowed)
     out: dict[str, str] = {}
     for key, value in options.items():
         name = known.get(key.lower())
         if name is None:
             raise OptionError(f"jetstream (live): unknown option {key!r}; known: {', '.join(allowed)}")
+        if name in out:
+            raise OptionError(f"jetstream (live): option {name} is given twice (as {key!r} too)")
         out[name] = str(value)
     return out
 
@@ -187,6 +196,7 @@ class LiveReadOptions:
     opt_start_time: str | None = None
     filter_subject: str | None = None
     filter_subjects: tuple[str, ...] = ()
+    headers_only: bool = False
     max_ack_pending: int = 20_000
     max_messages: int | None = None
     spill_dir: str | None = None
@@ -211,9 +221,11 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         if not opts.get("consumer") or not opts.get("deliverSubject"):
             raise OptionError("jetstream (live): consumerMode user binds an existing durable: "
                               "options consumer and deliverSubject are both required")
-        if any(k in opts for k in ("deliverPolicy", "optStartSeq", "optStartTime", "filterSubject", "filterSubjects")):
-            raise OptionError("jetstream (live): with consumerMode user the start position and filter "
-                              "are the durable's own; do not set deliverPolicy/optStartSeq/optStartTime/filterSubject")
+        if any(k in opts for k in ("deliverPolicy", "optStartSeq", "optStartTime", "filterSubject", "filterSubjects",
+                                   "headersOnly")):
+            raise OptionError("jetstream (live): with consumerMode user the start position, filter and headersOnly "
+                              "are the durable's own; do not set deliverPolicy/optStartSeq/optStartTime/filterSubject(s)/"
+                              "headersOnly")
     start_seq = _int(opts, "optStartSeq", None, 1)
     if policy == "by_start_sequence" and start_seq is None:
         raise OptionError("jetstream (live): deliverPolicy by_start_sequence needs optStartSeq")
@@ -234,6 +246,7 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         opt_start_time=opts.get("optStartTime"),
         filter_subject=opts.get("filterSubject"),
         filter_subjects=_subjects(opts),
+        headers_only=parse_bool("headersOnly", opts.get("headersOnly", "false")),
         max_ack_pending=_int(opts, "maxAckPending", 20_000, 1) or 20_000,
         max_messages=_int(opts, "maxMessagesPerTrigger", None, 1),
         spill_dir=opts.get("spillDir"),
@@ -245,8 +258,7 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
 def _subjects(opts: Mapping[str, str]) -> tuple[str, ...]:
     """``filterSubjects``: several filters (comma-separated), as a mirror or source with
     several transforms asks its origin for; exclusive with ``filterSubject``."""
-    text = opts.get("filterSubjects", "")
-    subjects = tuple(s.strip() for s in text.split(",") if s.strip())
+    subjects = tuple(s for s in parse_subject_list("filterSubjects", opts.get("filterSubjects", "")) if s)
     if subjects and opts.get("filterSubject"):
         raise OptionError("jetstream (live): options filterSubject and filterSubjects are exclusive")
     return subjects

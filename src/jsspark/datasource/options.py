@@ -21,6 +21,7 @@ from jsspark.engine.ingest import LANDING_FORMS
 CONSUMER_OPTIONS = (
     "durable_name",
     "ack_policy",
+    "max_ack_pending",
     "deliver_policy",
     "opt_start_seq",
     "opt_start_time",
@@ -115,6 +116,8 @@ def consumer_config(opts: Mapping[str, str]) -> ConsumerConfig:
         wire["durable_name"] = opts["durable_name"]
     if "ack_policy" in opts:  # explicit/all: needed on work-queue streams; acked as batches commit
         wire["ack_policy"] = _enum("ack_policy", opts["ack_policy"], AckPolicy)
+    if "max_ack_pending" in opts:  # a durable's batches deliver at most this many unacked (-1: no bound)
+        wire["max_ack_pending"] = parse_int("max_ack_pending", opts["max_ack_pending"], -1)
     if "deliver_policy" in opts:
         wire["deliver_policy"] = _enum("deliver_policy", opts["deliver_policy"], DeliverPolicy)
     if "opt_start_seq" in opts:

@@ -25,6 +25,12 @@ the sink, never before. ``latestOffset(start)`` is only called after the batch e
 ``start`` is committed (Spark writes the commit log before planning the next batch), so the
 planner acks ``start`` there; this also acks, on restart, the last batch of an AvailableNow
 run that Spark never ``commit()``s. Acks carry ``gen``: one planned before a reset is ignored.
+The first start of a query (``bound``: where the durable stood when the query bound it) is
+not acked: no batch of this query delivered what lies below it.
+
+``max_ack_pending`` (ack policies all/explicit): the server stops delivering when that many
+messages are delivered and not acked; a planned batch is delivered and unacked until it
+commits, so it holds at most that many wanted messages above the ack floor (``ack_window``).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from jsspark.config import DeliverPolicy
+from jsspark.config import AckPolicy, DeliverPolicy
 from jsspark.datasource.options import OptionError, ReadOptions
 from jsspark.engine.table import MessageTable, Snapshot
 from jsspark.subjects import match_filter
@@ -87,6 +93,7 @@ class Cursor:
     gen: int | None = None
     durable: Durable | None = None
     base: Cursor | None = None
+    bound: bool = False  # where a durable stood when the query bound it: no batch of the query ended here
 
     def to_offset(self) -> dict[str, Any]:
         """JSON-ready, keys always in the same order (Spark compares offsets as JSON text)."""
@@ -96,6 +103,8 @@ class Cursor:
             out["resume"] = int(self.resume)
         if self.gen is not None:
             out["gen"] = int(self.gen)
+        if self.bound:
+            out["bound"] = True
         if self.base is not None:
             out["base"] = self.base.to_offset()
         if self.durable is not None:
@@ -114,12 +123,15 @@ class Cursor:
             int(offset["gen"]) if "gen" in offset else None,
             Durable(str(d["location"]), str(d["stream"]), str(d["name"])) if d else None,
             cls.from_offset(base) if base else None,
+            bool(offset.get("bound", False)),
         )
 
     def advance(self, seq: int, dseq: int) -> Cursor:
         if seq >= self.resume:
-            return replace(self, seq=seq, dseq=dseq, skip=(), resume=0, base=None)
-        return replace(self, seq=seq, dseq=dseq, skip=tuple(s for s in self.skip if s > seq), base=None)
+            return replace(self, seq=seq, dseq=dseq, skip=(), resume=0, base=None, bound=False)
+        return replace(
+            self, seq=seq, dseq=dseq, skip=tuple(s for s in self.skip if s > seq), base=None, bound=False
+        )
 
 
 def settle(lake: Any, cur: Cursor) -> None:
@@ -249,7 +261,7 @@ class Planner:
             raise OptionError("rate_limit_bps needs a push consumer; a durable_name binds a pull consumer: drop one")
         lake.add_consumer(self.opts.stream, cfg)
         self._recover_retention()
-        return self._cursor_of(self._consumer())
+        return replace(self._cursor_of(self._consumer()), bound=True)
 
     def _recover_retention(self) -> None:
         """Once per process, before this query's first ack: remove what an interest or work-queue
@@ -308,7 +320,8 @@ class Planner:
             base = self._cursor_of(c)
             return base, Cursor(base.seq, base.dseq, base.skip, base.resume)
         start = replace(start, durable=self.durable)
-        self.settle(start, c)
+        if not start.bound:  # a bound start is where the durable stood, not a batch this query committed
+            self.settle(start, c)
         return start, None
 
     def settle(self, cur: Cursor, consumer: Any = None) -> None:
@@ -378,11 +391,36 @@ class Planner:
             )
 
     # -- admission control ---------------------------------------------------------------------
+    def ack_window(self, cur: Cursor) -> tuple[int, int] | None:
+        """For a durable that acks (policy all/explicit) with a ``max_ack_pending``: its ack
+        floor and how many matching messages above it the next batch may still deliver.
+
+        The server stops delivering once ``num_ack_pending`` (delivered above the ack floor, not
+        acked) reaches ``max_ack_pending`` (``getNextMsg``). A batch is delivered and not acked
+        until it commits, so a batch may hold at most ``max_ack_pending`` minus what is pending
+        already; the ack of the previous batch (``on_planning``) normally leaves nothing pending.
+        Messages pending before the cursor (delivered by another client, not acked) count."""
+        if self.durable is None:
+            return None
+        c = self._consumer()
+        maxp = int(c.config.max_ack_pending)
+        if c.config.ack_policy is AckPolicy.NONE or maxp <= 0:
+            return None
+        st = c.state
+        if cur.gen is not None and st.reset_generation != cur.gen:  # reset since: the next planning sees it
+            return cur.seq, maxp
+        floor = st.ack_floor.stream_seq
+        pending = 0
+        if floor < cur.seq:
+            pending = self.lake().consumer_info(self.opts.stream, c.name).num_ack_pending
+        return floor, maxp - pending
+
     def latest(
         self, cur: Cursor, max_rows: int | None, max_bytes: int | None, target: int | None = None
     ) -> Cursor:
         """The end of the next batch: at most ``max_rows`` messages / ``max_bytes`` stored bytes
-        (at least one message), never past ``target`` (``Trigger.AvailableNow``)."""
+        (at least one message), never past ``target`` (``Trigger.AvailableNow``), and for a
+        durable never more than its ``max_ack_pending`` allows (``ack_window``)."""
         snap = self.snapshot()
         last = snap.last_seq if target is None else min(snap.last_seq, target)
         if last <= cur.seq:
@@ -394,6 +432,13 @@ class Planner:
         k = len(seqs)
         if max_rows is not None:
             k = min(k, max_rows)
+        window = self.ack_window(cur)
+        if window is not None:
+            floor, room = window
+            acked = int(np.searchsorted(seqs, floor, side="right"))  # re-read below the floor: not pending
+            k = min(k, acked + max(room, 0))
+            if k == 0:
+                return cur
         if max_bytes is not None and k:
             sizes = np.cumsum(rows["size"].to_numpy()[wanted][:k])
             k = max(1, int(np.searchsorted(sizes, max_bytes, side="right")))

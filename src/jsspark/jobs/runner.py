@@ -172,7 +172,8 @@ class Job:
         if filters:
             opts["filter_subjects"] = json.dumps(filters)
         if plan.facts.needs_acks:  # acked after each landing commit: the origin removes what landed
-            opts.update({"durable_name": durable, "ack_policy": "explicit"})
+            # batches are bounded by the trigger options, not by the server's default of 1000 unacked
+            opts.update({"durable_name": durable, "ack_policy": "explicit", "max_ack_pending": "-1"})
             existing = self._lake_durable(plan, durable)
             if existing is not None:
                 opts.update(existing)

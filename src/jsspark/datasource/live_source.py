@@ -13,6 +13,7 @@ the server by stream-sequence ranges, with no consumer and no acks (``jsspark.li
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -30,6 +31,8 @@ from jsspark.live.snapshot import (
     resolve_bounds,
 )
 from jsspark.live.spill import SpillPartition, read_spill
+
+log = logging.getLogger(__name__)
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -107,6 +110,18 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         if type(limit).__name__ == "ReadAllAvailable":
             max_rows = None
         return {"seq": ing.latest(begin, max_rows, self._target)}
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """With ``reportLatestOffset``: the origin's last seq and the consumer's ``num_pending``
+        in the query progress (``sources[].latestOffset``), as the lake source reports its last seq."""
+        if not self.opts.report_latest_offset or self._ingestor is None or not self._ingestor.started:
+            return None
+        try:
+            return self._ingestor.origin_position()
+        except Exception as e:  # progress only: never fail the query for it
+            log.warning("jetstream (live): no latest offset for the progress: %s",
+                        redact(f"{type(e).__name__}: {e}", self.opts.conn))
+            return None
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         lo, hi = int(start["seq"]), int(end["seq"])

@@ -194,6 +194,21 @@ class Ingestor:
         if self._thread:
             self._thread.join(5)
 
+    def origin_position(self, timeout: float = 5.0) -> dict[str, int]:
+        """For query progress: the origin's last seq and, while the consumer exists, its
+        ``num_pending`` (matching messages the server has not delivered yet)."""
+
+        async def ask() -> dict[str, int]:
+            info = await C.stream_info(self._nc, self.opts.conn, self.opts.stream)
+            out = {"seq": int(info["state"]["last_seq"])}
+            with contextlib.suppress(Exception):  # an ordered consumer being recreated
+                c = await C.js_request(self._nc, self.opts.conn,
+                                       f"CONSUMER.INFO.{self.opts.stream}.{self._consumer_name}", None)
+                out["num_pending"] = int(c.get("num_pending", 0))
+            return out
+
+        return self._call(ask(), timeout)
+
     async def _bind(self, from_consumer: bool) -> None:
         self._nc = _client_class()()
         await self._nc.connect(**self.opts.conn.connect_kwargs(), reconnected_cb=self._on_reconnect,

@@ -24,7 +24,7 @@ CONNECTION_OPTIONS = (
 READ_OPTIONS = (
     "stream", "consumer", "consumerMode", "deliverSubject", "deliverPolicy", "optStartSeq", "optStartTime",
     "filterSubject", "filterSubjects", "headersOnly", "maxAckPending", "maxMessagesPerTrigger", "spillDir", "chunkRows",
-    "waitTimeout",
+    "waitTimeout", "reportLatestOffset",
 )
 # The lake source's option names (JetStream ConsumerConfig JSON) for the same settings.
 CONSUMER_CONFIG_NAMES = {
@@ -202,6 +202,7 @@ class LiveReadOptions:
     spill_dir: str | None = None
     chunk_rows: int = 5_000
     wait_timeout: float = 60.0
+    report_latest_offset: bool = False
 
 
 def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
@@ -252,6 +253,7 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         spill_dir=opts.get("spillDir"),
         chunk_rows=_int(opts, "chunkRows", 5_000, 1) or 5_000,
         wait_timeout=wait,
+        report_latest_offset=parse_bool("reportLatestOffset", opts.get("reportLatestOffset", "false")),
     )
 
 

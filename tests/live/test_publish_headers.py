@@ -1,0 +1,121 @@
+"""Headers published back to NATS are the rows' headers exactly: repeated keys, their order and
+their values survive NATS -> Spark rows -> NATS byte for byte (the stored header blocks compared
+via ``STREAM.MSG.GET``), with only ``Nats-Msg-Id`` set when an id is derived."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from jsspark.datasource.schema import spark_schema
+from jsspark.datasource.source import JetStreamDataSource
+from jsspark.engine import headers as H
+from jsspark.live import publisher
+from jsspark.live.options import parse_live_write_options
+from jsspark.nats_server import NatsServer
+from tests.live.conftest import SyncNats
+from tests.live.test_durable_source import wait_for
+from tests.rawnats import RawNats
+
+pytestmark = [pytest.mark.nats]
+
+HEADERS: list[list[tuple[str, str]] | None] = [
+    [("K", "a"), ("K", "b"), ("X", "1"), ("K", "c")],
+    [("Nats-Msg-Id", "orig-{i}"), ("A", "1"), ("Nats-Msg-Id", "orig-{i}b")],
+    [("B", "trailing "), ("Empty", ""), ("B", "x: y")],
+    None,
+    [("k", "lower"), ("K", "upper")],
+]
+
+
+@pytest.fixture(scope="module")
+def origin(server: NatsServer) -> list[tuple[int, bytes]]:
+    """Stream HDR_IN holding 50 messages published with raw header blocks; (seq, raw block)."""
+    api, raw = SyncNats(server.url), RawNats(server.url)
+    try:
+        api.add_stream(name="HDR_IN", subjects=["hin.>"], allow_direct=True)
+        for i in range(50):
+            hdrs = HEADERS[i % len(HEADERS)]
+            raw.publish(f"hin.{i % 3}", f"d{i}".encode(), [(k, v.format(i=i)) for k, v in hdrs] if hdrs else None)
+        raw.flush()
+        wait_for(lambda: api.state("HDR_IN")["messages"] == 50, 20, "50 messages stored")
+        return [(s, stored_block(api, "HDR_IN", s)) for s in range(1, 51)]
+    finally:
+        raw.close()
+        api.close()
+
+
+def stored_block(nats: SyncNats, stream: str, seq: int) -> bytes:
+    m = nats.api(f"STREAM.MSG.GET.{stream}", {"seq": seq})["message"]
+    return base64.b64decode(m["hdrs"]) if m.get("hdrs") else b""
+
+
+def read_origin(url: str) -> list[pa.RecordBatch]:
+    """The origin's rows as the jetstream source gives them (a batch read)."""
+    ds = JetStreamDataSource(options={"servers": url, "stream": "HDR_IN"})
+    ds.schema()
+    reader = ds.reader(spark_schema())
+    return [b for p in reader.partitions() for b in reader.read(p)]
+
+
+def retarget(batches: list[pa.RecordBatch], prefix: str, keep_origin: bool) -> Iterator[pa.RecordBatch]:
+    for b in batches:
+        t = pa.Table.from_batches([b])
+        t = t.set_column(t.column_names.index("subject"), "subject",
+                         pc.replace_substring(t.column("subject"), "hin.", prefix))
+        cols = ["subject", "data", "headers", *(["stream", "seq"] if keep_origin else [])]
+        yield from t.select(cols).to_batches()
+
+
+def publish(url: str, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
+    return asyncio.run(publisher.publish_batches(parse_live_write_options({"servers": url}), batches))
+
+
+def test_repeated_header_keys_round_trip_byte_for_byte(server: NatsServer, nats: SyncNats,
+                                                       origin: list[tuple[int, bytes]]) -> None:
+    assert origin[0][1] == H.encode(HEADERS[0])  # the origin holds the repeats as sent
+    rows = read_origin(server.url)
+    nats.add_stream(name="HDR_OUT", subjects=["hout.>"])
+    assert publish(server.url, retarget(rows, "hout.", keep_origin=False)) == (50, 0)
+    for seq, block in origin:
+        assert stored_block(nats, "HDR_OUT", seq) == block, seq
+
+    # with an id derived from origin stream and seq: the same block, Nats-Msg-Id set (replacing
+    # the row's own, where it had one, at its place), and a replay lands nothing twice
+    nats.add_stream(name="HDR_ID", subjects=["hid.>"], duplicate_window=60_000_000_000)
+    assert publish(server.url, retarget(rows, "hid.", keep_origin=True)) == (50, 0)
+    assert publish(server.url, retarget(rows, "hid.", keep_origin=True)) == (50, 50)
+    assert nats.state("HDR_ID")["messages"] == 50
+    for seq, block in origin:
+        pairs = H.decode(block)[0] if block else []
+        ids = [i for i, (k, _) in enumerate(pairs) if k == H.MSG_ID]
+        if ids:
+            pairs = [p for i, p in enumerate(pairs) if i not in ids[1:]]
+            pairs[ids[0]] = (H.MSG_ID, f"HDR_IN:{seq}")
+        else:
+            pairs.append((H.MSG_ID, f"HDR_IN:{seq}"))
+        assert stored_block(nats, "HDR_ID", seq) == H.encode(pairs), seq
+
+
+def test_without_the_hook_repeated_keys_fail_clearly(server: NatsServer, nats: SyncNats,
+                                                     origin: list[tuple[int, bytes]],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """If nats-py's publish internals change (the hook's guard fails), rows whose headers a dict
+    can carry still publish; a repeated key fails naming the problem instead of losing values."""
+    monkeypatch.setattr(publisher, "_hook_problem", lambda: "nats-py 9.9 changed Client._send_publish")
+    nats.add_stream(name="HDR_NOHOOK", subjects=["hnh.>"])
+    single = pa.table({"subject": ["hnh.1"], "data": [b"x"],
+                       "headers": pa.array([[{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]],
+                                           H.HEADER_TYPE)})
+    assert publish(server.url, iter(single.to_batches())) == (1, 0)
+    assert stored_block(nats, "HDR_NOHOOK", 1) == H.encode([("A", "1"), ("B", "2")])
+    repeated = single.set_column(2, "headers", pa.array([[{"name": "K", "value": "1"}, {"name": "K", "value": "2"}]],
+                                                        H.HEADER_TYPE))
+    with pytest.raises(RuntimeError, match=r"repeated header key 'K'.*nats-py 9\.9 changed Client\._send_publish"):
+        publish(server.url, iter(repeated.to_batches()))
+    assert nats.state("HDR_NOHOOK")["messages"] == 1

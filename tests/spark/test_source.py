@@ -11,7 +11,7 @@ import pytest
 from chispa import assert_df_equality
 
 import jsspark
-from jsspark.datasource.planning import Cursor, Planner
+from jsspark.datasource.planning import Cursor, DataLossError, Planner
 from jsspark.datasource.schema import ARROW_SCHEMA, spark_schema
 
 pytestmark = pytest.mark.spark
@@ -243,3 +243,61 @@ def test_durable_consumer_follows_committed_batches(spark: Any, tmp_path: Path) 
     assert run(tmp_path / "ck2", tmp_path / "out2") == [2]
     again = spark.read.parquet(str(tmp_path / "out2")).select("seq", "delivery_seq").collect()
     assert sorted((r.seq, r.delivery_seq) for r in again) == [(11, 11), (12, 12)]
+
+
+def _pub(lake: Any, name: str, subjects: list[str]) -> None:
+    lake.publish_batch(name, pa.table({"subject": subjects, "data": [s.encode() for s in subjects]}))
+
+
+def test_filtered_query_fails_only_for_lost_messages_it_needs(tmp_path: Path) -> None:
+    """``failOnDataLoss`` with a filter: messages of other subjects removed unread are not loss
+    (purged, or published and evicted by a limit between two plannings); a removed message on
+    the filter is, wherever it was stored."""
+    from jsspark.datasource.options import parse_read_options
+
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="F", subjects=["f.>"], max_msgs=4)
+    _pub(lake, "F", ["f.a", "f.b", "f.b"])  # 1..3
+    planner = Planner(parse_read_options({"path": loc, "stream": "F", "filter_subject": "f.a"}))
+    start = planner.initial()
+    end = planner.latest(start, 1, None)
+    assert (end.seq, end.dseq) == (3, 1)
+    _pub(lake, "F", ["f.b"] * 3)  # 4..6; the limit evicts 1..2
+    _pub(lake, "F", ["f.b"] * 3 + ["f.a"])  # 7..10; evicts 3..6: first seq 7, and 4..6 were never planned
+    assert lake.stream_info("F").state.first_seq == 7
+    nxt = planner.latest(end, None, None)  # no f.a lost: 4..9 were all f.b
+    assert (nxt.seq, nxt.dseq) == (10, 2)
+    assert [s for p in planner.partitions(end, nxt) for s in range(p.lo + 1, p.hi + 1)][-1] == 10
+
+    _pub(lake, "F", ["f.b", "f.a", "f.b"])  # 11..13; evicts 7..9
+    _pub(lake, "F", ["f.b"] * 3)  # 14..16; evicts 10..12: f.a at 12 goes unread
+    with pytest.raises(DataLossError, match=r"stream F: messages 11\.\.12 were removed .* 1 of them on the query's filter \(first 12\)"):
+        planner.latest(nxt, None, None)
+    lenient = Planner(parse_read_options({"path": loc, "stream": "F", "filter_subject": "f.a", "failOnDataLoss": "false"}))
+    assert lenient.latest(nxt, None, None).dseq == 2  # nothing on f.a left to deliver
+
+    # a purge of other subjects before the query read anything (deliver_policy all starts at seq 1)
+    lake.add_stream(name="P", subjects=["p.>"])
+    _pub(lake, "P", ["p.b", "p.b", "p.a", "p.b"])
+    pp = Planner(parse_read_options({"path": loc, "stream": "P", "filter_subject": "p.a"}))
+    initial = pp.initial()
+    lake.purge_stream("P", subject="p.b")
+    assert lake.stream_info("P").state.first_seq == 3
+    assert pp.latest(initial, None, None).to_offset() == {"seq": 4, "dseq": 1}
+
+
+def test_vacuumed_history_is_reported_as_possible_loss(tmp_path: Path) -> None:
+    """When the removed messages' files are vacuumed their subjects are unknown: fail, saying so."""
+    from jsspark.datasource.options import parse_read_options
+
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="V", subjects=["v.>"])
+    _pub(lake, "V", ["v.b", "v.b", "v.a"])
+    planner = Planner(parse_read_options({"path": loc, "stream": "V", "filter_subject": "v.a"}))
+    start = planner.initial()
+    lake.purge_stream("V", subject="v.b")
+    lake.vacuum("V", retention_hours=0)
+    with pytest.raises(DataLossError, match=r"messages 1\.\.2 were removed .* their subjects are no longer known"):
+        planner.latest(start, None, None)

@@ -201,6 +201,7 @@ class Planner:
     _lake: Any = None
     _scanned: tuple[tuple[int, int], pa.Table] | None = None
     _retention_checked: bool = False
+    _lost: tuple[tuple[Any, ...], np.ndarray | None] | None = None
 
     # -- the stream ----------------------------------------------------------------------------
     def lake(self) -> Any:
@@ -380,15 +381,44 @@ class Planner:
         return delivery_mask(seqs, subjects, self.opts.filters, cur.skip, cur.resume)
 
     def _check_gap(self, snap: Snapshot, cur: Cursor, upto: int) -> None:
-        """Messages between the cursor and the stream's first sequence were removed unread."""
+        """Messages between the cursor and the stream's first sequence were removed unread.
+
+        Loss only if the query wanted one of them: without a filter or skip list every message;
+        with one, the removed messages' subjects are read back from the files the Delta log
+        added (``MessageTable.stored_since``; gone after vacuum, then loss cannot be ruled out)."""
         first = self.first_seq(snap)
-        if self.opts.fail_on_data_loss and cur.seq + 1 < first and cur.seq < upto:
-            lost_to = min(first - 1, upto)
-            raise DataLossError(
-                f"jetstream source: stream {self.opts.stream}: messages {cur.seq + 1}..{lost_to} were removed "
-                f"(purged, deleted or expired by a limit) before this query read them; the stream's first "
-                f"sequence is now {first}. Set failOnDataLoss=false to skip them."
+        if not (self.opts.fail_on_data_loss and cur.seq + 1 < first and cur.seq < upto):
+            return
+        lost_to = min(first - 1, upto)
+        detail = ""
+        if self.opts.filters or cur.resume:
+            lost = self._lost_wanted(snap, cur, lost_to)
+            if lost is not None and not len(lost):
+                return
+            detail = (
+                f"; {len(lost)} of them on the query's filter (first {int(lost[0])})" if lost is not None
+                else "; their subjects are no longer known (their files were vacuumed or the Delta log cleaned up), "
+                "so some may have been on the query's filter"
             )
+        raise DataLossError(
+            f"jetstream source: stream {self.opts.stream}: messages {cur.seq + 1}..{lost_to} were removed "
+            f"(purged, deleted or expired by a limit) before this query read them{detail}; the stream's first "
+            f"sequence is now {first}. Set failOnDataLoss=false to skip them."
+        )
+
+    def _lost_wanted(self, snap: Snapshot, cur: Cursor, upto: int) -> np.ndarray | None:
+        """Sequences in ``(cur.seq, upto]`` (all removed) that the query would have delivered;
+        ``None`` when their subjects cannot be read back. Kept per range: a batch's
+        ``latestOffset`` and ``partitions`` ask for the same one."""
+        key = (snap.version, cur.seq, upto, cur.skip, cur.resume)
+        if self._lost is None or self._lost[0] != key:
+            rows = self.table().stored_since(snap, cur.seq, upto, ["seq", "subject"])
+            lost = None
+            if rows is not None:
+                seqs = rows["seq"].to_numpy()
+                lost = np.unique(seqs[self._wanted(rows, cur)])
+            self._lost = (key, lost)
+        return self._lost[1]
 
     # -- admission control ---------------------------------------------------------------------
     def ack_window(self, cur: Cursor) -> tuple[int, int] | None:

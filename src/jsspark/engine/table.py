@@ -23,6 +23,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -138,6 +139,59 @@ class MessageTable:
     def file_stats(snap: Snapshot) -> pa.Table:
         """One row per data file: path, num_records, min/max of seq and ts_ns, partition."""
         return pa.table(snap.table.get_add_actions(flatten=True))
+
+    def stored_since(self, snap: Snapshot, lo: int, hi: int, columns: list[str]) -> pa.Table | None:
+        """``columns`` of every row with ``lo < seq <= hi`` that any version up to ``snap``
+        stored, live or removed since: read from the files the Delta log added after the newest
+        commit that recorded a last sequence at most ``lo`` (every message of the range was
+        stored after it). A row rewritten by a later commit (a delete that kept it, compaction)
+        comes once per file that held it. ``None`` when this cannot be told any more: the log
+        no longer reaches back that far, or one of those files was vacuumed."""
+        base = self._base_version(snap, lo)
+        if base is None:
+            return None
+        import pyarrow.fs as pa_fs
+        from deltalake.fs import DeltaStorageHandler
+
+        filesystem = pa_fs.PyFileSystem(DeltaStorageHandler(self.uri, self.storage_options))
+        paths: list[str] = []
+        try:
+            for version in range(base + 1, snap.version + 1):
+                with filesystem.open_input_stream(f"_delta_log/{version:020d}.json") as f:
+                    lines = f.read().decode().splitlines()
+                for line in lines:
+                    add = json.loads(line).get("add") if line.strip() else None
+                    if add is None:
+                        continue
+                    stats = json.loads(add.get("stats") or "{}")
+                    fmin, fmax = stats.get("minValues", {}).get("seq"), stats.get("maxValues", {}).get("seq")
+                    if (fmin is None or fmin <= hi) and (fmax is None or fmax > lo):
+                        paths.append(unquote(add["path"]))
+            schema = pa.schema([MESSAGE_SCHEMA.field(c) for c in columns])
+            dataset = ds.dataset(paths, schema=schema, format="parquet", filesystem=filesystem)
+            return dataset.to_table(filter=(ds.field("seq") > lo) & (ds.field("seq") <= hi))
+        except (FileNotFoundError, OSError):
+            return None
+
+    @staticmethod
+    def _base_version(snap: Snapshot, lo: int) -> int | None:
+        """The newest version at or below ``snap`` whose commit recorded ``last_seq <= lo``
+        (-1: before the first commit); ``None`` when the log no longer holds such a commit."""
+        limit = 64
+        while True:
+            entries = snap.table.history(limit)
+            for h in entries:  # newest first
+                version = int(h["version"])
+                if version > snap.version:
+                    continue
+                raw = h.get(STATE_KEY)
+                if raw is not None and int(json.loads(raw).get("last_seq", 0)) <= lo:
+                    return version
+                if version == 0:
+                    return -1 if raw is not None else 0  # version 0 created the table (nothing stored)
+            if len(entries) < limit:
+                return None  # log cleaned up before reaching a commit below the range
+            limit *= 8
 
     # -- writes ------------------------------------------------------------------------------
     def commit(

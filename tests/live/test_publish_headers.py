@@ -15,7 +15,7 @@ import pytest
 from jsspark.datasource.schema import spark_schema
 from jsspark.datasource.source import JetStreamDataSource
 from jsspark.engine import headers as H
-from jsspark.live import publisher
+from jsspark.live import client, publisher
 from jsspark.live.options import parse_live_write_options
 from jsspark.nats_server import NatsServer
 from tests.live.conftest import SyncNats
@@ -107,7 +107,7 @@ def test_without_the_hook_repeated_keys_fail_clearly(server: NatsServer, nats: S
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """If nats-py's publish internals change (the hook's guard fails), rows whose headers a dict
     can carry still publish; a repeated key fails naming the problem instead of losing values."""
-    monkeypatch.setattr(publisher, "_hook_problem", lambda: "nats-py 9.9 changed Client._send_publish")
+    monkeypatch.setattr(client, "hook_problem", lambda: "nats-py 9.9 changed Client._send_publish")
     nats.add_stream(name="HDR_NOHOOK", subjects=["hnh.>"])
     single = pa.table({"subject": ["hnh.1"], "data": [b"x"],
                        "headers": pa.array([[{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]],

@@ -48,13 +48,10 @@ def _seq(offset: dict[str, Any] | None) -> int | None:
 
 async def _origin_last_seq(opts: LiveReadOptions) -> int:
     """The origin's last sequence now: what an AvailableNow run reads up to."""
+    from jsspark.live.client import open_client
     from jsspark.live.consumer import stream_info
-    from jsspark.live.ingestor import _client_class
 
-    nc = _client_class()()
-    kw = opts.conn.connect_kwargs()
-    kw["max_reconnect_attempts"] = 0
-    await nc.connect(**kw)
+    nc = await open_client(opts.conn, opts.wait_timeout)
     try:
         info = await stream_info(nc, opts.conn, opts.stream)
         return int(info["state"]["last_seq"])

@@ -210,9 +210,10 @@ class Ingestor:
         return self._call(ask(), timeout)
 
     async def _bind(self, from_consumer: bool) -> None:
-        self._nc = _client_class()()
-        await self._nc.connect(**self.opts.conn.connect_kwargs(), reconnected_cb=self._on_reconnect,
-                               error_cb=self._on_error)
+        from jsspark.live.client import open_client
+
+        self._nc = await open_client(self.opts.conn, self.opts.wait_timeout / 2, reconnected_cb=self._on_reconnect,
+                                     error_cb=self._on_error)
         if self.opts.mode == "ordered":
             self._deliver = self._nc.new_inbox()
         else:

@@ -13,9 +13,8 @@ at least once. Columns: ``subject`` (or the ``subject`` option), ``data``, optio
 Headers go out exactly as the row holds them: every value of a repeated key, in order, values
 unchanged (only CR/LF become spaces, as nats-py does). nats-py's ``publish`` takes a dict (one
 value per key), so the header block is built here and handed to the connection by
-``_PublishHook``, the one place jsspark uses nats-py's private publish path
-(``Client._send_publish`` and ``_send_command``); its guard (``_hook_problem``) checks those
-before use. If a future nats-py breaks it, headers a dict can carry still go through nats-py's
+``jsspark.live.client``'s publish hook, the one place jsspark uses nats-py's private publish
+path (``Client._send_publish`` and ``_send_command``); its guard checks those before use. If a future nats-py breaks it, headers a dict can carry still go through nats-py's
 public API, and a row with a repeated key fails with an error saying so instead of losing values.
 """
 
@@ -23,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -31,8 +29,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from jsspark.engine import headers as H
 from jsspark.errors import APIError
+from jsspark.live.client import wire_headers
 from jsspark.live.options import LiveWriteOptions, parse_live_write_options, redact
 
 MSG_ID = "Nats-Msg-Id"
@@ -77,103 +75,12 @@ def _headers(row: dict[str, Any], msg_id: str | None, opts: LiveWriteOptions) ->
     return pairs or None
 
 
-# -- the one use of nats-py's private publish path --------------------------------------------
-_HEADER_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP token, as nats-py checks keys
-_NEWLINES = str.maketrans({"\r": " ", "\n": " "})
-
-
-class HeaderBlock:
-    """A complete ``NATS/1.0`` header block for one publish. Deliberately not a mapping: should
-    nats-py ever hand it to code other than the hook, that fails loudly instead of collapsing
-    repeated keys."""
-
-    __slots__ = ("block",)
-
-    def __init__(self, pairs: list[tuple[str, str]]) -> None:
-        for key, _ in pairs:
-            if not _HEADER_KEY.fullmatch(key):
-                raise ValueError(f"jetstream (live) sink: invalid header name {key!r}")
-        self.block = H.encode([(k, v.translate(_NEWLINES)) for k, v in pairs])
-
-    def items(self) -> Any:
-        raise RuntimeError("jetstream (live) sink: nats-py sent a header block past jsspark's publish hook "
-                           f"(nats-py {_nats_version()} changed Client.publish?); pin nats-py 2.x")
-
-
-def _nats_version() -> str:
-    from importlib.metadata import version
-
-    try:
-        return version("nats-py")
-    except Exception:  # pragma: no cover - not installed as a distribution
-        return "unknown"
-
-
-def _hook_problem() -> str | None:
-    """Why ``_PublishHook`` cannot be used with the installed nats-py, or ``None`` if it can."""
-    import inspect
-
-    from nats.aio.client import Client
-    from nats.protocol import command
-
-    version = _nats_version()
-    if not version.startswith("2."):
-        return f"nats-py {version} is not a 2.x release (the hook is tested with 2.16)"
-    try:
-        params = list(inspect.signature(Client._send_publish).parameters)
-    except (AttributeError, TypeError, ValueError):
-        return f"nats-py {version} has no Client._send_publish"
-    if params != ["self", "subject", "reply", "payload", "payload_size", "headers"]:
-        return f"nats-py {version} changed Client._send_publish{tuple(params[1:])}"
-    if not all(hasattr(Client, a) for a in ("_send_command", "_flush_pending")) or not hasattr(command, "hpub_cmd"):
-        return f"nats-py {version} has no Client._send_command/_flush_pending or protocol hpub_cmd"
-    return None
-
-
-def _client() -> tuple[Any, bool]:
-    """A connection, and whether its publishes take a ``HeaderBlock`` (the hook's guard passed)."""
-    from jsspark.live.ingestor import _client_class
-
-    base = _client_class()
-    if _hook_problem() is not None:
-        return base(), False
-    from nats.protocol.command import hpub_cmd
-
-    class _PublishHook(base):  # type: ignore[misc, valid-type]
-        async def _send_publish(self, subject: str, reply: str, payload: bytes, payload_size: int,
-                                headers: Any) -> None:
-            if not isinstance(headers, HeaderBlock):
-                return await super()._send_publish(subject, reply, payload, payload_size, headers)
-            # nats-py's own HPUB path with our block in place of the one it builds from a dict
-            self.stats["out_msgs"] += 1
-            self.stats["out_bytes"] += payload_size
-            await self._send_command(hpub_cmd(subject, reply, headers.block, payload))
-            if self._flush_queue is not None and self._flush_queue.empty():
-                await self._flush_pending()
-            return None
-
-    return _PublishHook(), True
-
-
-def _wire_headers(pairs: list[tuple[str, str]] | None, hooked: bool) -> Any:
-    """What to give ``nc.request(headers=...)``: a ``HeaderBlock`` through the hook, else a dict
-    (refused when a key repeats: a dict would keep only its last value)."""
-    if not pairs:
-        return None
-    if hooked:
-        return HeaderBlock(pairs)
-    keys = [k for k, _ in pairs]
-    repeated = next((k for k in keys if keys.count(k) > 1), None)
-    if repeated is not None:
-        raise RuntimeError(f"jetstream (live) sink: repeated header key {repeated!r} cannot be published: "
-                           f"{_hook_problem()}, so only one value per key would reach NATS")
-    return dict(pairs)
-
-
 async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
     """Publish every row with a JetStream ack, ``max_in_flight`` at a time; (published, duplicates)."""
-    nc, hooked = _client()
-    await nc.connect(**opts.conn.connect_kwargs())
+    from jsspark.live.client import open_client, publish_client_class
+
+    cls, hooked = publish_client_class()
+    nc = await open_client(opts.conn, opts.publish_timeout, cls)
     sem = asyncio.Semaphore(opts.max_in_flight)
     published = duplicates = 0
     failures: list[BaseException] = []
@@ -204,7 +111,7 @@ async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBat
                 data = row.get("data")
                 payload = b"" if data is None else (data.encode() if isinstance(data, str) else bytes(data))
                 await sem.acquire()
-                headers = _wire_headers(_headers(row, _msg_id(row, opts), opts), hooked)
+                headers = wire_headers(_headers(row, _msg_id(row, opts), opts), hooked)
                 t = asyncio.ensure_future(one(subject, payload, headers))
                 tasks.add(t)
                 t.add_done_callback(tasks.discard)

@@ -109,15 +109,10 @@ def rfc3339_ns(text: str) -> int:
 
 
 async def connect(conn: Connection) -> Any:
-    """A client that keeps raw header blocks (repeated keys), failing fast instead of reconnecting."""
-    from jsspark.live.ingestor import _client_class
+    """A client that keeps raw header blocks (repeated keys); refused credentials fail at once."""
+    from jsspark.live.client import open_client
 
-    nc = _client_class()()
-    kw = conn.connect_kwargs()
-    kw["max_reconnect_attempts"] = 0
-    kw["allow_reconnect"] = False
-    await nc.connect(**kw)
-    return nc
+    return await open_client(conn, conn.connect_timeout)
 
 
 def _check_rules(opts: LiveReadOptions, stream_cfg: dict[str, Any]) -> None:

@@ -1,0 +1,165 @@
+"""NATS connections for the live source and sink: opening them, and publishing exact headers.
+
+**Opening.**
+nats-py's ``connect`` retries forever while ``max_reconnect_attempts`` is -1 (and, whatever the
+setting, keeps retrying a server it cannot reach), so a wrong password, an unknown nkey or a
+refused TLS certificate would hang a Spark task or the driver instead of failing. So the first
+connection is made with reconnects off: what retrying cannot fix (the server's ``Authorization
+Violation``, a TLS failure) fails at once with its own error; an unreachable server is retried
+until ``wait`` seconds have passed. Once connected, the connection reconnects forever as before
+(``Connection.connect_kwargs``), which the live source relies on across server restarts.
+
+**Publishing headers.** nats-py's ``publish`` takes headers as a dict (one value per key, values
+stripped). jsspark publishes a row's headers exactly (every value of a repeated key, in order),
+so it builds the header block itself (``HeaderBlock``) and a client subclass sends it through
+nats-py's own HPUB path (``Client._send_publish``). This is the one place jsspark uses nats-py's
+private publish API: ``hook_problem`` checks the installed nats-py before the hook is used; if it
+fails, headers a dict can carry still go through nats-py's public API and a repeated key fails
+with an error saying why (``wire_headers``), instead of silently losing values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from typing import Any
+
+from jsspark.engine import headers as H
+from jsspark.live.options import Connection, redact
+
+log = logging.getLogger(__name__)
+RETRY_SECONDS = 0.25
+
+
+async def open_client(conn: Connection, wait: float, client_cls: type | None = None, **callbacks: Any) -> Any:
+    """A connected client of ``client_cls`` (default: the raw-header client) with ``callbacks``
+    (``error_cb``, ``reconnected_cb``, ...); see the module docstring."""
+    from nats.errors import NoServersError
+
+    if client_cls is None:
+        from jsspark.live.ingestor import _client_class
+
+        client_cls = _client_class()
+    kw = conn.connect_kwargs()
+    reconnect = {"allow_reconnect": True, "max_reconnect_attempts": kw["max_reconnect_attempts"]}
+    kw.update(callbacks, allow_reconnect=False, max_reconnect_attempts=1)
+    if "error_cb" not in kw:
+        kw["error_cb"] = _quiet(conn)
+    deadline = time.monotonic() + wait
+    while True:
+        nc = client_cls()
+        try:
+            await nc.connect(**kw)
+            break
+        except NoServersError:
+            if time.monotonic() >= deadline:
+                raise ConnectionError(redact(f"no NATS server reachable at {', '.join(conn.servers)} within "
+                                             f"{wait:g}s (last error: {nc.last_error})", conn)) from None
+            await asyncio.sleep(RETRY_SECONDS)
+    nc.options.update(reconnect)
+    return nc
+
+
+def _quiet(conn: Connection) -> Any:
+    """An error callback that logs one redacted line (nats-py's default logs a traceback each time)."""
+
+    async def cb(e: Exception) -> None:
+        log.debug("jetstream (live): nats: %s", redact(f"{type(e).__name__}: {e}", conn))
+
+    return cb
+
+
+# -- publishing: the one use of nats-py's private publish path -------------------------------
+_HEADER_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP token, as nats-py checks keys
+_NEWLINES = str.maketrans({"\r": " ", "\n": " "})
+
+
+class HeaderBlock:
+    """A complete ``NATS/1.0`` header block for one publish. Deliberately not a mapping: should
+    nats-py ever hand it to code other than the hook, that fails loudly instead of collapsing
+    repeated keys."""
+
+    __slots__ = ("block",)
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        for key, _ in pairs:
+            if not _HEADER_KEY.fullmatch(key):
+                raise ValueError(f"jetstream (live): invalid header name {key!r}")
+        self.block = H.encode([(k, v.translate(_NEWLINES)) for k, v in pairs])
+
+    def items(self) -> Any:
+        raise RuntimeError("jetstream (live): nats-py sent a header block past jsspark's publish hook "
+                           f"(nats-py {_nats_version()} changed Client.publish?); pin nats-py 2.x")
+
+
+def _nats_version() -> str:
+    from importlib.metadata import version
+
+    try:
+        return version("nats-py")
+    except Exception:  # pragma: no cover - not installed as a distribution
+        return "unknown"
+
+
+def hook_problem() -> str | None:
+    """Why the publish hook cannot be used with the installed nats-py, or ``None`` if it can."""
+    import inspect
+
+    from nats.aio.client import Client
+    from nats.protocol import command
+
+    version = _nats_version()
+    if not version.startswith("2."):
+        return f"nats-py {version} is not a 2.x release (the hook is tested with 2.16)"
+    try:
+        params = list(inspect.signature(Client._send_publish).parameters)
+    except (AttributeError, TypeError, ValueError):
+        return f"nats-py {version} has no Client._send_publish"
+    if params != ["self", "subject", "reply", "payload", "payload_size", "headers"]:
+        return f"nats-py {version} changed Client._send_publish{tuple(params[1:])}"
+    if not all(hasattr(Client, a) for a in ("_send_command", "_flush_pending")) or not hasattr(command, "hpub_cmd"):
+        return f"nats-py {version} has no Client._send_command/_flush_pending or protocol hpub_cmd"
+    return None
+
+
+def publish_client_class() -> tuple[type, bool]:
+    """A client class for publishing (``open_client(conn, wait, cls)``), and whether its
+    publishes take a ``HeaderBlock`` (the hook's guard passed)."""
+    from jsspark.live.ingestor import _client_class
+
+    base = _client_class()
+    if hook_problem() is not None:
+        return base, False
+    from nats.protocol.command import hpub_cmd
+
+    class _PublishHook(base):  # type: ignore[misc, valid-type]
+        async def _send_publish(self, subject: str, reply: str, payload: bytes, payload_size: int,
+                                headers: Any) -> None:
+            if not isinstance(headers, HeaderBlock):
+                return await super()._send_publish(subject, reply, payload, payload_size, headers)
+            # nats-py's own HPUB path with our block in place of the one it builds from a dict
+            self.stats["out_msgs"] += 1
+            self.stats["out_bytes"] += payload_size
+            await self._send_command(hpub_cmd(subject, reply, headers.block, payload))
+            if self._flush_queue is not None and self._flush_queue.empty():
+                await self._flush_pending()
+            return None
+
+    return _PublishHook, True
+
+
+def wire_headers(pairs: list[tuple[str, str]] | None, hooked: bool) -> Any:
+    """What to give ``nc.request(headers=...)``: a ``HeaderBlock`` through the hook, else a dict
+    (refused when a key repeats: a dict would keep only its last value)."""
+    if not pairs:
+        return None
+    if hooked:
+        return HeaderBlock(pairs)
+    keys = [k for k, _ in pairs]
+    repeated = next((k for k in keys if keys.count(k) > 1), None)
+    if repeated is not None:
+        raise RuntimeError(f"jetstream (live): repeated header key {repeated!r} cannot be published: "
+                           f"{hook_problem()}, so only one value per key would reach NATS")
+    return dict(pairs)

@@ -1,0 +1,212 @@
+"""Connection options against nats-servers configured for them (``auth_servers``): user/password,
+token, nkey seed, TLS with a CA and a client certificate, and a creds file in operator/JWT mode.
+
+Each way must work for the live source (streaming ``Ingestor`` and the batch read) and for the
+publisher; wrong credentials must fail promptly with the server's refusal; and no secret may
+appear in any ``repr``, exception text or log line. One Spark test checks the same for a real
+query and its progress JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from jsspark.live import publisher
+from jsspark.live.ingestor import Ingestor
+from jsspark.live.options import Connection, parse_live_read_options, parse_live_write_options
+from jsspark.live.snapshot import SnapshotPartition
+from jsspark.nats_server import NatsServer
+from tests.live.auth_servers import AuthCase, auth_cases
+from tests.live.test_batch_read import collect, load
+from tests.live.test_consumers import drain
+
+pytestmark = [pytest.mark.nats]
+NAMES = ["userpass", "token", "nkey", "tls", "creds"]
+REFUSED = 10.0  # seconds a refused connection may take to fail, at most
+
+
+@pytest.fixture(scope="module")
+def auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[AuthCase, NatsServer]]]:
+    root = tmp_path_factory.mktemp("auth")
+    started: dict[str, tuple[AuthCase, NatsServer]] = {}
+    try:
+        for case in auth_cases(root):
+            started[case.name] = (case, case.start(root))
+        yield started
+    finally:
+        for _, srv in started.values():
+            srv.close()
+
+
+def admin(conn: Connection, stream: str) -> None:
+    """Create ``stream`` (subjects ``<stream>.>``) over a connection with the same options."""
+    import nats
+
+    async def go() -> None:
+        kw = conn.connect_kwargs()
+        kw.update(allow_reconnect=False, max_reconnect_attempts=1)
+        nc = await nats.connect(**kw)
+        try:
+            await nc.jetstream().add_stream(name=stream, subjects=[f"{stream.lower()}.>"])
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
+
+
+def rows(stream: str, n: int) -> pa.Table:
+    return pa.table({"subject": [f"{stream.lower()}.{i % 3}" for i in range(n)],
+                     "data": [f"d{i}".encode() for i in range(n)]})
+
+
+def refused(fn: Any) -> str:
+    """Run ``fn``, which must fail within ``REFUSED`` seconds; its error text."""
+    t = time.monotonic()
+    with pytest.raises(Exception) as info:
+        fn()
+    assert time.monotonic() - t < REFUSED, f"a refused connection took {time.monotonic() - t:.1f}s to fail"
+    return f"{type(info.value).__name__}: {info.value}"
+
+
+def assert_no_secret(case: AuthCase, texts: list[str]) -> None:
+    for secret in case.secrets:
+        for text in texts:
+            assert secret not in text, f"{case.name}: a secret appears in {text[:300]!r}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_connection_options(name: str, auth: dict[str, tuple[AuthCase, NatsServer]], tmp_path: Path,
+                            caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
+    caplog.set_level(logging.DEBUG)
+    case, srv = auth[name]
+    stream = f"AUTH_{name.upper()}"
+    good = {"servers": srv.url, **case.good}
+    bad = {"servers": srv.url, **case.bad}
+    read = {"stream": stream, "spillDir": str(tmp_path), "consumer": "lake", "waitTimeout": "20"}
+    ropts, wopts = parse_live_read_options({**good, **read}), parse_live_write_options(good)
+    admin(ropts.conn, stream)
+
+    # the publisher, the streaming source (a flow_control durable) and a batch read
+    published = asyncio.run(publisher.publish_batches(wopts, iter(rows(stream, 300).to_batches())))
+    assert published == (300, 0)
+    ing = Ingestor(ropts)
+    ing.start(None)
+    try:
+        _, got = drain(ing, ing.floor, 300)
+    finally:
+        ing.stop()
+    assert got == list(range(1, 301))
+    snapshot = collect(load(srv.url, stream, **case.good))
+    assert [r[0] for r in snapshot] == list(range(1, 301))
+
+    # refused: each path fails promptly, with the server's refusal, naming no secret
+    errors = [
+        refused(lambda: Ingestor(parse_live_read_options({**bad, **read})).start(None)),
+        refused(lambda: collect(load(srv.url, stream, **case.bad))),
+        refused(lambda: asyncio.run(publisher.publish_batches(parse_live_write_options(bad),
+                                                              iter(rows(stream, 3).to_batches())))),
+    ]
+    # the server's -ERR; a missing client certificate ends the TLS 1.3 session right after the
+    # handshake: the client sees the alert, or (racing it) the connection reset
+    refusal = (r"CERTIFICATE_REQUIRED|Connection lost|Connection reset|Broken pipe" if name == "tls"
+               else "'Authorization Violation'")
+    for text in errors:
+        assert re.search(refusal, text), text
+
+    bad_ropts = parse_live_read_options({**bad, **read})
+    part = SnapshotPartition(ropts.conn, stream, 0, 300, (), False, True)
+    out, err = capfd.readouterr()
+    assert_no_secret(case, [*errors, repr(ropts), repr(wopts), repr(bad_ropts), repr(part), str(part),
+                            caplog.text, out, err])
+
+
+def spark_log(spark: Any) -> Any:
+    """Capture the driver's log4j output at INFO from now on; the returned function stops the
+    capture (back to ERROR, as ``local_spark`` sets it) and returns the text."""
+    jvm = spark._jvm
+    core = jvm.org.apache.logging.log4j.core
+    ctx = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    config = ctx.getConfiguration()
+    writer = jvm.java.io.StringWriter()
+    appender = core.appender.WriterAppender.createAppender(core.layout.PatternLayout.createDefaultLayout(), None,
+                                                           writer, "jsspark-auth-test", False, True)
+    appender.start()
+    config.addAppender(appender)
+    config.getRootLogger().addAppender(appender, None, None)
+    ctx.updateLoggers()
+    spark.sparkContext.setLogLevel("INFO")
+
+    def stop() -> str:
+        spark.sparkContext.setLogLevel("ERROR")
+        config.getRootLogger().removeAppender("jsspark-auth-test")
+        ctx.updateLoggers()
+        appender.stop()
+        return str(writer.toString())
+
+    return stop
+
+
+@pytest.mark.spark
+def test_spark_query_keeps_secrets_out_of_progress_logs_and_errors(
+        spark: Any, auth: dict[str, tuple[AuthCase, NatsServer]], tmp_path: Path,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """NATS (user/password) -> Spark -> NATS (same server): the query works, and its progress JSON,
+    Spark's and the workers' output and a refused query's error hold no password."""
+    case, srv = auth["userpass"]
+    admin(parse_live_write_options({"servers": srv.url, **case.good}).conn, "SQ_IN")
+    admin(parse_live_write_options({"servers": srv.url, **case.good}).conn, "SQ_OUT")
+    assert asyncio.run(publisher.publish_batches(parse_live_write_options({"servers": srv.url, **case.good}),
+                                                 iter(rows("SQ_IN", 200).to_batches()))) == (200, 0)
+
+    def query(opts: dict[str, str], ckpt: str) -> Any:
+        reader = spark.readStream.format("jetstream").option("servers", srv.url).option("stream", "SQ_IN")
+        for k, v in {**opts, "spillDir": str(tmp_path / "spill"), "reportLatestOffset": "true",
+                     "waitTimeout": "10"}.items():
+            reader = reader.option(k, v)
+        writer = reader.load().selectExpr("concat('sq_out.', subject) AS subject", "data").writeStream \
+            .format("jetstream").option("servers", srv.url)
+        for k, v in opts.items():
+            writer = writer.option(k, v)
+        return writer.option("checkpointLocation", str(tmp_path / ckpt)).trigger(availableNow=True).start()
+
+    log = spark_log(spark)
+    q = query(case.good, "ok")
+    q.awaitTermination(120)
+    assert q.exception() is None, q.exception()
+    progress = json.dumps(q.recentProgress, default=str)
+    assert json.loads(q.recentProgress[-1]["sources"][0]["latestOffset"])["seq"] == 200
+
+    async def count() -> int:
+        import nats
+
+        nc = await nats.connect(srv.url, user="alice", password=case.good["password"])
+        try:
+            return (await nc.jetstream().stream_info("SQ_OUT")).state.messages
+        finally:
+            await nc.close()
+
+    assert asyncio.run(count()) == 200
+
+    failed = query(case.bad, "bad")
+    with pytest.raises(Exception, match="Authorization Violation"):
+        failed.awaitTermination(120)
+    error = str(failed.exception())
+    assert "Authorization Violation" in error, error[:2000]
+    with pytest.raises(Exception) as batch:
+        spark.read.format("jetstream").option("servers", srv.url).option("stream", "SQ_IN") \
+            .option("user", "alice").option("password", case.bad["password"]).load().collect()
+    out, err = capfd.readouterr()
+    spark_log_text = log()
+    assert "Authorization Violation" in spark_log_text  # the capture sees the query's failure
+    assert_no_secret(case, [progress, json.dumps(failed.recentProgress, default=str), error, str(batch.value), out, err,
+                            spark_log_text])

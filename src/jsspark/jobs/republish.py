@@ -227,18 +227,6 @@ def query_app_id(checkpoint: str) -> str:
 
 
 # -- publishing --------------------------------------------------------------------------------
-class _HeaderPairs(dict):  # type: ignore[type-arg]
-    """Headers for nats-py that keep repeated keys and their order: nats-py writes the header
-    block from ``items()``, which here yields every pair."""
-
-    def __init__(self, pairs: list[tuple[str, str]]) -> None:
-        super().__init__(pairs)
-        self.pairs = pairs
-
-    def items(self) -> Any:  # type: ignore[override]
-        return list(self.pairs)
-
-
 def _pairs(cell: list[dict[str, str]] | None) -> list[tuple[str, str]]:
     return [(h["name"], h["value"]) for h in cell or ()]
 
@@ -270,13 +258,15 @@ async def publish_to_server(
     flush (``acked=False``), or JetStream publishes with ``Nats-Msg-Id: <stream>:<seq>``,
     ``max_in_flight`` outstanding, each PubAck checked. ``on_connected`` runs once connected,
     before the first publish. Returns (sent, duplicates)."""
-    from nats.aio.client import Client
     from nats.errors import NoRespondersError
+
+    from jsspark.live.client import publish_client_class, wire_headers
 
     async def quiet(e: Exception) -> None:
         """nats-py logs every failed attempt with a traceback; the failure itself is raised."""
 
-    nc = Client()
+    client_cls, hooked = publish_client_class()  # sends repeated header keys exactly
+    nc = client_cls()
     # bounded: a connection lives for one batch, and an unreachable server must fail the batch
     # (Spark then stops the query) rather than retry forever
     await nc.connect(**{**dest.conn.connect_kwargs(), "max_reconnect_attempts": CONNECT_ATTEMPTS,
@@ -291,7 +281,7 @@ async def publish_to_server(
     try:
         if not acked:
             for r in rows.to_pylist():
-                await nc.publish(r["subject"], r["data"] or b"", headers=_HeaderPairs(_pairs(r["headers"])))
+                await nc.publish(r["subject"], r["data"] or b"", headers=wire_headers(_pairs(r["headers"]), hooked))
                 sent += 1
             await nc.flush(timeout=dest.publish_timeout)
             return sent, 0
@@ -301,7 +291,7 @@ async def publish_to_server(
         async def one(subject: str, data: bytes, pairs: list[tuple[str, str]]) -> None:
             nonlocal sent, dups
             try:
-                reply = await nc.request(subject, data, timeout=dest.publish_timeout, headers=_HeaderPairs(pairs))
+                reply = await nc.request(subject, data, timeout=dest.publish_timeout, headers=wire_headers(pairs, hooked))
                 ack = json.loads(reply.data or b"{}")
                 if "error" in ack:
                     raise APIError.from_dict(ack["error"])

@@ -62,6 +62,7 @@ class NatsServer:
         *,
         extra_args: list[str] | None = None,
         log_file: str | Path | None = None,
+        binary: str | Path | None = None,
     ) -> None:
         self.port = port or free_port()
         self._own_store = store_dir is None
@@ -69,13 +70,14 @@ class NatsServer:
         self.extra_args = list(extra_args or [])
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats-server.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.binary = str(binary) if binary else None  # another nats-server build (e.g. an older one)
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> NatsServer:
-        cmd = [find_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir),
+        cmd = [self.binary or find_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir),
                *self.extra_args]
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)

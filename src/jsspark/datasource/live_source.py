@@ -74,9 +74,9 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
 
     def _ing(self, floor: int | None) -> Any:
         if self._ingestor is None:
-            from jsspark.live.ingestor import Ingestor
+            from jsspark.live.legacy import ingestor_for  # the fallback for servers before 2.14
 
-            self._ingestor = Ingestor(self.opts)
+            self._ingestor = ingestor_for(self.opts)
         if not self._ingestor.started:
             self._ingestor.start(floor)
         return self._ingestor

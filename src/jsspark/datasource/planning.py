@@ -35,7 +35,9 @@ commits, so it holds at most that many wanted messages above the ack floor (``ac
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import math
 import os
 from collections.abc import Sequence
@@ -81,6 +83,34 @@ class Durable:
 
 
 @dataclass(frozen=True)
+class Origin:
+    """Which delivery a batch's rows come from, for a sink's per-origin high-water mark
+    (``lake_sink``): the stream name (as the rows' ``stream`` column holds it), the durable
+    consumer (the rows' ``consumer``) and ``key``, unique per origin stream table (its Delta
+    table id, so neither another lake's stream of that name nor a recreated stream shares
+    it) and per consumer (the durable's name; a non-durable query: a digest of its filters).
+
+    In an offset it is the key alone, ``<stream>.<table id>.d.<durable>`` or
+    ``<stream>.<table id>.f.<digest>`` (stream and consumer names hold no dots)."""
+
+    stream: str
+    consumer: str | None
+    key: str
+
+    @classmethod
+    def of(cls, stream: str, table_id: str, consumer: str | None, filters: Sequence[str]) -> Origin:
+        if consumer:
+            return cls(stream, consumer, f"{stream}.{table_id}.d.{consumer}")
+        digest = hashlib.sha256(json.dumps(sorted(filters)).encode()).hexdigest()[:16]
+        return cls(stream, None, f"{stream}.{table_id}.f.{digest}")
+
+    @classmethod
+    def parse(cls, key: str) -> Origin:
+        stream, _table, kind, who = key.split(".", 3)
+        return cls(stream, who if kind == "d" else None, key)
+
+
+@dataclass(frozen=True)
 class Cursor:
     """A source offset: last delivered stream sequence, delivered count, pending skip list;
     for a durable query also the consumer's reset generation, the consumer itself and, on the
@@ -94,6 +124,7 @@ class Cursor:
     durable: Durable | None = None
     base: Cursor | None = None
     bound: bool = False  # where a durable stood when the query bound it: no batch of the query ended here
+    origin: Origin | None = None
 
     def to_offset(self) -> dict[str, Any]:
         """JSON-ready, keys always in the same order (Spark compares offsets as JSON text)."""
@@ -109,12 +140,15 @@ class Cursor:
             out["base"] = self.base.to_offset()
         if self.durable is not None:
             out["durable"] = self.durable.to_json()
+        if self.origin is not None:
+            out["origin"] = self.origin.key
         return out
 
     @classmethod
     def from_offset(cls, offset: dict[str, Any]) -> Cursor:
         d = offset.get("durable")
         base = offset.get("base")
+        o = offset.get("origin")
         return cls(
             int(offset["seq"]),
             int(offset.get("dseq", 0)),
@@ -124,6 +158,7 @@ class Cursor:
             Durable(str(d["location"]), str(d["stream"]), str(d["name"])) if d else None,
             cls.from_offset(base) if base else None,
             bool(offset.get("bound", False)),
+            Origin.parse(str(o)) if o else None,
         )
 
     def advance(self, seq: int, dseq: int) -> Cursor:
@@ -202,6 +237,7 @@ class Planner:
     _scanned: tuple[tuple[int, int], pa.Table] | None = None
     _retention_checked: bool = False
     _lost: tuple[tuple[Any, ...], np.ndarray | None] | None = None
+    _origin: Origin | None = None
 
     # -- the stream ----------------------------------------------------------------------------
     def lake(self) -> Any:
@@ -217,6 +253,14 @@ class Planner:
             uri = self.lake().stream_uri(self.opts.stream)
             self._table = MessageTable(uri, self.opts.storage_options)
         return self._table
+
+    @property
+    def origin(self) -> Origin:
+        """This query's ``Origin`` (stamped on every offset it plans)."""
+        if self._origin is None:
+            table_id = self.table().snapshot().table.metadata().id
+            self._origin = Origin.of(self.opts.stream, table_id, self.opts.consumer_name, self.opts.filters)
+        return self._origin
 
     @property
     def durable(self) -> Durable | None:

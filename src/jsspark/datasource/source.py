@@ -136,7 +136,7 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         return self._planner
 
     def initialOffset(self) -> dict[str, Any]:
-        return self.planner.initial(bind=True).to_offset()
+        return replace(self.planner.initial(bind=True), origin=self.planner.origin).to_offset()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self.planner.latest_available()
@@ -171,6 +171,7 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
             cursor = self.planner.initial(bind=True)
         else:
             cursor, base = self.planner.on_planning(Cursor.from_offset(start))
+        cursor = replace(cursor, origin=self.planner.origin)  # also on offsets written before origins were
         max_rows, max_bytes = self._limits(limit)
         end = self.planner.latest(cursor, max_rows, max_bytes, self._target)
         if base is not None:

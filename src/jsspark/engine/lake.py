@@ -222,7 +222,7 @@ class Lake:
         stream: str,
         batch: pa.Table | pa.RecordBatch | list[pa.RecordBatch],
         *,
-        txn: tuple[str, int] | None = None,
+        txn: tuple[str, int] | list[tuple[str, int]] | None = None,
     ) -> BatchAck:
         """Store many messages (columns ``subject``, ``data``, optional ``headers``) in one commit.
 

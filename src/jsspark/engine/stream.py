@@ -196,14 +196,17 @@ class LakeStream:
 
     # -- publish -------------------------------------------------------------------------------
     def publish_batch(
-        self, batch: Incoming, *, now_ns: int | None = None, txn: tuple[str, int] | None = None
+        self, batch: Incoming, *, now_ns: int | None = None,
+        txn: tuple[str, int] | list[tuple[str, int]] | None = None,
     ) -> BatchAck:
         """Store ``batch`` atomically with the server's per-message semantics.
 
         ``txn=(app_id, version)`` makes the publish idempotent for a writer that may replay
         (a Spark micro-batch: query id and batch id): the commit records it, and a batch
         whose version the table already holds for ``app_id`` is skipped (``replayed``).
+        A list of them is recorded together; the batch is skipped when the table holds all.
         """
+        txns = [txn] if isinstance(txn, tuple) else list(txn or ())
         self._writable()
         if not len(batch):  # nothing to store: no commit, as a publish of nothing changes nothing
             return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0)
@@ -216,12 +219,12 @@ class LakeStream:
             subjects = self._coded_subjects(index, batch, transform)
             if transform is None:
                 self._check_routable(subjects[0], subjects[1])
-            done = snap.table.transaction_version(txn[0]) if txn is not None else None
-            if txn is not None and done is not None and done >= txn[1]:
+            done = [snap.table.transaction_version(app) for app, _ in txns]
+            if txns and all(d is not None and d >= v for d, (_, v) in zip(done, txns, strict=True)):
                 return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0, replayed=True)
             now = now_ns or time.time_ns()
             plan = self._plan(snap, index, batch, subjects, now)
-            if plan.last_seq == snap.last_seq and not len(plan.removed) and txn is None:
+            if plan.last_seq == snap.last_seq and not len(plan.removed) and not txns:
                 # all duplicates: nothing to commit
                 return BatchAck(self.name, plan.seqs, plan.duplicates, 0)
             version = self.table.commit(
@@ -231,7 +234,7 @@ class LakeStream:
                 # the live seqs are only needed (and only copied out of the index) when a limit removes
                 remove_predicate=seq_ranges_predicate(index.seq_array(), plan.removed) if len(plan.removed) else None,
                 state=plan.state,
-                app_transactions=[Transaction(*txn)] if txn is not None else None,
+                app_transactions=[Transaction(*t) for t in txns] or None,
             )
             self._after_commit(index, snap, version, plan.rows, plan.removed, plan.state, plan.groups)
             self._remember_ids(batch, plan, now)

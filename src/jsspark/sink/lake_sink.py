@@ -17,16 +17,24 @@ a new query, whose batch ids restart at 0), or ``txnAppId`` when given.
 
 At most once per origin message (``dedupByOrigin``, on by default): when the rows carry the
 ``jetstream`` source's ``stream`` and ``seq`` columns, the target keeps a high-water mark per
-origin stream, the Delta ``txn`` ``("jsspark.origin.<stream>", <highest origin seq stored>)``,
-written in the same Delta commit as the messages; rows at or below it are dropped before the
-publish. So a durable source reset back (``Lake.reset_consumer``) re-delivers without
+origin, the Delta ``txn`` ``("jsspark.origin.<key>", <highest origin seq stored>)``, written in
+the same Delta commit as the messages; rows at or below it are dropped before the publish.
+An origin is a stream table (its Delta table id: another lake's stream of the same name, or
+the stream deleted and created again, is another origin) read by one consumer (a durable's
+name; a non-durable query's filters), so two queries into one target keep their own marks.
+A streaming sink learns the origins from the lake sources' offsets of the batch
+(``<checkpointLocation>/offsets/<batchId>``, ``planning.Origin``) and matches rows to them by
+``stream`` (and ``consumer`` when two sources read streams of the same name); a batch may
+hold rows of several origins, each keeps its mark in the one commit. Rows whose origin is
+not known that way (a batch write, another source) are marked per stream name
+(``jsspark.origin.<stream>``). So a durable source reset back (``Lake.reset_consumer``) re-delivers without
 duplicating what the target holds, a replayed micro-batch stores nothing twice, and a new
 checkpoint on the same durable continues cleanly. Why a high-water mark and not a
 ``Nats-Msg-Id`` per origin message: it is exact however far back a reset goes (a dedup
 window expires), costs one number instead of an id per message, and allows several output
 rows per origin message. It is what the server's sourcing keeps (the last origin sequence
 received); like it, messages skipped by a reset ahead and then reached by a reset back are
-below the mark and are not stored. One origin stream per batch (one mark per commit).
+below the mark and are not stored.
 
 Landing forms (``form``): ``mirror`` or ``source`` store rows of the live NATS source (columns
 ``stream``, ``seq``, ``ts_ns``, ``subject``, ``headers``, ``data``) the way a mirror or a sourcing
@@ -52,7 +60,7 @@ import json
 import os
 import uuid
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +78,13 @@ SINK_SCHEMA = pa.schema(
 )
 # What a task hands the driver: the publishable columns and each row's origin message, if any.
 TASK_SCHEMA = pa.schema(
-    [*SINK_SCHEMA, pa.field("origin_stream", pa.string()), pa.field("origin_seq", pa.int64())]
+    [
+        *SINK_SCHEMA,
+        pa.field("origin_stream", pa.string()),
+        pa.field("origin_seq", pa.int64()),
+        # the source's consumer column: "" for a non-durable read, null when the rows lack the column
+        pa.field("origin_consumer", pa.string()),
+    ]
 )
 # What a task hands the driver with ``form`` set: the origin message as the live source emits it.
 FORM_SCHEMA = pa.schema(
@@ -128,7 +142,11 @@ def normalize(batch: pa.RecordBatch | pa.Table, origin: bool = True) -> pa.Table
         o_stream, o_seq = batch.column("stream").cast(pa.string()), batch.column("seq").cast(pa.int64())
     else:
         o_stream, o_seq = pa.nulls(n, pa.string()), pa.nulls(n, pa.int64())
-    return pa.Table.from_arrays([subject, data, headers, o_stream, o_seq], schema=TASK_SCHEMA)
+    if origin and "consumer" in names:
+        o_consumer = pc.fill_null(batch.column("consumer").cast(pa.string()), "")
+    else:
+        o_consumer = pa.nulls(n, pa.string())
+    return pa.Table.from_arrays([subject, data, headers, o_stream, o_seq, o_consumer], schema=TASK_SCHEMA)
 
 
 def normalize_origin(batch: pa.RecordBatch | pa.Table, form: str) -> pa.Table:
@@ -242,37 +260,77 @@ def remove_staged(messages: Iterable[WriterCommitMessage | None], location: str)
 
 
 # -- publishing --------------------------------------------------------------------------------
-def publish(opts: WriteOptions, table: pa.Table, txn: tuple[str, int] | None = None) -> BatchAck | None:
+def origin_app_id(key: str) -> str:
+    """The Delta txn app id of an origin's high-water mark (``key``: ``Origin.key``, or a stream
+    name for rows of an origin the sink cannot identify)."""
+    return ORIGIN_APP_PREFIX + key
+
+
+def origin_keys(table: pa.Table, origins: Iterable[str] = ()) -> pa.Array:
+    """Each row's origin key: the one of its stream among the batch's source offsets
+    (``planning.Origin`` keys), told apart by the rows' consumer when several sources read
+    streams of one name; the stream name when no source offset names it."""
+    from jsspark.datasource.planning import Origin
+
+    by_stream: dict[str, list[Origin]] = {}
+    for o in map(Origin.parse, origins):
+        by_stream.setdefault(o.stream, []).append(o)
+    pairs = table.select(["origin_stream", "origin_consumer"]).group_by(
+        ["origin_stream", "origin_consumer"], use_threads=False).aggregate([])
+    keys: dict[tuple[str, str | None], str] = {}
+    for stream, consumer in zip(pairs["origin_stream"].to_pylist(), pairs["origin_consumer"].to_pylist(), strict=True):
+        found = by_stream.get(stream, [])
+        if len(found) > 1 and consumer is not None:
+            found = [o for o in found if (o.consumer or "") == consumer]
+        if len(found) > 1:
+            raise ValueError(
+                f"jetstream sink: rows of origin stream {stream} come from {len(found)} jetstream sources of this "
+                "query and cannot be told apart for their origin marks; read each with its own durable_name and "
+                "keep the 'consumer' column, or set option dedupByOrigin=false"
+            )
+        keys[(stream, consumer)] = found[0].key if found else stream
+    if len(keys) == 1:
+        return pa.repeat(pa.scalar(next(iter(keys.values())), pa.string()), table.num_rows)
+    return pa.array(
+        [keys[(s, c)] for s, c in zip(table["origin_stream"].to_pylist(), table["origin_consumer"].to_pylist(), strict=True)],
+        pa.string(),
+    )
+
+
+def publish(
+    opts: WriteOptions, table: pa.Table, txn: tuple[str, int] | None = None, origins: Iterable[str] = ()
+) -> BatchAck | None:
     """One ``publish_batch`` (one Delta commit): deduplicated by origin when the rows carry
-    one (the origin mark is then the commit's ``txn``), else idempotent per ``txn`` when given.
+    one (the origins' marks are then the commit's txns; ``origins``: the ``origin`` keys of
+    the batch's source offsets), else idempotent per ``txn`` when given.
     ``None``: every row was already stored (nothing committed)."""
     import jsspark
 
     if not table.num_rows:  # an empty micro-batch (e.g. right after a reset): nothing to store or replay
         return None
     lake = jsspark.connect(opts.location)
-    origins = table.column("origin_stream") if "origin_stream" in table.column_names else None
-    if not opts.dedup_by_origin or origins is None or origins.null_count == len(table):
+    o_streams = table.column("origin_stream") if "origin_stream" in table.column_names else None
+    if not opts.dedup_by_origin or o_streams is None or o_streams.null_count == len(table):
         return lake.publish_batch(opts.stream, table.select(SINK_SCHEMA.names), txn=txn)
-    if origins.null_count:
+    if o_streams.null_count:
         raise ValueError(
             "jetstream sink: some rows carry an origin message (columns 'stream' and 'seq') and some do "
             "not; drop those columns or set option dedupByOrigin=false"
         )
-    names = pc.unique(origins).to_pylist()
-    if len(names) > 1:
-        raise ValueError(
-            f"jetstream sink: one batch holds messages of several origin streams {sorted(names)}; one Delta "
-            "commit keeps one origin mark: write each origin with its own query or set dedupByOrigin=false"
-        )
-    app_id = ORIGIN_APP_PREFIX + names[0]
-    mark = lake.stream(opts.stream).table.snapshot().table.transaction_version(app_id) or 0
-    fresh = table.filter(pc.greater(table.column("origin_seq"), mark))
+    if "origin_consumer" not in table.column_names:
+        table = table.append_column("origin_consumer", pa.nulls(table.num_rows, pa.string()))
+    keys = origin_keys(table, origins)
+    target = lake.stream(opts.stream).table.snapshot().table
+    marks = {k: target.transaction_version(origin_app_id(k)) or 0 for k in pc.unique(keys).to_pylist()}
+    mark_of = pc.take(pa.array(list(marks.values()), pa.int64()), pc.index_in(keys, pa.array(list(marks), pa.string())))
+    fresh = table.append_column("origin_key", keys).filter(pc.greater(table.column("origin_seq"), mark_of))
     if not fresh.num_rows:
         return None
-    fresh = fresh.sort_by([("origin_seq", "ascending")])  # origin order, however Spark partitioned
-    top = int(pc.max(fresh.column("origin_seq")).as_py())
-    return lake.publish_batch(opts.stream, fresh.select(SINK_SCHEMA.names), txn=(app_id, top))
+    fresh = fresh.sort_by([("origin_seq", "ascending")])  # each origin's order, however Spark partitioned
+    tops = fresh.group_by("origin_key", use_threads=False).aggregate([("origin_seq", "max")])
+    txns = sorted((origin_app_id(k), int(v)) for k, v in zip(
+        tops["origin_key"].to_pylist(), tops["origin_seq_max"].to_pylist(), strict=True))
+    return lake.publish_batch(opts.stream, fresh.select(SINK_SCHEMA.names), txn=txns[0] if len(txns) == 1 else txns)
 
 
 def land(opts: WriteOptions, table: pa.Table, txn: tuple[str, int] | None = None) -> BatchAck | None:
@@ -290,12 +348,17 @@ def land(opts: WriteOptions, table: pa.Table, txn: tuple[str, int] | None = None
                       identity=opts.origin_identity)
 
 
-def store(opts: WriteOptions, messages: list[WriterCommitMessage | None], txn: tuple[str, int] | None) -> None:
-    """The driver's commit of a batch: land it when a ``form`` is set, else publish it."""
+def store(
+    opts: WriteOptions, messages: list[WriterCommitMessage | None], txn: tuple[str, int] | None,
+    offsets: Sequence[dict[str, Any]] = (),
+) -> None:
+    """The driver's commit of a batch: land it when a ``form`` is set, else publish it
+    (``offsets``: the batch's source offsets, which name the lake sources' origins)."""
     if opts.form:
         land(opts, load_messages(messages, opts.location, FORM_SCHEMA), txn)
     else:
-        publish(opts, load_messages(messages, opts.location), txn)
+        origins = [o["origin"] for o in offsets if isinstance(o.get("origin"), str)]
+        publish(opts, load_messages(messages, opts.location), txn, origins)
 
 
 def source_offsets(checkpoint_location: str, batch_id: int) -> list[dict[str, Any]]:
@@ -318,9 +381,10 @@ def source_offsets(checkpoint_location: str, batch_id: int) -> list[dict[str, An
     return out
 
 
-def ack_sources(opts: WriteOptions, batch_id: int) -> int:
-    """Ack the durable ``jetstream`` sources of a committed batch up to its end offsets;
-    returns how many were acked. Call only after the batch's Delta commit succeeded."""
+def ack_sources(opts: WriteOptions, batch_id: int, offsets: Sequence[dict[str, Any]] | None = None) -> int:
+    """Ack the durable ``jetstream`` sources of a committed batch up to its end offsets (read
+    from the checkpoint unless given); returns how many were acked. Call only after the batch's
+    Delta commit succeeded."""
     if not opts.ack_source or not opts.checkpoint_location:
         return 0
     import jsspark
@@ -328,7 +392,7 @@ def ack_sources(opts: WriteOptions, batch_id: int) -> int:
     from jsspark.errors import APIError
 
     acked = 0
-    for offset in source_offsets(opts.checkpoint_location, batch_id):
+    for offset in source_offsets(opts.checkpoint_location, batch_id) if offsets is None else offsets:
         if "durable" not in offset or "gen" not in offset or "seq" not in offset:
             continue
         cur = Cursor.from_offset(offset)
@@ -401,11 +465,12 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
                             form=self.opts.form)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        offsets = source_offsets(self.opts.checkpoint_location, batchId) if self.opts.checkpoint_location else []
         try:
-            store(self.opts, messages, (query_app_id(self.opts), batchId))
+            store(self.opts, messages, (query_app_id(self.opts), batchId), offsets)
         finally:
             remove_staged(messages, self.opts.location)
-        ack_sources(self.opts, batchId)  # only reached once the publish above committed
+        ack_sources(self.opts, batchId, offsets)  # only reached once the publish above committed
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         remove_staged(messages, self.opts.location)

@@ -210,3 +210,16 @@ def test_spark_query_keeps_secrets_out_of_progress_logs_and_errors(
     assert "Authorization Violation" in spark_log_text  # the capture sees the query's failure
     assert_no_secret(case, [progress, json.dumps(failed.recentProgress, default=str), error, str(batch.value), out, err,
                             spark_log_text])
+
+
+def test_job_origin_with_refused_credentials_fails_promptly(auth: dict[str, tuple[AuthCase, NatsServer]]) -> None:
+    """A job's origin lookup (``jsspark run``) with a wrong password fails with the server's
+    refusal instead of retrying the first connection forever."""
+    from jsspark.jobs.origins import server_facts
+    from jsspark.jobs.spec import Endpoint
+
+    case, srv = auth["userpass"]
+    text = refused(lambda: server_facts(Endpoint(servers=srv.url, user="alice", password=case.bad["password"]),
+                                        "ANY", None))
+    assert "Authorization Violation" in text
+    assert_no_secret(case, [text])

@@ -74,9 +74,9 @@ def server_facts(endpoint: Endpoint, name: str, durable: str | None) -> OriginFa
     conn = parse_connection(endpoint.connection_options())
 
     async def ask() -> OriginFacts:
-        import nats
+        from jsspark.live.client import open_client
 
-        nc = await nats.connect(**conn.connect_kwargs())
+        nc = await open_client(conn, conn.connect_timeout)  # refused credentials fail at once
         try:
             info = await js_request(nc, conn, f"STREAM.INFO.{name}", None)
             account = await js_request(nc, conn, "INFO", None)

@@ -167,3 +167,22 @@ def test_old_server_interest_origin_ackall(old: NatsServer, onats: SyncNats, tmp
         wait_for(lambda: onats.state("OLDINT")["messages"] == 0, 20, "everything acked")
     finally:
         ing.stop()
+
+
+def test_old_server_killed_and_restarted_mid_ingest(old: NatsServer, onats: SyncNats, tmp_path: Path) -> None:
+    """The reconnect path: the repair after a reconnect reads from the stream, nothing twice."""
+    onats.add_stream(name="OLDK", subjects=["oldk.>"], retention="workqueue", storage="file")
+    fast_publish(onats, "oldk", 0, 1_500)
+    ing = ingestor_for(opts(old.url, "OLDK", tmp_path))
+    ing.start(None)
+    try:
+        start, got = drain(ing, ing.floor, 500)
+        resets = ing.resets
+        old.restart(kill=True)
+        wait_for(lambda: ing.resets > resets, 30, "the repair after the reconnect")
+        _, rest = drain(ing, start, 1_500, timeout=60)
+        assert got + rest == list(range(1, 1_501))
+        # acks lost in the outage are resent at once, not left to the redelivery after ack_wait (30s)
+        wait_for(lambda: onats.state("OLDK")["messages"] == 0, 10, "the WorkQueue to drain")
+    finally:
+        ing.stop()

@@ -122,11 +122,13 @@ class LegacyIngestor(Ingestor):
             with self._cv:
                 self._awaiting = False
                 self._last_dseq = dseq
-                self._acked_sseq = max(self._acked_sseq, int((info.get("ack_floor") or {}).get("stream_seq", 0)))
+                # acks sent while disconnected are lost: resend from the server's own ack floor
+                self._acked_sseq = int((info.get("ack_floor") or {}).get("stream_seq", 0))
                 self._highest = max(self._highest, lo)
                 self._cv.notify_all()
             self.resets += 1
             self._last_heard = time.monotonic()
+            await self._ack_floor()
             return info
         except Exception as e:
             self.last_error = redact(str(e), self.opts.conn)

@@ -3,57 +3,15 @@ delta-rs's conditional put serialising commits exactly as on a local disk."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pyarrow as pa
 import pytest
 
 import jsspark
 from jsspark.engine.catalog import Change
 from jsspark.errors import JSSparkError, StreamNotFoundError
-from jsspark.nats_server import free_port
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[dict[str, str]]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
-        except OSError:
-            assert proc.poll() is None, "moto server exited"
-            assert time.monotonic() < deadline, "moto server did not listen"
-            time.sleep(0.05)
-    endpoint = f"http://127.0.0.1:{port}"
-    boto3.client(
-        "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
-    ).create_bucket(Bucket="lake")
-    try:
-        yield {
-            "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": "k",
-            "AWS_SECRET_ACCESS_KEY": "s",
-            "AWS_REGION": "us-east-1",
-            "AWS_ALLOW_HTTP": "true",
-            "aws_conditional_put": "etag",
-        }
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_stream_lifecycle_on_s3(s3: dict[str, str]) -> None:

@@ -116,9 +116,10 @@ class Redactor:
     password in ``scheme://user:pass@host`` URLs, and secret-looking storage options."""
 
     _URL = re.compile(r"(\b[a-z][\w+.-]*://[^/@\s:]+:)[^/@\s]+@", re.IGNORECASE)
-    _SECRET_KEY = re.compile(r"secret|token|password|passwd|sas|signature|credential|private|key$", re.I)
 
     def __init__(self, spec: JobSpec) -> None:
+        from jsspark.datasource.options import storage_secrets  # not at import: engine verbs stay light
+
         endpoints = [spec.target, *spec.origins.values(), *([spec.republish_to] if spec.republish_to else [])]
         found: set[str] = set()
         for ep in endpoints:
@@ -128,9 +129,7 @@ class Redactor:
                 m = re.match(r"\w+://[^/@\s:]+:([^/@\s]+)@", url)
                 if m:
                     found.add(m.group(1))
-            for key, value in (ep.storage_options or {}).items():
-                if value and self._SECRET_KEY.search(key) and len(value) >= 4:
-                    found.add(value)
+            found.update(storage_secrets(ep.storage_options))  # the rule the jetstream source redacts by
         self.secrets = sorted(found, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:

@@ -5,12 +5,20 @@ server reads the same on a lake; an invalid combination fails with the server's 
 (``check_consumer_config``). Spark-side options follow Spark's Kafka and Delta sources
 (``maxMessagesPerTrigger`` ~ ``maxOffsetsPerTrigger``, ``failOnDataLoss``, ``minPartitions``).
 Spark hands options over lower-cased, as strings.
+
+Object-store credentials and settings pass through to delta-rs as options prefixed
+``storage.`` (like Spark's Kafka source takes ``kafka.*``): ``storage.aws_region`` becomes the
+``storage_options`` entry ``aws_region``, used by ``jsspark.connect`` on the driver and by every
+task on the executors. Their values never appear in a ``repr``, an offset, query progress or an
+error (``scrubbed``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +51,12 @@ COMMON_OPTIONS = ("path", "stream")
 # Spark passes the query name to streaming sinks as an option (``queryName``); it is only accepted.
 SINK_OPTIONS = ("checkpointLocation", "queryName", "txnAppId", "dedupByOrigin", "ackSource", "form", "origin", "originIdentity")
 
+# Options passed through to delta-rs's ``storage_options`` (object store credentials and settings).
+STORAGE_PREFIX = "storage."
+# Storage option keys whose values are secrets (AWS secret key and session token, Azure account
+# key and SAS, GCS service account key, ...): scrubbed from any text jsspark shows.
+SECRET_STORAGE_KEY = re.compile(r"secret|token|password|passwd|sas|signature|credential|private|key$", re.I)
+
 # A Spark source is neither a pull nor a push consumer; with a rate limit it is checked as a
 # push consumer (the server refuses ``rate_limit_bps`` on pull consumers) delivering here.
 PUSH_CHECK_SUBJECT = "_INBOX.jsspark.spark"
@@ -56,11 +70,62 @@ def _canonical(names: tuple[str, ...]) -> dict[str, str]:
     return {n.lower(): n for n in names}
 
 
+def storage_options(options: Mapping[str, str]) -> dict[str, str] | None:
+    """The ``storage.<key>`` options as delta-rs ``storage_options`` (``None``: none given)."""
+    out = {}
+    for key, value in options.items():
+        if key.lower().startswith(STORAGE_PREFIX):
+            name = key[len(STORAGE_PREFIX):]
+            if not name:
+                raise OptionError(f"option {key!r} names no storage option: use {STORAGE_PREFIX}<key>, e.g. storage.aws_region")
+            out[name] = str(value)
+    return out or None
+
+
+def prefixed_storage_options(storage: Mapping[str, str] | None) -> dict[str, str]:
+    """delta-rs ``storage_options`` as ``storage.<key>`` source/sink options."""
+    return {f"{STORAGE_PREFIX}{k}": str(v) for k, v in (storage or {}).items()}
+
+
+def storage_secrets(options: Mapping[str, str] | None) -> list[str]:
+    """The secret values among storage options, longest first (for scrubbing texts)."""
+    found = {v for k, v in (options or {}).items() if v and len(v) >= 4 and SECRET_STORAGE_KEY.search(k)}
+    return sorted(found, key=len, reverse=True)
+
+
+def redact_storage(text: str, options: Mapping[str, str] | None) -> str:
+    for secret in storage_secrets(options):
+        text = text.replace(secret, "***")
+    return text
+
+
+class StorageError(RuntimeError):
+    """An error whose text held a storage secret, with the secret replaced by ``***``."""
+
+
+@contextmanager
+def scrubbed(options: Mapping[str, str] | None) -> Iterator[None]:
+    """Errors raised inside leave with no storage secret in their text: one that held a secret
+    (an object store error may show a URL with a SAS signature) is raised again as
+    ``StorageError`` with it replaced, without the original as its cause."""
+    try:
+        yield
+    except Exception as e:
+        text = str(e)
+        clean = redact_storage(text, options)
+        if clean == text:
+            raise
+        raise StorageError(f"{type(e).__name__}: {clean}") from None
+
+
 def check_known(options: Mapping[str, str], allowed: tuple[str, ...], what: str) -> dict[str, str]:
-    """Options keyed by their canonical spelling; an unknown one raises naming it."""
+    """Options keyed by their canonical spelling; an unknown one raises naming it. ``storage.*``
+    options are not checked here (see ``storage_options``)."""
     known = _canonical(allowed)
     out: dict[str, str] = {}
     for key, value in options.items():
+        if key.lower().startswith(STORAGE_PREFIX):
+            continue
         canon = known.get(key.lower())
         if canon is None:
             raise OptionError(
@@ -154,7 +219,7 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     report_latest_offset: bool = False
     min_partitions: int = 1
-    storage_options: dict[str, str] | None = field(default=None)
+    storage_options: dict[str, str] | None = field(default=None, repr=False)
 
     @property
     def filters(self) -> list[str]:
@@ -175,10 +240,12 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     opts = check_known(options, COMMON_OPTIONS + CONSUMER_OPTIONS + SPARK_READ_OPTIONS, "source")
     location, stream = _location_and_stream(opts)
     cfg = consumer_config(opts)
+    storage = storage_options(options)
 
     import jsspark
 
-    stream_cfg = jsspark.connect(location).stream_info(stream).config
+    with scrubbed(storage):
+        stream_cfg = jsspark.connect(location, storage).stream_info(stream).config
     checked = check_consumer_config(cfg, stream_cfg)
     return ReadOptions(
         location=location,
@@ -191,6 +258,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         fail_on_data_loss=parse_bool("failOnDataLoss", opts.get("failOnDataLoss", "true")),
         report_latest_offset=parse_bool("reportLatestOffset", opts.get("reportLatestOffset", "false")),
         min_partitions=parse_int("minPartitions", opts.get("minPartitions", "1"), 1),
+        storage_options=storage,
     )
 
 
@@ -217,6 +285,7 @@ class WriteOptions:
     form: str | None = None
     origin: str | None = None
     origin_identity: str | None = None
+    storage_options: dict[str, str] | None = field(default=None, repr=False)
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
@@ -232,6 +301,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         parse_form(opts.get("form")),
         _origin_json(opts.get("origin")),
         opts.get("originIdentity"),
+        storage_options(options),
     )
 
 

@@ -220,7 +220,7 @@ class ReadPartition:
     replay_original: bool = False
     rate_limit_bps: int = 0
     fail_on_data_loss: bool = True
-    storage_options: dict[str, str] | None = field(default=None)
+    storage_options: dict[str, str] | None = field(default=None, repr=False)
     # Sizes of ``files`` and the table's Arrow schema at ``version``: with them a task opens
     # the Parquet files directly instead of replaying the Delta log (empty/None: replay it).
     file_sizes: tuple[int, ...] = ()
@@ -275,9 +275,7 @@ class Planner:
         recorded = self.table().recorded_state(snap)
         if recorded is not None:
             return int(recorded["first_seq"])
-        import jsspark
-
-        return int(jsspark.connect(self.opts.location).stream_info(self.opts.stream).state.first_seq)
+        return int(self.lake().stream_info(self.opts.stream).state.first_seq)
 
     # -- start ---------------------------------------------------------------------------------
     def initial(self, bind: bool = False) -> Cursor:

@@ -27,7 +27,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from jsspark.datasource.options import ReadOptions, parse_read_options, parse_write_options
+from jsspark.datasource.options import ReadOptions, parse_read_options, parse_write_options, scrubbed
 from jsspark.datasource.planning import Cursor, Planner, ReadPartition
 from jsspark.datasource.reading import read_partition
 from jsspark.datasource.schema import spark_schema
@@ -46,8 +46,9 @@ def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if value is None:
         return
     if not isinstance(value, ReadPartition):
-        raise TypeError(f"jetstream source: unexpected partition {partition!r}")
-    yield from read_partition(value)
+        raise TypeError(f"jetstream source: unexpected partition of type {type(value).__name__}")
+    with scrubbed(value.storage_options):
+        yield from read_partition(value)
 
 
 class JetStreamDataSource(DataSource):
@@ -109,8 +110,9 @@ class JetStreamBatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
-        planner = Planner(self.opts)
-        return [InputPartition(p) for p in planner.partitions(planner.initial(), None)]
+        with scrubbed(self.opts.storage_options):
+            planner = Planner(self.opts)
+            return [InputPartition(p) for p in planner.partitions(planner.initial(), None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from _read(partition)
@@ -136,10 +138,12 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         return self._planner
 
     def initialOffset(self) -> dict[str, Any]:
-        return replace(self.planner.initial(bind=True), origin=self.planner.origin).to_offset()
+        with scrubbed(self.opts.storage_options):
+            return replace(self.planner.initial(bind=True), origin=self.planner.origin).to_offset()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self.planner.latest_available()
+        with scrubbed(self.opts.storage_options):
+            self._target = self.planner.latest_available()
 
     def getDefaultReadLimit(self) -> Any:
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
@@ -166,6 +170,10 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         committed (commit log written), so a durable consumer is acked up to ``start`` here,
         and a reset of it (by any process) is noticed here: the batch then starts where the
         reset put the consumer and its end offset carries that start (``base``)."""
+        with scrubbed(self.opts.storage_options):
+            return self._latest(start, limit)
+
+    def _latest(self, start: dict[str, Any] | None, limit: Any) -> dict[str, Any]:
         base = None
         if start is None:
             cursor = self.planner.initial(bind=True)
@@ -181,12 +189,14 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
     def reportLatestOffset(self) -> dict[str, Any] | None:
         if not self.opts.report_latest_offset:
             return None
-        return {"seq": self.planner.latest_available()}
+        with scrubbed(self.opts.storage_options):
+            return {"seq": self.planner.latest_available()}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         if start == end:
             return []
-        parts = self.planner.partitions(Cursor.from_offset(start), Cursor.from_offset(end))
+        with scrubbed(self.opts.storage_options):
+            parts = self.planner.partitions(Cursor.from_offset(start), Cursor.from_offset(end))
         return [InputPartition(p) for p in parts]
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -197,7 +207,8 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         second chance; acks come from ``latestOffset`` (also on restart) and from the
         ``jetstream`` sink right after its Delta commit. The checkpoint stays the truth.
         """
-        self.planner.record_delivered(Cursor.from_offset(end))
+        with scrubbed(self.opts.storage_options):
+            self.planner.record_delivered(Cursor.from_offset(end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from _read(partition)

@@ -459,12 +459,12 @@ def start_republish(
     ``DataStreamWriter.trigger`` (``{"availableNow": True}``, ``{"processingTime": "5 seconds"}``).
     ``reader_options``: extra ``format("jetstream")`` options (e.g. ``deliver_policy``/
     ``opt_start_seq`` to begin later than the first message). ``storage_options`` are used by
-    the engine's lookups; the Spark reader takes object-store credentials from the environment.
+    the engine's lookups; the Spark reader gets them as ``storage.*`` options.
     The query's ``foreachBatch`` function is reachable as ``query._jsspark_republish`` (counters
     in ``.stats``), for tests and monitoring.
     """
     import jsspark
-    from jsspark.datasource.options import OptionError
+    from jsspark.datasource.options import OptionError, prefixed_storage_options
 
     if mode not in MODES:
         raise OptionError(f"republish mode must be one of {MODES}, got {mode!r}")
@@ -480,6 +480,7 @@ def start_republish(
     job = RepublishJob(location, stream, rp, dest, checkpoint, mode, storage_options)
 
     reader = spark.readStream.format("jetstream").option("stream", stream).option("failOnDataLoss", "false")
+    reader = reader.options(**prefixed_storage_options(storage_options))
     if getattr(config.retention, "value", config.retention) == "workqueue":
         # the server's rule for any pull consumer of a work queue; a non-durable reader never acks,
         # so nothing is removed on republish's account

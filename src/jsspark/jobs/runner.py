@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from jsspark.config import StreamSource
+from jsspark.datasource.options import prefixed_storage_options
 from jsspark.engine.ingest import sourced_seq
 from jsspark.engine.sourcing import Origin, server_hash
 from jsspark.errors import APIError
@@ -177,6 +178,7 @@ class Job:
             existing = self._lake_durable(plan, durable)
             if existing is not None:
                 opts.update(existing)
+        opts.update(prefixed_storage_options(plan.endpoint.storage_options))
         opts.update(plan.endpoint.options)
         return opts
 
@@ -247,6 +249,7 @@ class Job:
                 .option("stream", self.spec.stream.name)
                 .option("form", plan.kind)
                 .option("origin", json.dumps(plan.source.to_json()))
+                .options(**prefixed_storage_options(self.spec.target.storage_options))
                 .option("checkpointLocation", plan.checkpoint(root))
                 .queryName(f"{self.spec.job_name}:{plan.query_name}")
                 .trigger(**trigger)

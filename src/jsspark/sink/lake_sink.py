@@ -7,7 +7,8 @@ limits), so a DataFrame publish behaves like a batch of ``js.publish`` calls.
 Why the publish happens on the driver: a JetStream publish assigns sequences, which must be
 one serialised commit per batch. Executors only normalise their rows and hand them back as
 Arrow IPC in the commit message (or, when large, as a staging Parquet file under
-``<location>/_staging/``); the driver's ``commit`` does the single ``publish_batch``.
+``<location>/_staging/``); the driver's ``commit`` does the single ``publish_batch``. Both
+reach an object store with the sink's ``storage.*`` options (``WriteOptions.storage_options``).
 
 Exactly once (streaming): the commit carries a Delta ``txn`` ``(app id, batchId)`` in the
 same Delta commit as the messages, and a batch whose id the stream already holds for that
@@ -69,7 +70,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from jsspark.datasource.options import OptionError, WriteOptions
+from jsspark.datasource.options import OptionError, WriteOptions, redact_storage, scrubbed
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
 
@@ -188,13 +189,23 @@ class LakeSinkMessage(WriterCommitMessage):
     path: str | None = None
 
 
-def _filesystem(location: str) -> tuple[object, str]:
+def _filesystem(location: str, storage_options: dict[str, str] | None = None) -> tuple[Any, str]:
+    """A filesystem for paths under ``location`` and the path of ``location`` on it. With storage
+    options (non-local locations) delta-rs's object store with those options, rooted at
+    ``location`` (its path there is ""), so executors and driver reach it as the lake does."""
     from pyarrow import fs
 
     if "://" not in location:
-        location = os.path.abspath(location)
-        return fs.LocalFileSystem(), location
+        return fs.LocalFileSystem(), os.path.abspath(location)
+    if storage_options and not location.startswith("file://"):
+        from deltalake.fs import DeltaStorageHandler
+
+        return fs.PyFileSystem(DeltaStorageHandler(location.rstrip("/"), storage_options)), ""
     return fs.FileSystem.from_uri(location)
+
+
+def _under(root: str, relative: str) -> str:
+    return f"{root.rstrip('/')}/{relative}" if root else relative
 
 
 def staging_dir(location: str, tag: str) -> str:
@@ -203,10 +214,11 @@ def staging_dir(location: str, tag: str) -> str:
 
 def collect_task(
     batches: Iterable[pa.RecordBatch], location: str, tag: str, inline_limit: int = INLINE_LIMIT_BYTES,
-    origin: bool = True, form: str | None = None,
+    origin: bool = True, form: str | None = None, storage_options: dict[str, str] | None = None,
 ) -> LakeSinkMessage:
     """Normalise a task's rows and package them for the driver's commit (the origin-message
-    columns when a landing ``form`` is set, else the publishable ones)."""
+    columns when a landing ``form`` is set, else the publishable ones). Rows staged as Parquet
+    go under ``<location>/_staging/<tag>/`` (``path``: on ``_filesystem(location)``)."""
     schema = FORM_SCHEMA if form else TASK_SCHEMA
     tables = [normalize_origin(b, form) if form else normalize(b, origin) for b in batches]
     table = pa.concat_tables(tables) if tables else schema.empty_table()
@@ -215,10 +227,12 @@ def collect_task(
         with pa.ipc.new_stream(sink, schema) as w:
             w.write_table(table)
         return LakeSinkMessage(table.num_rows, ipc=sink.getvalue())
-    filesystem, root = _filesystem(staging_dir(location, tag))
-    filesystem.create_dir(root, recursive=True)
-    path = f"{root}/{_task_name()}.parquet"
-    pq.write_table(table, path, filesystem=filesystem)
+    with scrubbed(storage_options):
+        filesystem, root = _filesystem(location, storage_options)
+        folder = _under(root, f"_staging/{tag}")
+        filesystem.create_dir(folder, recursive=True)
+        path = f"{folder}/{_task_name()}.parquet"
+        pq.write_table(table, path, filesystem=filesystem)
     return LakeSinkMessage(table.num_rows, path=path)
 
 
@@ -234,7 +248,8 @@ def _task_name() -> str:
 
 
 def load_messages(
-    messages: Iterable[WriterCommitMessage | None], location: str, schema: pa.Schema = TASK_SCHEMA
+    messages: Iterable[WriterCommitMessage | None], location: str, schema: pa.Schema = TASK_SCHEMA,
+    storage_options: dict[str, str] | None = None,
 ) -> pa.Table:
     """All tasks' rows in task order (``schema``: what the tasks wrote, for an empty batch)."""
     tables = []
@@ -244,13 +259,15 @@ def load_messages(
         if m.ipc is not None:
             tables.append(pa.ipc.open_stream(m.ipc).read_all())
         elif m.path is not None:
-            filesystem, _ = _filesystem(location)
+            filesystem, _ = _filesystem(location, storage_options)
             tables.append(pq.read_table(m.path, filesystem=filesystem))
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
-def remove_staged(messages: Iterable[WriterCommitMessage | None], location: str) -> None:
-    filesystem, _ = _filesystem(location)
+def remove_staged(
+    messages: Iterable[WriterCommitMessage | None], location: str, storage_options: dict[str, str] | None = None
+) -> None:
+    filesystem, _ = _filesystem(location, storage_options)
     for m in messages:
         if isinstance(m, LakeSinkMessage) and m.path is not None:
             try:
@@ -308,7 +325,7 @@ def publish(
 
     if not table.num_rows:  # an empty micro-batch (e.g. right after a reset): nothing to store or replay
         return None
-    lake = jsspark.connect(opts.location)
+    lake = jsspark.connect(opts.location, opts.storage_options)
     o_streams = table.column("origin_stream") if "origin_stream" in table.column_names else None
     if not opts.dedup_by_origin or o_streams is None or o_streams.null_count == len(table):
         return lake.publish_batch(opts.stream, table.select(SINK_SCHEMA.names), txn=txn)
@@ -344,7 +361,7 @@ def land(opts: WriteOptions, table: pa.Table, txn: tuple[str, int] | None = None
         return None
     assert opts.form is not None
     origin = json.loads(opts.origin) if opts.origin else None
-    return land_batch(jsspark.connect(opts.location), opts.stream, table, form=opts.form, txn=txn, origin=origin,
+    return land_batch(jsspark.connect(opts.location, opts.storage_options), opts.stream, table, form=opts.form, txn=txn, origin=origin,
                       identity=opts.origin_identity)
 
 
@@ -354,19 +371,32 @@ def store(
 ) -> None:
     """The driver's commit of a batch: land it when a ``form`` is set, else publish it
     (``offsets``: the batch's source offsets, which name the lake sources' origins)."""
-    if opts.form:
-        land(opts, load_messages(messages, opts.location, FORM_SCHEMA), txn)
-    else:
-        origins = [o["origin"] for o in offsets if isinstance(o.get("origin"), str)]
-        publish(opts, load_messages(messages, opts.location), txn, origins)
+    with scrubbed(opts.storage_options):
+        if opts.form:
+            land(opts, load_messages(messages, opts.location, FORM_SCHEMA, opts.storage_options), txn)
+        else:
+            origins = [o["origin"] for o in offsets if isinstance(o.get("origin"), str)]
+            publish(opts, load_messages(messages, opts.location, TASK_SCHEMA, opts.storage_options), txn, origins)
 
 
-def source_offsets(checkpoint_location: str, batch_id: int) -> list[dict[str, Any]]:
+def _checkpoint_fs(opts: WriteOptions) -> tuple[Any, str]:
+    """The checkpoint's filesystem: with the lake's storage options when it lies on the same
+    kind of store (an ``s3://`` checkpoint next to an ``s3://`` lake), else the default one."""
+    assert opts.checkpoint_location is not None
+    ck = opts.checkpoint_location
+    same = "://" in ck and ck.split("://", 1)[0] == opts.location.split("://", 1)[0]
+    return _filesystem(ck, opts.storage_options if same else None)
+
+
+def source_offsets(checkpoint_location: str | WriteOptions, batch_id: int) -> list[dict[str, Any]]:
     """The source offsets Spark logged for ``batch_id`` (``offsets/<id>``: a version line, a
-    metadata line, then one JSON offset per source)."""
-    filesystem, root = _filesystem(checkpoint_location)
+    metadata line, then one JSON offset per source); ``checkpoint_location`` or a sink's options."""
+    if isinstance(checkpoint_location, WriteOptions):
+        filesystem, root = _checkpoint_fs(checkpoint_location)
+    else:
+        filesystem, root = _filesystem(checkpoint_location)
     try:
-        with filesystem.open_input_stream(f"{root.rstrip('/')}/offsets/{batch_id}") as f:
+        with filesystem.open_input_stream(_under(root, f"offsets/{batch_id}")) as f:
             lines = f.read().decode().splitlines()
     except FileNotFoundError:
         return []
@@ -392,15 +422,21 @@ def ack_sources(opts: WriteOptions, batch_id: int, offsets: Sequence[dict[str, A
     from jsspark.errors import APIError
 
     acked = 0
-    for offset in source_offsets(opts.checkpoint_location, batch_id) if offsets is None else offsets:
+    for offset in source_offsets(opts, batch_id) if offsets is None else offsets:
         if "durable" not in offset or "gen" not in offset or "seq" not in offset:
             continue
         cur = Cursor.from_offset(offset)
         assert cur.durable is not None
+        # the sink's storage options reach the source's lake when it is the same lake; any other
+        # lake is reached with the environment's credentials or acked by the source itself
+        same = cur.durable.location.rstrip("/") == opts.location.rstrip("/")
         try:
-            settle(jsspark.connect(cur.durable.location), cur)
-        except APIError as e:  # the consumer or stream was deleted: the data is committed anyway
-            warnings.warn(f"jetstream sink: could not ack {cur.durable.stream}/{cur.durable.name}: {e}", stacklevel=2)
+            settle(jsspark.connect(cur.durable.location, opts.storage_options if same else None), cur)
+        except (APIError, OSError) as e:  # deleted consumer, unreachable lake: the data is committed
+            # anyway, and the source acks it when it plans its next batch
+            text = redact_storage(str(e), opts.storage_options)
+            warnings.warn(f"jetstream sink: could not ack {cur.durable.stream}/{cur.durable.name}: {text}",
+                          stacklevel=2)
             continue
         acked += 1
     return acked
@@ -415,9 +451,9 @@ def query_app_id(opts: WriteOptions) -> str:
             "writeStream into a lake stream needs option 'checkpointLocation' (its query id makes the "
             "writes exactly once) or an explicit 'txnAppId'"
         )
-    filesystem, root = _filesystem(opts.checkpoint_location)
+    filesystem, root = _checkpoint_fs(opts)
     try:
-        with filesystem.open_input_stream(f"{root.rstrip('/')}/metadata") as f:
+        with filesystem.open_input_stream(_under(root, "metadata")) as f:
             query_id = json.loads(f.read().decode().splitlines()[0])["id"]
     except FileNotFoundError:
         # Spark writes the metadata before the first batch; without it the path is the identity.
@@ -441,16 +477,16 @@ class LakeBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LakeSinkMessage:
         return collect_task(iterator, self.opts.location, self.tag, origin=self.opts.dedup_by_origin,
-                            form=self.opts.form)
+                            form=self.opts.form, storage_options=self.opts.storage_options)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         try:
             store(self.opts, messages, None)
         finally:
-            remove_staged(messages, self.opts.location)
+            remove_staged(messages, self.opts.location, self.opts.storage_options)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        remove_staged(messages, self.opts.location)
+        remove_staged(messages, self.opts.location, self.opts.storage_options)
 
 
 class LakeStreamWriter(DataSourceStreamArrowWriter):
@@ -462,18 +498,19 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LakeSinkMessage:
         return collect_task(iterator, self.opts.location, self.tag, origin=self.opts.dedup_by_origin,
-                            form=self.opts.form)
+                            form=self.opts.form, storage_options=self.opts.storage_options)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        offsets = source_offsets(self.opts.checkpoint_location, batchId) if self.opts.checkpoint_location else []
-        try:
-            store(self.opts, messages, (query_app_id(self.opts), batchId), offsets)
-        finally:
-            remove_staged(messages, self.opts.location)
+        with scrubbed(self.opts.storage_options):
+            offsets = source_offsets(self.opts, batchId) if self.opts.checkpoint_location else []
+            try:
+                store(self.opts, messages, (query_app_id(self.opts), batchId), offsets)
+            finally:
+                remove_staged(messages, self.opts.location, self.opts.storage_options)
         ack_sources(self.opts, batchId, offsets)  # only reached once the publish above committed
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        remove_staged(messages, self.opts.location)
+        remove_staged(messages, self.opts.location, self.opts.storage_options)
 
 
 def make_writer(opts: WriteOptions, overwrite: bool, streaming: bool) -> LakeBatchWriter | LakeStreamWriter:

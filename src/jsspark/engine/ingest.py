@@ -54,6 +54,23 @@ class SequenceRegression(ValueError):
 
 
 def _clean_headers(headers: pa.Array, extra: list[list[tuple[str, str]]] | None = None) -> pa.Array:
+    """Headers as ingest stores them: without ``Nats-Stream-Source``, ``Nats-Expected-*`` and
+    ``Nats-Batch-*``, an empty list as no headers, ``extra`` pairs appended per row. Rows are
+    touched one by one only when something is appended or dropped; otherwise (no headers at
+    all, or none to drop) the column is kept as it is."""
+    headers = _col_array(headers)
+    n = len(headers)
+    if extra is None:
+        has = pc.fill_null(pc.greater(pc.list_value_length(headers), 0), False)
+        if not pc.any(has).as_py():
+            return pa.nulls(n, H.HEADER_TYPE)
+        names = pc.struct_field(pc.list_flatten(headers), "name")
+        drop = pc.equal(names, H.STREAM_SOURCE)
+        for prefix in _DROP_PREFIXES:
+            drop = pc.or_(drop, pc.starts_with(names, prefix))
+        if not pc.any(drop).as_py():
+            headers = headers.cast(H.HEADER_TYPE) if headers.type != H.HEADER_TYPE else headers
+            return headers if pc.all(has).as_py() else pc.if_else(has, headers, pa.nulls(n, H.HEADER_TYPE))
     rows = []
     for i, cell in enumerate(headers.to_pylist()):
         pairs = H.without(H.from_arrow(cell), drop=(H.STREAM_SOURCE,), drop_prefixes=_DROP_PREFIXES) or []
@@ -63,9 +80,12 @@ def _clean_headers(headers: pa.Array, extra: list[list[tuple[str, str]]] | None 
     return H.to_arrow(rows)
 
 
-def _col(table: pa.Table, name: str) -> pa.Array:
-    col = table.column(name)
+def _col_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _col(table: pa.Table, name: str) -> pa.Array:
+    return _col_array(table.column(name))
 
 
 def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: Any = None,
@@ -133,8 +153,10 @@ def _data_of(rows: pa.Table) -> pa.Array:
 
 def _origin_order(rows: pa.Table) -> tuple[pa.Table, np.ndarray]:
     """Rows in origin order, each origin sequence once (a repeat is a redelivery: ignored)."""
-    rows = rows.sort_by("seq")
     seqs = _col(rows, "seq").cast(pa.int64()).to_numpy()
+    if len(seqs) > 1 and (np.diff(seqs) < 0).any():  # a source delivers in order: sort only if not
+        rows = rows.sort_by("seq")
+        seqs = _col(rows, "seq").cast(pa.int64()).to_numpy()
     if len(seqs) > 1 and (np.diff(seqs) == 0).any():
         keep = np.concatenate([[True], np.diff(seqs) != 0])
         rows, seqs = rows.filter(pa.array(keep)), seqs[keep]

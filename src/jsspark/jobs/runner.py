@@ -235,6 +235,8 @@ class Job:
     # -- running -----------------------------------------------------------------------------------
     def start(self) -> list[Any]:
         """Prepare the target and start every query; returns them (``StreamingQuery``)."""
+        from jsspark.sink.lake_sink import landing_frame
+
         self.prepare()
         spark = self.spark
         trigger = self.spec.trigger_kwargs()
@@ -245,7 +247,7 @@ class Job:
             reader = spark.readStream.format("jetstream").options(**opts)
             df = reader.load(location) if location is not None else reader.load()
             writer = (
-                df.writeStream.format("jetstream")
+                landing_frame(df).writeStream.format("jetstream")
                 .option("stream", self.spec.stream.name)
                 .option("form", plan.kind)
                 .option("origin", json.dumps(plan.source.to_json()))

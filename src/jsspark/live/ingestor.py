@@ -50,9 +50,13 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from jsspark.engine.headers import decode as decode_headers
 from jsspark.live import consumer as C
+from jsspark.live import wire
 from jsspark.live.options import LiveReadOptions, redact
-from jsspark.live.spill import Chunk, Row, SpillPartition, make_spill_dir, rows_to_batch, write_chunk
+from jsspark.live.spill import Chunk, Pending, SpillPartition, make_spill_dir, write_chunk
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,8 @@ ACK_FLUSH_SECONDS = 3.0
 LINGER_IDLE = 0.05
 LINGER_MAX = 1.0
 PARTITION_ROWS = 100_000  # spill rows per Spark partition at most
+ACK_PREFIX = b"$JS.ACK."
+CONTROL_STATUS = b"NATS/1.0 100"
 LAST_CONSUMER = "Nats-Last-Consumer"
 LAST_STREAM = "Nats-Last-Stream"
 STALLED = "Nats-Consumer-Stalled"
@@ -108,19 +114,16 @@ def parse_ack_reply(reply: str) -> tuple[int, int, int, int, int]:
     return int(t[i]), int(t[i + 1]), int(t[i + 2]), int(t[i + 3]), int(t[i + 4])
 
 
-def _pairs(headers: dict[str, str] | None) -> list[tuple[str, str]] | None:
-    if not headers:
-        return None
-    raw = getattr(headers, "raw", b"")
-    if raw:
-        from jsspark.engine.headers import decode
-
-        return decode(raw)[0] or None
-    return list(headers.items())
+async def _ignore(msg: Any) -> None:
+    """nats-py's callback for the delivery subscription: deliveries go to ``wire`` in bulk."""
 
 
 class Ingestor:
     """One origin stream's deliveries buffered by origin seq; see the module docstring."""
+
+    # Deliveries in bulk from the client's parser (``wire``); a subclass that needs every
+    # delivery as a nats-py ``Msg`` (``_on_msg``) sets this False.
+    _bulk = True
 
     def __init__(self, opts: LiveReadOptions) -> None:
         self.opts = opts
@@ -133,16 +136,20 @@ class Ingestor:
         self._deliver = ""
         self._sub: Any = None
         self._watch: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # flow-control answers under way
         # buffer (guarded by _cv)
         self._chunks: list[Chunk] = []
-        self._rows: list[Row] = []
+        self._rows = Pending()
         self._seqs: list[int] = []
         self.floor = 0  # highest origin seq Spark has committed
         self._highest = 0  # highest origin seq this process holds or knows is committed
         # delivery generation (loop thread only, read under _cv)
         self._awaiting = True
         self._last_dseq = 0
-        self._gen_pairs: deque[tuple[int, int]] = deque()
+        # (stream seqs, first delivery seq) of this generation's deliveries not known to be
+        # acked, delivery seqs consecutive within each entry; _gen_count counts them all
+        self._gen_pairs: deque[tuple[np.ndarray, int]] = deque()
+        self._gen_count = 0
         self._last_heard = time.monotonic()
         self._last_msg = 0.0  # when the last message was buffered
         # Heartbeats and flow-control requests seen: the moments an ack could go out, which
@@ -212,14 +219,19 @@ class Ingestor:
     async def _bind(self, from_consumer: bool) -> None:
         from jsspark.live.client import open_client
 
-        self._nc = await open_client(self.opts.conn, self.opts.wait_timeout / 2, reconnected_cb=self._on_reconnect,
-                                     error_cb=self._on_error)
+        cls = wire.client_class(_client_class()) if self._bulk else _client_class()
+        self._nc = await open_client(self.opts.conn, self.opts.wait_timeout / 2, cls,
+                                     reconnected_cb=self._on_reconnect, error_cb=self._on_error)
         if self.opts.mode == "ordered":
             self._deliver = self._nc.new_inbox()
         else:
             self._deliver = C.deliver_subject_for(self.opts)
-        self._sub = await self._nc.subscribe(self._deliver, cb=self._on_msg, pending_msgs_limit=-1,
-                                             pending_bytes_limit=-1)
+        # Deliveries reach _on_run in bulk (wire); nats-py's callback only sees what arrived
+        # before the route was set, all of it from before our reset below, so dropped anyway.
+        self._sub = await self._nc.subscribe(self._deliver, cb=_ignore if self._bulk else self._on_msg,
+                                             pending_msgs_limit=-1, pending_bytes_limit=-1)
+        if self._bulk:
+            wire.route(self._nc, self._sub, self._on_run)
         info = await self._restart_delivery(raise_errors=True)
         if from_consumer:
             key = "delivered" if self.opts.mode == "ordered" else "ack_floor"
@@ -234,7 +246,7 @@ class Ingestor:
         self._restarting = True
         with self._cv:
             self._awaiting = True
-            self._gen_pairs.clear()
+            self._clear_pairs()
             self._last_dseq = 0
             self._acked_sseq = 0
             self._held_fc = None
@@ -288,22 +300,112 @@ class Ingestor:
                 self._schedule_restart()
 
     # -- deliveries (loop thread) ------------------------------------------------------------
+    def _clear_pairs(self) -> None:
+        self._gen_pairs.clear()
+        self._gen_count = 0
+
     def _new_generation(self) -> None:
         self._awaiting = False
         self._last_dseq = 0
-        self._gen_pairs.clear()
+        self._clear_pairs()
         self._acked_sseq = 0
         self._held_fc = None
 
     async def _on_msg(self, msg: Any) -> None:
+        """One delivery through nats-py's callback (``_bulk`` False): handled as a run of one."""
+        raw = getattr(msg.headers, "raw", b"") if msg.headers else b""
+        self._on_run([msg.subject.encode()], [(msg.reply or "").encode()], [raw or None], [bytes(msg.data)])
+
+    def _on_run(self, subjects: list[bytes], replies: list[bytes], hdrs: list[bytes | None],
+                payloads: list[bytes]) -> None:
+        """One read's deliveries, in wire order (``wire``): runs of data messages are taken
+        whole; control messages (heartbeats, flow control) in between, one by one."""
         self._last_heard = time.monotonic()
-        hdrs = msg.headers
-        if not msg.data and hdrs and hdrs.get("Status") == "100":
-            self.controls_seen += 1
-            await self._on_control(msg, hdrs)
+        n = len(replies)
+        if b"\n".join(replies).count(ACK_PREFIX) == n and all(r.startswith(ACK_PREFIX) for r in (replies[0], replies[-1])):
+            self._take_run(subjects, replies, hdrs, payloads)
             return
+        i = 0
+        for k, reply in enumerate(replies):
+            if reply.startswith(ACK_PREFIX):
+                continue
+            if k > i:
+                self._take_run(subjects[i:k], replies[i:k], hdrs[i:k], payloads[i:k])
+            i = k + 1
+            hdr = hdrs[k]
+            if not payloads[k] and hdr and hdr.startswith(CONTROL_STATUS):
+                self.controls_seen += 1
+                self._on_control(reply, hdr)
+            # anything else without a $JS.ACK reply is not a delivery of ours: ignored
+        if i < n:
+            self._take_run(subjects[i:], replies[i:], hdrs[i:], payloads[i:])
+
+    def _take_run(self, subjects: list[bytes], replies: list[bytes], hdrs: list[bytes | None],
+                  payloads: list[bytes]) -> None:
+        """Deliveries with ``$JS.ACK`` replies. The common case, delivery seqs exactly
+        last+1, last+2, ... of the current generation, is taken as columns; anything else
+        (a reset's dseq 1, a gap, a reply of another shape) goes message by message."""
+        k = len(replies)
+        toks = b".".join(replies).split(b".")
+        width = len(toks) // k
+        if width * k != len(toks) or not (width == 9 or width >= 11):
+            for m in range(k):
+                self._take_one(subjects[m], replies[m], hdrs[m], payloads[m])
+            return
+        at = 4 if width == 9 else 6  # v1: $JS.ACK.<stream>.<consumer>.<dc>...; v2 adds domain, account
+        dseqs = np.fromiter(map(int, toks[at + 2::width]), np.int64, k)
+        with self._cv:
+            last = self._last_dseq
+            if self._awaiting or dseqs[0] != last + 1 or dseqs[-1] != last + k or (
+                    k > 2 and not np.array_equal(dseqs, np.arange(last + 1, last + k + 1, dtype=np.int64))):
+                slow = True
+            else:
+                slow = False
+                sseqs = np.fromiter(map(int, toks[at + 1::width]), np.int64, k)
+                self._last_dseq = last + k
+                self._gen_pairs.append((sseqs, last + 1))
+                self._gen_count += k
+                # each origin seq once: only what is above everything held (a reset back
+                # re-delivers what we have)
+                prior = np.maximum.accumulate(np.concatenate(([self._highest], sseqs[:-1])))
+                keep = sseqs > prior
+                if keep.any():
+                    every = bool(keep.all())
+                    ts = list(map(int, toks[at + 3::width]))
+                    pend = list(map(int, toks[at + 4::width]))
+                    kept = sseqs if every else sseqs[keep]
+                    seqs = kept.tolist()
+                    rows = self._rows
+                    if every:
+                        rows.subjects += subjects
+                        rows.ts += ts
+                        rows.headers += hdrs
+                        rows.data += payloads
+                        rows.dseqs += dseqs.tolist()
+                        rows.pending += pend
+                    else:
+                        idx = np.flatnonzero(keep).tolist()
+                        rows.subjects += [subjects[i] for i in idx]
+                        rows.ts += [ts[i] for i in idx]
+                        rows.headers += [hdrs[i] for i in idx]
+                        rows.data += [payloads[i] for i in idx]
+                        rows.dseqs += dseqs[keep].tolist()
+                        rows.pending += [pend[i] for i in idx]
+                    rows.seqs += seqs
+                    self._seqs += seqs
+                    self._highest = seqs[-1]
+                    self._last_msg = self._last_heard
+                    if len(rows) >= self.opts.chunk_rows:
+                        self._flush()
+                        self._last_msg = time.monotonic()  # a spill is no pause in delivery
+                    self._cv.notify_all()
+        if slow:
+            for m in range(k):
+                self._take_one(subjects[m], replies[m], hdrs[m], payloads[m])
+
+    def _take_one(self, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes) -> None:
         try:
-            _dc, sseq, dseq, ts, pending = parse_ack_reply(msg.reply or "")
+            _dc, sseq, dseq, ts, pending = parse_ack_reply(reply.decode())
         except ValueError:
             return
         with self._cv:
@@ -319,26 +421,33 @@ class Ingestor:
                     self._schedule_restart()  # lost in flight: reset, never recreate
                 return
             self._last_dseq = dseq
-            self._gen_pairs.append((sseq, dseq))
+            self._gen_pairs.append((np.array([sseq], np.int64), dseq))
+            self._gen_count += 1
             if sseq <= self._highest:
                 return
             self._highest = sseq
             self._last_msg = self._last_heard
-            self._rows.append((msg.subject, sseq, ts, _pairs(hdrs), bytes(msg.data), dseq, pending))
+            self._rows.append(subject, sseq, ts, hdr, payload, dseq, pending)
             self._seqs.append(sseq)
             if len(self._rows) >= self.opts.chunk_rows:
                 self._flush()
                 self._last_msg = time.monotonic()  # a spill is no pause in delivery
             self._cv.notify_all()
 
-    async def _on_control(self, msg: Any, hdrs: dict[str, str]) -> None:
-        desc = hdrs.get("Description", "")
-        if "FlowControl" in desc and msg.reply:
-            await self._answer_fc(msg.reply)
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _on_control(self, reply: bytes, block: bytes) -> None:
+        pairs, status = decode_headers(block)
+        hdrs = dict(pairs)
+        if "FlowControl" in status and reply:
+            self._spawn(self._answer_fc(reply.decode()))
             return
         stalled = hdrs.get(STALLED)
         if stalled:
-            await self._answer_fc(stalled)
+            self._spawn(self._answer_fc(stalled))
         last_c = int(hdrs.get(LAST_CONSUMER, "0") or 0)
         with self._cv:
             if self._awaiting:
@@ -356,10 +465,21 @@ class Ingestor:
     def _ack_pair(self) -> tuple[int, int] | None:
         """The newest (stream seq, delivery seq) of this generation at or below ``floor``."""
         best = None
-        while self._gen_pairs and self._gen_pairs[0][0] <= self.floor:
-            best = self._gen_pairs.popleft()
+        pairs, floor = self._gen_pairs, self.floor
+        while pairs and pairs[0][0][0] <= floor:
+            sseqs, first = pairs[0]
+            above = sseqs > floor
+            i = int(np.argmax(above)) if above.any() else len(sseqs)
+            best = (int(sseqs[i - 1]), first + i - 1)
+            if i < len(sseqs):  # keep it at the front: the next request names it again if needed
+                pairs[0] = (sseqs[i - 1:], first + i - 1)
+                self._gen_count -= i - 1
+                return best
+            pairs.popleft()
+            self._gen_count -= len(sseqs)
         if best is not None:
-            self._gen_pairs.appendleft(best)  # keep it: the next request names it again if needed
+            pairs.appendleft((np.array([best[0]], np.int64), best[1]))
+            self._gen_count += 1
         return best
 
     async def _answer_fc(self, subject: str) -> None:
@@ -373,7 +493,7 @@ class Ingestor:
             with self._cv:
                 pair = None if self._awaiting else self._ack_pair()
                 nothing_new = pair is None or pair[0] <= self._acked_sseq
-                if nothing_new and len(self._gen_pairs) >= self.opts.max_ack_pending:
+                if nothing_new and self._gen_count >= self.opts.max_ack_pending:
                     self._held_fc = subject
                     return
                 self._held_fc = None
@@ -399,9 +519,9 @@ class Ingestor:
         if not self._rows:
             return
         assert self._dir is not None
-        batch = rows_to_batch(self.opts.stream, self._consumer_name, self._rows)
+        batch = self._rows.to_batch(self.opts.stream, self._consumer_name)
         self._chunks.append(write_chunk(self._dir, batch))
-        self._rows = []
+        self._rows = Pending()
 
     def _check(self) -> None:
         if self._fatal is not None:

@@ -76,6 +76,8 @@ def legacy_durable_config(opts: LiveReadOptions, retention: str) -> dict[str, An
 class LegacyIngestor(Ingestor):
     """``Ingestor`` for servers before 2.14; see the module docstring."""
 
+    _bulk = False  # each delivery is looked at first (_on_msg): redeliveries are acked, repairs skip them
+
     def __init__(self, opts: LiveReadOptions) -> None:
         super().__init__(opts)
         # "$JS.ACK.<stream>.<consumer>", replaced by the server's own spelling once a message arrives
@@ -152,7 +154,7 @@ class LegacyIngestor(Ingestor):
                 if sseq <= self._highest:
                     continue
                 self._highest = sseq
-                self._rows.append((subject, sseq, ts, hdrs, data, None, None))  # type: ignore[arg-type]
+                self._rows.append(subject, sseq, ts, hdrs, data, None, None)
                 self._seqs.append(sseq)
                 if len(self._rows) >= self.opts.chunk_rows:
                     self._flush()

@@ -27,31 +27,80 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jsspark.datasource.schema import ARROW_SCHEMA, HEADERS_ARROW
+from jsspark.engine.headers import decode
 
 Row = tuple[str, int, int, list[tuple[str, str]] | None, bytes, int, int]  # subject, sseq, ts_ns, hdrs, data, dseq, pending
 
 
-def rows_to_batch(stream: str, consumer: str, rows: list[Row]) -> pa.RecordBatch:
+class Pending:
+    """Delivered rows not spilled yet, as columns (a delivery run appends to each at once).
+
+    ``subjects`` and ``data`` are the wire bytes, ``headers`` the raw header blocks (``None``
+    without headers): nothing is decoded per message until the rows become a record batch.
+    Rows read some other way (a ``Row``) may give ``str`` subjects and header pairs."""
+
+    __slots__ = ("data", "dseqs", "headers", "pending", "seqs", "subjects", "ts")
+
+    def __init__(self) -> None:
+        self.subjects: list[bytes | str] = []
+        self.seqs: list[int] = []
+        self.ts: list[int] = []
+        self.headers: list[bytes | list[tuple[str, str]] | None] = []
+        self.data: list[bytes] = []
+        self.dseqs: list[int | None] = []
+        self.pending: list[int | None] = []
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def append(self, subject: bytes | str, seq: int, ts: int, headers: bytes | list[tuple[str, str]] | None,
+               data: bytes, dseq: int | None, pending: int | None) -> None:
+        self.subjects.append(subject)
+        self.seqs.append(seq)
+        self.ts.append(ts)
+        self.headers.append(headers)
+        self.data.append(data)
+        self.dseqs.append(dseq)
+        self.pending.append(pending)
+
+    def to_batch(self, stream: str, consumer: str | None) -> pa.RecordBatch:
+        """The rows as one record batch of the source schema (``time`` is ``ts_ns`` truncated to µs)."""
+        n = len(self.seqs)
+        ts_arr = pa.array(self.ts, pa.int64())
+        if any(h is not None for h in self.headers):
+            headers = pa.array([_header_cells(h) for h in self.headers], type=HEADERS_ARROW)
+        else:
+            headers = pa.nulls(n, HEADERS_ARROW)
+        cols = [
+            pa.array([stream] * n, pa.string()),
+            pa.array(self.subjects, pa.binary()).cast(pa.string()),
+            pa.array(self.seqs, pa.int64()),
+            pc.divide(ts_arr, 1000).cast(pa.timestamp("us", tz="UTC")),
+            ts_arr,
+            headers,
+            pa.array(self.data, pa.binary()),
+            pa.array([consumer] * n, pa.string()),
+            pa.array(self.dseqs, pa.int64()),
+            pa.array(self.pending, pa.int64()),
+        ]
+        return pa.RecordBatch.from_arrays(cols, schema=ARROW_SCHEMA)
+
+
+def _header_cells(block: bytes | list[tuple[str, str]] | None) -> list[dict[str, str]] | None:
+    """A raw header block (or its pairs) as the ``headers`` column's cell (every pair, repeats
+    and order kept)."""
+    if not block:
+        return None
+    pairs = decode(block)[0] if isinstance(block, bytes | bytearray) else block
+    return [{"name": k, "value": v} for k, v in pairs] or None
+
+
+def rows_to_batch(stream: str, consumer: str | None, rows: list[Row]) -> pa.RecordBatch:
     """Rows as one record batch of the source schema (``time`` is ``ts_ns`` truncated to µs)."""
-    n = len(rows)
-    subj, seqs, ts, hdrs, data, dseq, pending = (list(c) for c in zip(*rows, strict=True)) if n else ([],) * 7
-    ts_arr = pa.array(ts, pa.int64())
-    headers = pa.array(
-        [None if not h else [{"name": k, "value": v} for k, v in h] for h in hdrs], type=HEADERS_ARROW
-    )
-    cols = [
-        pa.array([stream] * n, pa.string()),
-        pa.array(subj, pa.string()),
-        pa.array(seqs, pa.int64()),
-        pc.divide(ts_arr, 1000).cast(pa.timestamp("us", tz="UTC")),
-        ts_arr,
-        headers,
-        pa.array(data, pa.binary()),
-        pa.array([consumer] * n, pa.string()),
-        pa.array(dseq, pa.int64()),
-        pa.array(pending, pa.int64()),
-    ]
-    return pa.RecordBatch.from_arrays(cols, schema=ARROW_SCHEMA)
+    pending = Pending()
+    for row in rows:
+        pending.append(*row)
+    return pending.to_batch(stream, consumer)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

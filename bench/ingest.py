@@ -1,22 +1,37 @@
-"""Live ingest benchmark: NATS -> lake with jsspark against nats-server's own mirror.
+"""Live ingest benchmark: NATS -> lake with a jsspark mirror job against nats-server's own mirror.
 
-    .venv/bin/python bench/ingest.py [--messages 200000] [--size 100]
+    python3 dev.py bench ingest [--messages 500000] [--size 100] [--consumer ordered|durable]
+                                [--trigger "1 second"] [--skip-spark]
 
-One nats-server on loopback, one Limits origin stream filled with ``--messages`` messages of
-``--size`` bytes, then, each on the same data:
+One nats-server on loopback and two identical Limits origins (``ON`` for the native mirror,
+``OJ`` for jsspark), each filled with the same ``--messages`` messages of ``--size`` bytes by
+the same publisher (core publishes in windows the server's ingest queue never drops from).
+jsspark runs as a user runs it: ``run_job`` with a mirror of the origin (live source ->
+``writeStream.format("jetstream").option("form", "mirror")``, one Delta commit per batch),
+its trigger, and the consumer the job runner picks (an ordered consumer for a Limits origin;
+``--consumer durable`` forces the ``flow_control`` durable a WorkQueue/Interest origin gets).
+The two sides never run at the same time; each time ends when the target's last sequence
+reaches the origin's.
 
-- **native mirror**: a stream with ``mirror: {name: ORIGIN}`` on the same server; time until its
-  ``last_seq`` reaches the origin's. The server-to-server upper bound.
-- **nats-py ordered consumer**: a plain ``js.subscribe(ordered_consumer=True)`` callback that only
-  counts; what a Python client can receive at all.
-- **jsspark ingestor**: the live source's driver half alone (durable flow_control consumer,
-  spill files, acks after "commit"), read back from spill files and stored in a lake stream in
-  mirror form, batch by batch — no Spark.
-- **jsspark Spark query**: ``readStream.format("jetstream").option("servers", ...)`` with
-  ``Trigger.AvailableNow`` and ``foreachBatch`` -> ``land_batch(form="mirror")`` in a warm session
-  (session start-up excluded, query start-up included).
+(a) **backlog, query start included**: N messages wait; the native mirror is created, the
+    job's query is started (in a Spark session that ran only ``spark.range``: the query's
+    planning, first batch and Python worker starts count).
+(b) **arrivals into a running job**: both are running and caught up; N messages are published
+    into the origin; time from the first publish until the last one is in the target. The
+    publisher's own time is printed next to it: where both sides finish with it, the
+    publisher caps the view and it says nothing about either side's throughput.
+(c) **backlog, running job** (the judged view): the running job's consumer is paused on the
+    server (``$JS.API.CONSUMER.PAUSE``: no deliveries, heartbeats go on, the job keeps
+    polling), N messages are published, the consumer is resumed; time until the last is in
+    the lake. The native side is a mirror created over the same N-message backlog (a server
+    mirror starts in milliseconds and its consumer is internal: it cannot be paused).
 
-Prints msgs/s for each and the ratios to the native mirror and to the ordered consumer.
+Why (c) is the target: an ingest job runs for days, so what decides whether it keeps up is the
+rate a running job drains what arrives. (a) adds the query start once per job life, and (b)
+on this machine is capped by the publisher (see its line), which is not the system measured.
+
+Also printed: a nats-py ordered consumer that does nothing with the messages, and the live
+source's driver half alone (consumer, spill files, read back, stored in mirror form, no Spark).
 """
 
 from __future__ import annotations
@@ -24,11 +39,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,143 +59,272 @@ from jsspark.live.options import parse_live_read_options
 from jsspark.live.spill import read_spill
 from jsspark.nats_server import NatsServer
 
-
-async def _api(nc: Any, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    msg = await nc.request(f"$JS.API.{subject}", b"" if body is None else json.dumps(body).encode(), timeout=30)
-    return json.loads(msg.data)
+WINDOW = 50_000  # published but not yet stored: well under the server's 100,000-message ingest queue
+CHUNK = 10_000
 
 
-async def fill(url: str, n: int, size: int) -> None:
-    import nats
+class Nats:
+    """One nats-py connection on its own loop thread (the Spark side needs the main thread)."""
 
-    nc = await nats.connect(url)
-    resp = await _api(nc, "STREAM.CREATE.ORIGIN", {"name": "ORIGIN", "subjects": ["o.>"], "storage": "file"})
-    assert "error" not in resp, resp
-    payload = b"x" * size
-    for i in range(n):
-        await nc.publish(f"o.{i % 16}", payload)
-        if i % 50_000 == 0:
-            await nc.flush()
-    await nc.flush()
-    while (await _api(nc, "STREAM.INFO.ORIGIN"))["state"]["last_seq"] < n:
-        await asyncio.sleep(0.05)
-    await nc.close()
+    def __init__(self, url: str) -> None:
+        import nats
+
+        self.url = url
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.nc = self.run(nats.connect(url))
+
+    def run(self, coro: Any, timeout: float = 900) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    async def _api(self, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        msg = await self.nc.request(f"$JS.API.{subject}", b"" if body is None else json.dumps(body).encode(), timeout=30)
+        return json.loads(msg.data)
+
+    def api(self, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        resp = self.run(self._api(subject, body))
+        assert "error" not in resp, (subject, resp)
+        return resp
+
+    def last_seq(self, stream: str) -> int:
+        return int(self.api(f"STREAM.INFO.{stream}")["state"]["last_seq"])
+
+    def publish(self, stream: str, n: int, size: int) -> float:
+        """Publish ``n`` messages into ``stream`` as fast as its ingest takes them; seconds
+        until the stream holds them all."""
+
+        async def go() -> float:
+            base = int((await self._api(f"STREAM.INFO.{stream}"))["state"]["last_seq"])
+            payload = b"x" * size
+            subjects = [f"{stream.lower()}.{i}" for i in range(16)]
+            t0 = time.perf_counter()
+            sent = 0
+            while sent < n:
+                k = min(CHUNK, n - sent)
+                for i in range(sent, sent + k):
+                    await self.nc.publish(subjects[i & 15], payload)
+                sent += k
+                await self.nc.flush()
+                while int((await self._api(f"STREAM.INFO.{stream}"))["state"]["last_seq"]) - base < sent - WINDOW:
+                    await asyncio.sleep(0.002)
+            while int((await self._api(f"STREAM.INFO.{stream}"))["state"]["last_seq"]) - base < n:
+                await asyncio.sleep(0.002)
+            return time.perf_counter() - t0
+
+        return self.run(go())
+
+    def close(self) -> None:
+        self.run(self.nc.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-async def native_mirror(url: str, n: int) -> float:
-    import nats
+def wait_for(done: Callable[[], bool], what: str, timeout: float = 900, poll: float = 0.01) -> float:
+    """Poll ``done`` until true; the monotonic time it became true."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"bench: {what} not done after {timeout}s")
+        time.sleep(poll)
+    return time.perf_counter()
 
-    nc = await nats.connect(url)
+
+# -- the native side ----------------------------------------------------------------------------
+def native_backlog(nats: Nats, mirror: str, origin: str, start: int, last: int) -> float:
+    """Create a mirror of ``origin`` from ``start``: seconds until it holds up to ``last``."""
     t0 = time.perf_counter()
-    resp = await _api(nc, "STREAM.CREATE.MIR", {"name": "MIR", "mirror": {"name": "ORIGIN"}, "storage": "file"})
-    assert "error" not in resp, resp
-    while (await _api(nc, "STREAM.INFO.MIR"))["state"]["last_seq"] < n:
-        await asyncio.sleep(0.01)
-    dt = time.perf_counter() - t0
-    await nc.close()
-    return dt
+    cfg: dict[str, Any] = {"name": origin}
+    if start > 1:
+        cfg["opt_start_seq"] = start
+    nats.api(f"STREAM.CREATE.{mirror}", {"name": mirror, "mirror": cfg, "storage": "file"})
+    return wait_for(lambda: nats.last_seq(mirror) >= last, f"native mirror {mirror}") - t0
 
 
-async def ordered_consumer(url: str, n: int) -> float:
-    import nats
-
-    nc = await nats.connect(url)
-    js = nc.jetstream()
-    done = asyncio.Event()
-    count = 0
-
-    async def cb(msg: Any) -> None:
-        nonlocal count
-        count += 1
-        if count >= n:
-            done.set()
-
+def arrivals(nats: Nats, origin: str, n: int, size: int, target_last: Callable[[], int], poll: float) -> tuple[float, float]:
+    """Publish ``n`` into ``origin`` while the target runs: (seconds until the target holds
+    them, seconds the publisher took)."""
+    goal = nats.last_seq(origin) + n
     t0 = time.perf_counter()
-    sub = await js.subscribe("o.>", stream="ORIGIN", ordered_consumer=True, cb=cb)
-    await asyncio.wait_for(done.wait(), 600)
-    dt = time.perf_counter() - t0
-    await sub.unsubscribe()
-    await nc.close()
-    return dt
+    box: dict[str, float] = {}
+    pub = threading.Thread(target=lambda: box.setdefault("pub", nats.publish(origin, n, size)))
+    pub.start()
+    done = wait_for(lambda: target_last() >= goal, f"{n} arrivals", poll=poll)
+    pub.join()
+    return done - t0, box["pub"]
 
 
-def jsspark_ingestor(url: str, n: int, work: Path) -> float:
-    lake = jsspark.connect(str(work / "lake-ing"))
-    lake.add_stream(name="ING", subjects=["o.>"])
-    opts = parse_live_read_options({"servers": url, "stream": "ORIGIN", "consumer": "bench_ing",
-                                    "spillDir": str(work / "spill-ing"), "maxAckPending": "50000"})
+def ordered_consumer(nats: Nats, origin: str, n: int) -> float:
+    """A nats-py ordered push consumer that only counts ``n`` messages from the start."""
+
+    async def go() -> float:
+        js = nats.nc.jetstream()
+        done = asyncio.Event()
+        count = 0
+
+        async def cb(msg: Any) -> None:
+            nonlocal count
+            count += 1
+            if count >= n:
+                done.set()
+
+        t0 = time.perf_counter()
+        sub = await js.subscribe(f"{origin.lower()}.>", stream=origin, ordered_consumer=True, cb=cb)
+        await asyncio.wait_for(done.wait(), 900)
+        dt = time.perf_counter() - t0
+        await sub.unsubscribe()
+        return dt
+
+    return nats.run(go())
+
+
+def ingestor_alone(url: str, origin: str, n: int, work: Path, mode: str) -> float:
+    """The live source's driver half without Spark: receive, spill, read back, store."""
+    lake = jsspark.connect(str(work / "lake-ingestor"))
+    lake.add_stream(name="ING", mirror={"name": origin})
+    opts = parse_live_read_options({"servers": url, "stream": origin, "consumer": "bench_ingestor",
+                                    "consumerMode": "server" if mode == "durable" else "ordered",
+                                    "spillDir": str(work / "spill-ingestor")})
     t0 = time.perf_counter()
     ing = Ingestor(opts)
     ing.start(None)
     start = ing.floor
     while start < n:
-        end = ing.latest(start, 50_000, None)
+        end = ing.latest(start, None, None)
         if end == start:
             continue
-        batches = [b for p in ing.plan(start, end) for b in read_spill(p)]
+        batches = [b for p in ing.plan(start, min(end, n)) for b in read_spill(p)]
         store_mirrored(lake, "ING", pa.Table.from_batches(batches), txn=("bench", end))
-        start = end
-    ing.latest(start, None, None)
+        start = min(end, n)
     dt = time.perf_counter() - t0
     ing.stop()
-    assert lake.stream_info("ING").state.messages == n
+    assert lake.stream_info("ING").state.last_seq >= n
     return dt
 
 
-def spark_query(url: str, n: int, work: Path) -> float:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+# -- the jsspark side ---------------------------------------------------------------------------
+class SparkSide:
+    def __init__(self, nats: Nats, work: Path, mode: str, trigger: str) -> None:
+        from jsspark.local_spark import local_spark
 
-    from jsspark.live.landing import land_batch
+        self.nats, self.work, self.mode, self.trigger = nats, work, mode, trigger
+        self.spark = local_spark("jsspark-bench-ingest")
+        self.spark.range(10).count()  # the JVM and one Python worker up: a warm session
+        self.lake = jsspark.connect(str(work / "lake-spark"))
+        self.job: Any = None
 
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    jsspark.register(spark)
-    spark.range(10).count()  # warm the JVM and a Python worker
-    lake = jsspark.connect(str(work / "lake-spark"))
-    lake.add_stream(name="SPK", subjects=["o.>"])
+    def last_seq(self) -> int:
+        return int(self.lake.stream_info("MJ").state.last_seq)
 
-    def batch(df: Any, batch_id: int) -> None:
-        land_batch(lake, "SPK", df.toArrow(), form="mirror", txn=("bench-spark", batch_id))
+    def backlog_cold(self, origin: str, n: int) -> float:
+        from jsspark.jobs.runner import run_job
 
-    t0 = time.perf_counter()
-    q = (spark.readStream.format("jetstream").option("servers", url).option("stream", "ORIGIN")
-         .option("consumer", "bench_spark").option("maxAckPending", "50000")
-         .option("maxMessagesPerTrigger", "100000").option("spillDir", str(work / "spill-spark")).load()
-         .writeStream.foreachBatch(batch).option("checkpointLocation", str(work / "ckpt"))
-         .trigger(availableNow=True).start())
-    q.awaitTermination()
-    dt = time.perf_counter() - t0
-    assert lake.stream_info("SPK").state.messages == n, lake.stream_info("SPK").state
-    spark.stop()
-    return dt
+        endpoint: dict[str, Any] = {"servers": self.nats.url, "options": {"spillDir": str(self.work / "spill-spark")}}
+        if self.mode == "durable":
+            endpoint["options"].update({"consumerMode": "server", "consumer": "bench_durable"})
+        t0 = time.perf_counter()
+        self.job = run_job({"stream": {"name": "MJ", "mirror": {"name": origin}},
+                            "target": {"location": str(self.work / "lake-spark")},
+                            "origins": {origin: endpoint}, "trigger": self.trigger}, self.spark)
+        return wait_for(lambda: self._check() >= n, "jsspark job over the backlog", poll=0.05) - t0
+
+    def _check(self) -> int:
+        for q in self.job.queries:
+            if q.exception() is not None:
+                raise RuntimeError(f"bench: the jsspark query failed: {q.exception()}")
+        return self.last_seq()
+
+    def consumer(self, origin: str) -> str:
+        names = [c["name"] for c in self.nats.api(f"CONSUMER.LIST.{origin}")["consumers"]]
+        assert len(names) == 1, names
+        return names[0]
+
+    def backlog_warm(self, origin: str, n: int, size: int) -> tuple[float, int]:
+        """Pause the running job's consumer, publish ``n``, resume: seconds until all are in
+        the lake, and the number of batches that took."""
+        name = self.consumer(origin)
+        self.nats.api(f"CONSUMER.PAUSE.{origin}.{name}", {"pause_until": "2999-01-01T00:00:00Z"})
+        self.nats.publish(origin, n, size)
+        goal = self.nats.last_seq(origin)
+        batches_before = self.batches()
+        t0 = time.perf_counter()
+        self.nats.api(f"CONSUMER.PAUSE.{origin}.{name}", {})
+        dt = wait_for(lambda: self._check() >= goal, "jsspark job over the warm backlog", poll=0.05) - t0
+        return dt, self.batches() - batches_before
+
+    def batches(self) -> int:
+        progress = self.job.queries[0].lastProgress
+        return -1 if not progress else int(progress["batchId"])
+
+    def stop(self) -> None:
+        if self.job is not None:
+            self.job.stop()
+        self.spark.stop()
+
+
+def rate(n: int, dt: float) -> str:
+    return f"{dt:7.2f} s {n / dt:9,.0f}/s"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--messages", type=int, default=500_000)
     ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--consumer", choices=("ordered", "durable"), default="ordered",
+                    help="ordered: what the job runner picks for a Limits origin; durable: the flow_control "
+                         "durable of a WorkQueue/Interest origin")
+    ap.add_argument("--trigger", default="1 second", help="the job's trigger (a job file's default)")
     ap.add_argument("--skip-spark", action="store_true")
     args = ap.parse_args()
-    n = args.messages
+    n, size = args.messages, args.size
     work = Path(tempfile.mkdtemp(prefix="jsspark-bench-ingest-"))
+    rows: dict[str, tuple[float, float]] = {}
+    lines: list[str] = []
     try:
         (work / "nats").mkdir()
         with NatsServer(store_dir=work / "nats") as srv:
-            asyncio.run(fill(srv.url, n, args.size))
-            results = {
-                "native mirror": asyncio.run(native_mirror(srv.url, n)),
-                "nats-py ordered consumer": asyncio.run(ordered_consumer(srv.url, n)),
-                "jsspark ingestor -> lake": jsspark_ingestor(srv.url, n, work),
-            }
+            nats = Nats(srv.url)
+            for origin in ("ON", "OJ"):
+                nats.api(f"STREAM.CREATE.{origin}", {"name": origin, "subjects": [f"{origin.lower()}.>"], "storage": "file"})
+            fill = [nats.publish(o, n, size) for o in ("ON", "OJ")]
+            lines.append(f"publisher into an idle origin: {rate(n, min(fill))}")
+
+            # the native side: (a) mirror over the backlog, (b) arrivals, (c) a new mirror over a new backlog
+            native_a = native_backlog(nats, "MN", "ON", 1, n)
+            ordered = ordered_consumer(nats, "ON", n)
+            alone = ingestor_alone(srv.url, "ON", n, work, args.consumer)
+            native_b, pub_b = arrivals(nats, "ON", n, size, lambda: nats.last_seq("MN"), poll=0.002)
+            nats.api("STREAM.DELETE.MN")
+            nats.publish("ON", n, size)
+            native_c = native_backlog(nats, "MC", "ON", 2 * n + 1, 3 * n)
+            nats.api("STREAM.DELETE.MC")
+
             if not args.skip_spark:
-                results["jsspark Spark query -> lake"] = spark_query(srv.url, n, work)
-        print(f"{n} messages of {args.size} B")
-        base, ordered = results["native mirror"], results["nats-py ordered consumer"]
-        for name, dt in results.items():
-            print(f"  {name:30s} {dt:7.2f} s  {n / dt:10,.0f} msg/s  "
-                  f"x{base / dt:5.2f} of native mirror  x{ordered / dt:5.2f} of ordered consumer")
+                side = SparkSide(nats, work, args.consumer, args.trigger)
+                try:
+                    spark_a = side.backlog_cold("OJ", n)
+                    spark_b, pub_b_spark = arrivals(nats, "OJ", n, size, side.last_seq, poll=0.05)
+                    spark_c, batches_c = side.backlog_warm("OJ", n, size)
+                    assert side.last_seq() == 3 * n and side.lake.stream_info("MJ").state.messages == 3 * n
+                finally:
+                    side.stop()
+                rows = {"(a) backlog, query start included": (native_a, spark_a),
+                        "(b) arrivals into a running job": (native_b, spark_b),
+                        "(c) backlog, running job [judged]": (native_c, spark_c)}
+            nats.close()
+
+        print(f"{n:,} messages of {size} B; jsspark: run_job mirror, {args.consumer} consumer, trigger "
+              f"{args.trigger!r}; native: nats-server mirror; one after the other on this machine")
+        for line in lines:
+            print(f"  {line}")
+        print(f"  {'view':36s} {'native mirror':>22s}   {'jsspark job':>22s}   jsspark/native")
+        for name, (nat, jss) in rows.items():
+            print(f"  {name:36s} {rate(n, nat):>22s}   {rate(n, jss):>22s}   x{nat / jss:5.2f}")
+        if rows:
+            print(f"  (b) publisher's own time: {pub_b:.2f} s beside the native mirror, {pub_b_spark:.2f} s beside "
+                  f"jsspark; a side that ends with its publisher is capped by it")
+            print(f"  (c) took {batches_c} Spark batches")
+        print(f"  nats-py ordered consumer, does nothing, backlog: {rate(n, ordered)}"
+              + (f"   jsspark (c) x{ordered / rows['(c) backlog, running job [judged]'][1]:5.2f} of it" if rows else ""))
+        print(f"  jsspark ingestor alone (no Spark), backlog:      {rate(n, alone)}   x{native_a / alone:5.2f} of native (a)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

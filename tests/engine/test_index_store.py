@@ -14,7 +14,6 @@ from jsspark.engine import index_store
 from jsspark.engine.index import MessageIndex
 from jsspark.engine.schema import INDEX_COLUMNS
 from jsspark.engine.stream import LakeStream
-from tests.engine.test_object_store import s3  # noqa: F401 (the moto S3 server fixture)
 
 
 @pytest.fixture(autouse=True)
@@ -115,7 +114,7 @@ def test_spark_readers_and_vacuum_leave_the_snapshot_directory_alone(tmp_path: P
     assert lake.stream("S").read().num_rows == 100
 
 
-def test_snapshot_on_an_object_store(s3: dict[str, str]) -> None:  # noqa: F811 (the fixture)
+def test_snapshot_on_an_object_store(s3: dict[str, str]) -> None:
     lake = jsspark.connect("s3://lake/idx", storage_options=s3)
     lake.add_stream(name="S", subjects=["s.>"])
     lake.publish_batch("S", _batch(0, 80))

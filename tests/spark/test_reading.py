@@ -93,6 +93,30 @@ def test_partitions_split_by_sequence_and_file(tmp_path: Path) -> None:
     assert [r["seq"] for b in read_partition(clone) for r in b.to_pylist()] == list(range(6, 11))
 
 
+def test_partitions_cut_between_commits_not_inside_one(tmp_path: Path) -> None:
+    """Commits of 8 and 4 messages, 3 tasks wanted: the even cuts (after 4 and 8) would split the
+    first commit, whose files interleave over seqs 1..8, so both tasks would decode them; the
+    planner moves the cut to the commit boundary and each file is read by exactly one task."""
+    loc, lake = _lake(tmp_path)
+    for n in (8, 4):  # each commit's files hold s.a and s.b, alternating: every one spans the commit
+        lake.publish_batch("S", pa.table({"subject": ["s.a", "s.b"] * (n // 2), "data": [b"x"] * n}))
+    planner = _planner(loc, minPartitions="3")
+    parts = planner.partitions(Cursor(0), None)
+    assert [(p.lo, p.hi) for p in parts] == [(0, 8), (8, 12)]
+    assert [p.dseq_base for p in parts] == [0, 8] and [p.pending_after for p in parts] == [4, 0]
+    assert not set(parts[0].files) & set(parts[1].files)
+    rows = [r for p in parts for b in read_partition(p) for r in b.to_pylist()]
+    assert [(r["seq"], r["delivery_seq"], r["num_pending"]) for r in rows] == [(i, i, 12 - i) for i in range(1, 13)]
+
+
+def test_one_commit_is_still_split_when_there_is_no_clean_cut(tmp_path: Path) -> None:
+    loc, lake = _lake(tmp_path)
+    lake.publish_batch("S", pa.table({"subject": ["s.a", "s.b"] * 6, "data": [b"x"] * 12}))
+    parts = _planner(loc, minPartitions="3").partitions(Cursor(0), None)
+    assert [(p.lo, p.hi) for p in parts] == [(0, 4), (4, 8), (8, 12)]
+    assert [r["seq"] for p in parts for b in read_partition(p) for r in b.to_pylist()] == list(range(1, 13))
+
+
 def test_skip_list_cursor_keeps_resume_until_passed(tmp_path: Path) -> None:
     cur = Cursor(1, 0, (2, 5, 7), 9)
     assert cur.to_offset() == {"seq": 1, "dseq": 0, "skip": [2, 5, 7], "resume": 9}

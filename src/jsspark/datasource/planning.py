@@ -66,6 +66,39 @@ def _cores() -> int:
     return os.cpu_count() or 1
 
 
+def _aligned_bounds(seqs: np.ndarray, parts: int, files: list[tuple[str, int, int, int]]) -> np.ndarray:
+    """Positions in ``seqs`` that split it into about ``parts`` equal tasks, each moved to the
+    nearest clean cut within one task's length: a sequence no data file spans. A commit's files
+    (one per subject partition) interleave over its whole sequence range, so a cut inside that
+    range makes both neighbouring tasks decode every one of those files and filter half the rows
+    away; cut between commits, each file is read by one task (tasks of up to twice the size are
+    cheaper than reading twice)."""
+    n = len(seqs)
+    even = np.linspace(0, n, parts + 1).astype(np.int64)
+    if parts <= 1 or not files:
+        return even
+    spans = np.array([(f[1], f[2]) for f in files], dtype=np.int64)
+    spans = spans[np.argsort(spans[:, 0], kind="stable")]
+    reach = np.maximum.accumulate(spans[:, 1])
+    # a cut at c is clean when every file starting above c starts above everything before it
+    clean = reach[:-1][reach[:-1] < spans[1:, 0]]
+    cuts = np.unique(np.searchsorted(seqs, clean, side="right"))
+    cuts = cuts[(cuts > 0) & (cuts < n)]
+    if len(cuts) == 0:
+        return even
+    reach_rows = n / parts
+    out = [0]
+    for target in even[1:-1]:
+        k = int(np.searchsorted(cuts, target))
+        near = min((c for c in cuts[max(0, k - 1) : k + 1]), key=lambda c: abs(int(c) - int(target)))
+        pos = int(near) if abs(int(near) - int(target)) <= reach_rows else int(target)
+        if pos > out[-1]:
+            out.append(pos)
+    if out[-1] < n:
+        out.append(n)
+    return np.array(out, dtype=np.int64)
+
+
 class DataLossError(RuntimeError):
     """Messages the query should deliver are gone (``failOnDataLoss=true``)."""
 
@@ -558,8 +591,8 @@ class Planner:
         if self.opts.replay_original or self.opts.consumer.rate_limit_bps:
             parts = 1  # pacing is per task: one task keeps the stream's pace and rate
         parts = min(parts, n)
-        bounds = np.linspace(0, n, parts + 1).astype(np.int64)
         files, direct = self._files(snap)
+        bounds = _aligned_bounds(seqs, parts, files)
         base = ReadPartition(
             uri=self.table().uri,
             version=snap.version,

@@ -303,6 +303,8 @@ def main() -> None:
                     spark_a = side.backlog_cold("OJ", n)
                     spark_b, pub_b_spark = arrivals(nats, "OJ", n, size, side.last_seq, poll=0.05)
                     spark_c, batches_c = side.backlog_warm("OJ", n, size)
+                    recent = side.job.queries[0].recentProgress[-max(batches_c, 1):]
+                    phases = [{k: v for k, v in p["durationMs"].items() if v} for p in recent]
                     assert side.last_seq() == 3 * n and side.lake.stream_info("MJ").state.messages == 3 * n
                 finally:
                     side.stop()
@@ -321,7 +323,7 @@ def main() -> None:
         if rows:
             print(f"  (b) publisher's own time: {pub_b:.2f} s beside the native mirror, {pub_b_spark:.2f} s beside "
                   f"jsspark; a side that ends with its publisher is capped by it")
-            print(f"  (c) took {batches_c} Spark batches")
+            print(f"  (c) took {batches_c} Spark batches; their durationMs: {phases}")
         print(f"  nats-py ordered consumer, does nothing, backlog: {rate(n, ordered)}"
               + (f"   jsspark (c) x{ordered / rows['(c) backlog, running job [judged]'][1]:5.2f} of it" if rows else ""))
         print(f"  jsspark ingestor alone (no Spark), backlog:      {rate(n, alone)}   x{native_a / alone:5.2f} of native (a)")

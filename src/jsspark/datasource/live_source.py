@@ -30,7 +30,7 @@ from jsspark.live.snapshot import (
     read_snapshot,
     resolve_bounds,
 )
-from jsspark.live.spill import SpillPartition, read_spill
+from jsspark.live.spill import SpillPartition, read_spill, reference_batch
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         ing = self._ing(lo)
         if lo >= hi:
             return []
-        return [InputPartition(p) for p in ing.plan(lo, hi)]
+        return [InputPartition(p) for p in ing.plan(lo, hi, by_reference=self.opts.spill_references)]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed up to ``end`` (one batch late): acks may now cover it."""
@@ -138,6 +138,9 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
             return
         if not isinstance(value, SpillPartition):
             raise TypeError(f"jetstream (live): unexpected partition {partition!r}")
+        if self.opts.spill_references:
+            yield reference_batch(value)  # the driver-side landing commit reads the files
+            return
         yield from read_spill(value)
 
     def stop(self) -> None:

@@ -27,7 +27,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from jsspark.datasource.options import ReadOptions, parse_read_options, parse_write_options, scrubbed
+from jsspark.datasource.options import (
+    ReadOptions,
+    parse_bool,
+    parse_read_options,
+    parse_write_options,
+    scrubbed,
+)
 from jsspark.datasource.planning import Cursor, Planner, ReadPartition
 from jsspark.datasource.reading import read_partition
 from jsspark.datasource.schema import spark_schema
@@ -58,13 +64,17 @@ class JetStreamDataSource(DataSource):
     def name(cls) -> str:
         return "jetstream"
 
-    def schema(self) -> StructType:
+    def schema(self) -> StructType | str:
         # Validate here: Spark calls schema() from load(), so bad options fail at load().
         if "servers" in self.options:  # a live JetStream server (jsspark.live)
             from jsspark.datasource.live_source import pin_snapshot
 
             # Spark reuses this instance for every action: a batch read's snapshot is fixed here.
             self._live_snapshot = pin_snapshot(self.options)
+            if parse_bool("spillReferences", self.options.get("spillReferences", "false")):
+                from jsspark.live.spill import REFERENCE_DDL
+
+                return REFERENCE_DDL  # by-reference rows for a landing sink (jobs)
             return spark_schema()
         parse_read_options(self.options)
         return spark_schema()

@@ -229,6 +229,9 @@ class Job:
                 opts["filterSubject"] = filters[0]
             elif filters:
                 opts["filterSubjects"] = ",".join(filters)
+        # The landing commit reads the messages from the spill files on this host: the payloads
+        # do not go through Spark's rows (an endpoint option spillReferences=false makes them).
+        opts["spillReferences"] = "true"
         opts.update(plan.endpoint.options)
         return opts
 
@@ -246,8 +249,9 @@ class Job:
             location = opts.pop("path", None)
             reader = spark.readStream.format("jetstream").options(**opts)
             df = reader.load(location) if location is not None else reader.load()
+            by_reference = str(opts.get("spillReferences", "false")).lower() == "true"
             writer = (
-                landing_frame(df).writeStream.format("jetstream")
+                (df if by_reference else landing_frame(df)).writeStream.format("jetstream")
                 .option("stream", self.spec.stream.name)
                 .option("form", plan.kind)
                 .option("origin", json.dumps(plan.source.to_json()))

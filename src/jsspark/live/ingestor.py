@@ -643,9 +643,10 @@ class Ingestor:
                     return False
                 self._cv.wait(0.05)
 
-    def plan(self, start: int, end: int) -> list[SpillPartition]:
+    def plan(self, start: int, end: int, by_reference: bool = False) -> list[SpillPartition]:
         """Partitions for (start, end]: waits (bounded) until the buffer covers ``end`` — after
-        a restart the batch is re-received from the origin, where nothing above ``start`` was acked."""
+        a restart the batch is re-received from the origin, where nothing above ``start`` was acked.
+        ``by_reference``: each partition also carries its rows' sequences (``spill.reference_batch``)."""
         self.commit(start)
         self._wait(lambda: self._highest >= end, f"origin seq {end} to re-read batch ({start}, {end}]")
         with self._cv:
@@ -653,16 +654,25 @@ class Ingestor:
             self._flush()
             chunks = [c for c in self._chunks if c.last > start and c.first <= end]
         # Few, large partitions: each Spark task costs far more than reading a few spill files.
-        parts: list[SpillPartition] = []
-        group: list[str] = []
+        # Chunks hold ascending, disjoint sequence ranges: each partition covers its own.
+        groups: list[list[Chunk]] = []
         rows = 0
         for c in chunks:
-            if group and rows + c.count > PARTITION_ROWS:
-                parts.append(SpillPartition(tuple(group), start, end))
-                group, rows = [], 0
-            group.append(c.path)
-            rows += c.count
-        if group:
-            parts.append(SpillPartition(tuple(group), start, end))
+            if groups and rows + c.count <= PARTITION_ROWS:
+                groups[-1].append(c)
+                rows += c.count
+            else:
+                groups.append([c])
+                rows = c.count
+        parts = []
+        for i, g in enumerate(groups):
+            lo = start if i == 0 else groups[i - 1][-1].last
+            hi = end if i == len(groups) - 1 else g[-1].last
+            seqs = self._seqs_in(lo, hi) if by_reference else None
+            parts.append(SpillPartition(tuple(c.path for c in g), lo, hi, seqs))
         return parts
+
+    def _seqs_in(self, lo: int, hi: int) -> tuple[int, ...]:
+        with self._cv:
+            return tuple(self._seqs[bisect.bisect_right(self._seqs, lo) : bisect.bisect_right(self._seqs, hi)])
 

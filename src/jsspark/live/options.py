@@ -24,7 +24,7 @@ CONNECTION_OPTIONS = (
 READ_OPTIONS = (
     "stream", "consumer", "consumerMode", "deliverSubject", "deliverPolicy", "optStartSeq", "optStartTime",
     "filterSubject", "filterSubjects", "headersOnly", "maxAckPending", "maxMessagesPerTrigger", "spillDir", "chunkRows",
-    "waitTimeout", "reportLatestOffset",
+    "waitTimeout", "reportLatestOffset", "spillReferences",
 )
 # The lake source's option names (JetStream ConsumerConfig JSON) for the same settings.
 CONSUMER_CONFIG_NAMES = {
@@ -203,6 +203,8 @@ class LiveReadOptions:
     chunk_rows: int = 5_000
     wait_timeout: float = 60.0
     report_latest_offset: bool = False
+    # rows by reference (``live.spill.REFERENCE_SCHEMA``) for a landing sink: set by the job runner
+    spill_references: bool = False
 
 
 def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
@@ -254,6 +256,7 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         chunk_rows=_int(opts, "chunkRows", 5_000, 1) or 5_000,
         wait_timeout=wait,
         report_latest_offset=parse_bool("reportLatestOffset", opts.get("reportLatestOffset", "false")),
+        spill_references=parse_bool("spillReferences", opts.get("spillReferences", "false")),
     )
 
 

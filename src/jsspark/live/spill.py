@@ -6,7 +6,9 @@ stream reader appends them, in delivery order, to Arrow IPC files named by their
 sequence range; a partition names a file and an origin-sequence range, so a retried task
 re-reads exactly the same rows. Files live until Spark's checkpoint shows a later batch
 committed. The directory must be visible to executors (local mode: any local path; a cluster:
-a shared mount via the ``spillDir`` option). A process owns one sub-directory named after its
+a shared mount via the ``spillDir`` option), except for rows by reference (``spillReferences``,
+what jobs use): their executors only count rows, and the driver-side landing commit reads the
+files on the host that wrote them. A process owns one sub-directory named after its
 pid; directories of dead processes are removed at start (a SIGKILLed driver leaves one).
 
 The rows have the ``jetstream`` source schema (``datasource.schema.ARROW_SCHEMA``), so a
@@ -15,12 +17,13 @@ streaming query over a live stream looks exactly like one over a lake stream.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -151,11 +154,61 @@ def write_chunk(directory: Path, batch: pa.RecordBatch) -> Chunk:
 
 @dataclass(frozen=True)
 class SpillPartition:
-    """What one task reads: rows of ``paths`` with ``lo < seq <= hi`` (picklable, small)."""
+    """What one task reads: rows of ``paths`` with ``lo < seq <= hi`` (picklable, small).
+
+    ``seqs`` (by-reference reads only): the origin sequences of those rows, so a task can emit
+    one reference row per message without seeing the files."""
 
     paths: tuple[str, ...]
     lo: int
     hi: int
+    seqs: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
+
+    def to_json(self) -> str:
+        return json.dumps({"paths": list(self.paths), "lo": self.lo, "hi": self.hi})
+
+    @classmethod
+    def from_json(cls, text: str) -> SpillPartition:
+        d = json.loads(text)
+        return cls(tuple(d["paths"]), int(d["lo"]), int(d["hi"]))
+
+
+# By-reference rows (option ``spillReferences``, set by the job runner for server origins):
+# one row per message with its origin ``seq``; the partition's ``SpillPartition`` as JSON in
+# ``spill`` on its first row, null on the others. A lake sink with a landing ``form`` reads the
+# messages from the spill files in its driver-side commit, on the host that wrote them, so the
+# payloads never cross into the JVM and back (Spark still counts, orders and checkpoints every
+# message, and the commit checks it found exactly the referenced rows).
+REFERENCE_DDL = "seq bigint, spill string"
+REFERENCE_SCHEMA = pa.schema([pa.field("seq", pa.int64()), pa.field("spill", pa.string())])
+
+
+def reference_batch(part: SpillPartition) -> pa.RecordBatch:
+    """The partition's reference rows (``REFERENCE_SCHEMA``)."""
+    seqs = pa.array(part.seqs or (), pa.int64())
+    n = len(seqs)
+    spill = pa.concat_arrays([pa.array([part.to_json()], pa.string()), pa.nulls(n - 1, pa.string())]) if n else pa.nulls(0, pa.string())
+    return pa.RecordBatch.from_arrays([seqs, spill], schema=REFERENCE_SCHEMA)
+
+
+def is_reference(schema: pa.Schema) -> bool:
+    return schema.names == REFERENCE_SCHEMA.names
+
+
+def read_references(refs: list[str], rows: int) -> Iterator[pa.RecordBatch]:
+    """The messages of reference rows' ``spill`` values (``rows`` of them in all), in the source
+    schema; fails, naming the files, when the spill no longer holds exactly those rows."""
+    found = 0
+    for text in refs:
+        for batch in read_spill(SpillPartition.from_json(text)):
+            found += batch.num_rows
+            yield batch
+    if found != rows:
+        raise RuntimeError(
+            f"jetstream (live): the spill files {[SpillPartition.from_json(t).paths for t in refs]} hold {found} "
+            f"of the {rows} messages the batch references; nothing was stored (a restart re-reads them from "
+            "the origin, where they are not acked)"
+        )
 
 
 def read_spill(part: SpillPartition) -> Iterator[pa.RecordBatch]:

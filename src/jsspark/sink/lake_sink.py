@@ -73,6 +73,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from jsspark.datasource.options import OptionError, WriteOptions, redact_storage, scrubbed
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
+from jsspark.live.spill import is_reference, read_references
 
 SINK_SCHEMA = pa.schema(
     [pa.field("subject", pa.string()), pa.field("data", pa.binary()), pa.field("headers", H.HEADER_TYPE)]
@@ -211,6 +212,7 @@ class LakeSinkMessage(WriterCommitMessage):
     rows: int
     ipc: bytes | None = None
     path: str | None = None
+    spill: tuple[str, ...] = ()  # by-reference rows: the live source's spill partitions (JSON)
 
 
 def _filesystem(location: str, storage_options: dict[str, str] | None = None) -> tuple[Any, str]:
@@ -244,7 +246,15 @@ def collect_task(
     columns when a landing ``form`` is set, else the publishable ones). Rows staged as Parquet
     go under ``<location>/_staging/<tag>/`` (``path``: on ``_filesystem(location)``)."""
     schema = FORM_SCHEMA if form else TASK_SCHEMA
-    tables = [normalize_origin(b, form) if form else normalize(b, origin) for b in batches]
+    batches = iter(batches)
+    first = next(batches, None)
+    if first is None:
+        return LakeSinkMessage(0)
+    if is_reference(first.schema):
+        if not form:
+            raise ValueError("rows by spill reference (option spillReferences) land only with the sink option form")
+        return _references([first, *batches])
+    tables = [normalize_origin(b, form) if form else normalize(b, origin) for b in (first, *batches)]
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     if table.nbytes <= inline_limit:
         sink = io.BytesIO()
@@ -260,6 +270,12 @@ def collect_task(
     return LakeSinkMessage(table.num_rows, path=path)
 
 
+def _references(batches: list[pa.RecordBatch]) -> LakeSinkMessage:
+    """A task's by-reference rows: how many messages, and which spill partitions hold them."""
+    refs = [r for b in batches for r in pc.drop_null(b.column("spill")).to_pylist()]
+    return LakeSinkMessage(sum(b.num_rows for b in batches), spill=tuple(refs))
+
+
 def _task_name() -> str:
     try:
         from pyspark import TaskContext
@@ -273,14 +289,19 @@ def _task_name() -> str:
 
 def load_messages(
     messages: Iterable[WriterCommitMessage | None], location: str, schema: pa.Schema = TASK_SCHEMA,
-    storage_options: dict[str, str] | None = None,
+    storage_options: dict[str, str] | None = None, form: str | None = None,
 ) -> pa.Table:
-    """All tasks' rows in task order (``schema``: what the tasks wrote, for an empty batch)."""
+    """All tasks' rows in task order (``schema``: what the tasks wrote, for an empty batch); a
+    task's by-reference rows are read here, from the spill files (``form``: the landing form)."""
     tables = []
     for m in messages:
         if not isinstance(m, LakeSinkMessage) or not m.rows:
             continue
-        if m.ipc is not None:
+        if m.spill:
+            if not form:
+                raise ValueError("rows by spill reference land only with the sink option form")
+            tables += [normalize_origin(b, form) for b in read_references(list(m.spill), m.rows)]
+        elif m.ipc is not None:
             tables.append(pa.ipc.open_stream(m.ipc).read_all())
         elif m.path is not None:
             filesystem, _ = _filesystem(location, storage_options)
@@ -397,7 +418,7 @@ def store(
     (``offsets``: the batch's source offsets, which name the lake sources' origins)."""
     with scrubbed(opts.storage_options):
         if opts.form:
-            land(opts, load_messages(messages, opts.location, FORM_SCHEMA, opts.storage_options), txn)
+            land(opts, load_messages(messages, opts.location, FORM_SCHEMA, opts.storage_options, opts.form), txn)
         else:
             origins = [o["origin"] for o in offsets if isinstance(o.get("origin"), str)]
             publish(opts, load_messages(messages, opts.location, TASK_SCHEMA, opts.storage_options), txn, origins)

@@ -36,6 +36,14 @@ def _proc(argv: list[str], env: dict[str, str], timeout: float = 300) -> subproc
     )
 
 
+def _why(res: subprocess.CompletedProcess[str]) -> str:
+    """A failed run's telling lines (Python's fatal errors and tracebacks, wherever they are among
+    Spark's log lines), then the end of its stderr."""
+    lines = res.stderr.splitlines()
+    telling = [ln for ln in lines if any(w in ln for w in ("Fatal", "Traceback", "Error", "terminate called"))]
+    return "\n".join([f"exit {res.returncode}", *telling[:40], "...", res.stderr[-2000:]])
+
+
 def _rows(lake: Any, stream: str) -> list[tuple[Any, ...]]:
     return [
         (r["seq"], r["ts_ns"], r["subject"], r["data"])
@@ -55,7 +63,7 @@ def test_run_then_spark_submit_mirror(tmp_path: Path, env: dict[str, str]) -> No
                    f"origins: {{'*': {{location: {loc}}}}}\ntrigger: 5 seconds\n")  # fmt: skip
 
     res = _proc([str(SCRIPT), "run", str(job), "--trigger", "available_now", "--interval", "2"], env)
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.returncode == 0, _why(res)
     assert res.stderr.startswith(
         f"Starting job MIRROR from {job}: stream MIRROR (origins ORDERS), trigger available_now"
     )
@@ -75,7 +83,7 @@ def test_run_then_spark_submit_mirror(tmp_path: Path, env: dict[str, str]) -> No
     argv = [str(BIN / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf", jvm,
             str(entry), str(job), "--trigger", "available_now"]  # fmt: skip
     res = _proc(argv, env)
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.returncode == 0, _why(res)
     printed = res.stdout + res.stderr  # spark-submit hands the Python driver's stderr to its stdout
     lines = [
         line for line in printed.splitlines() if line.startswith("jsspark.jobs.submit: MIRROR:mirror-ORDERS-")

@@ -141,5 +141,19 @@ def _fail(message: str) -> int:
     return 1
 
 
+def _exit(code: int) -> None:
+    """End the process with ``code`` once the job's outcome is written. The interpreter's own
+    shutdown is skipped: with py4j's and the native libraries' threads still alive it can abort
+    (SIGABRT, exit 134) after a job that succeeded, seen once under spark-submit on a loaded
+    machine, and a scheduler would take that exit code for a failed run. The JVM's shutdown hook
+    still stops the SparkContext."""
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

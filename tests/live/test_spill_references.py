@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from jsspark.live.spill import (
@@ -37,6 +38,12 @@ def test_references_land_the_same_rows_as_the_rows_themselves(tmp_path: Path) ->
 
     msg = collect_task(batches, str(tmp_path), "t", form="mirror")
     assert msg.rows == 5 and msg.ipc is None and msg.path is None and len(msg.spill) == 2
+    # what a job's sink gets: only the rows carrying a reference (filtered in the JVM)
+    kept = [b.filter(pc.is_valid(b.column("spill"))) for b in batches]
+    assert sum(b.num_rows for b in kept) == 2
+    assert collect_task(kept, str(tmp_path), "t", form="mirror") == msg
+    with pytest.raises(ValueError, match="4 rows for 2 references to 5 messages"):
+        collect_task([batches[0], kept[1].slice(0, 0), batches[1].slice(0, 1)], str(tmp_path), "t", form="mirror")
     landed = load_messages([msg], str(tmp_path), FORM_SCHEMA, form="mirror")
     direct = pa.concat_tables(normalize_origin(x, "mirror") for p in parts for x in read_spill(p))
     assert landed.equals(direct)

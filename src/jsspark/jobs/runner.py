@@ -249,9 +249,13 @@ class Job:
             location = opts.pop("path", None)
             reader = spark.readStream.format("jetstream").options(**opts)
             df = reader.load(location) if location is not None else reader.load()
-            by_reference = str(opts.get("spillReferences", "false")).lower() == "true"
+            if str(opts.get("spillReferences", "false")).lower() == "true":
+                # numInputRows has counted every message; the sink needs only the references
+                frame = df.where(df["spill"].isNotNull())
+            else:
+                frame = landing_frame(df)
             writer = (
-                (df if by_reference else landing_frame(df)).writeStream.format("jetstream")
+                frame.writeStream.format("jetstream")
                 .option("stream", self.spec.stream.name)
                 .option("form", plan.kind)
                 .option("origin", json.dumps(plan.source.to_json()))

@@ -165,7 +165,7 @@ class SpillPartition:
     seqs: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> str:
-        return json.dumps({"paths": list(self.paths), "lo": self.lo, "hi": self.hi})
+        return json.dumps({"paths": list(self.paths), "lo": self.lo, "hi": self.hi, "rows": len(self.seqs or ())})
 
     @classmethod
     def from_json(cls, text: str) -> SpillPartition:
@@ -173,12 +173,19 @@ class SpillPartition:
         return cls(tuple(d["paths"]), int(d["lo"]), int(d["hi"]))
 
 
+def referenced_rows(text: str) -> int:
+    """How many messages a reference row's ``spill`` value stands for."""
+    return int(json.loads(text)["rows"])
+
+
 # By-reference rows (option ``spillReferences``, set by the job runner for server origins):
 # one row per message with its origin ``seq``; the partition's ``SpillPartition`` as JSON in
-# ``spill`` on its first row, null on the others. A lake sink with a landing ``form`` reads the
-# messages from the spill files in its driver-side commit, on the host that wrote them, so the
-# payloads never cross into the JVM and back (Spark still counts, orders and checkpoints every
-# message, and the commit checks it found exactly the referenced rows).
+# ``spill`` (with its row count) on its first row, null on the others. A lake sink with a
+# landing ``form`` reads the messages from the spill files in its driver-side commit, on the
+# host that wrote them, so the payloads never cross into the JVM and back. Spark still counts
+# every message (``numInputRows``) and checkpoints its offsets; the job keeps only the rows
+# with a reference before the sink (a JVM filter), and the commit checks it found exactly the
+# referenced number of messages.
 REFERENCE_DDL = "seq bigint, spill string"
 REFERENCE_SCHEMA = pa.schema([pa.field("seq", pa.int64()), pa.field("spill", pa.string())])
 

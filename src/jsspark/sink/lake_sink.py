@@ -73,7 +73,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from jsspark.datasource.options import OptionError, WriteOptions, redact_storage, scrubbed
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
-from jsspark.live.spill import is_reference, read_references
+from jsspark.live.spill import is_reference, read_references, referenced_rows
 
 SINK_SCHEMA = pa.schema(
     [pa.field("subject", pa.string()), pa.field("data", pa.binary()), pa.field("headers", H.HEADER_TYPE)]
@@ -271,9 +271,15 @@ def collect_task(
 
 
 def _references(batches: list[pa.RecordBatch]) -> LakeSinkMessage:
-    """A task's by-reference rows: how many messages, and which spill partitions hold them."""
+    """A task's by-reference rows: which spill partitions hold its messages, and how many.
+    The rows are either all of them (one per message) or only those carrying a reference (the
+    job filters the others out before the sink); either way the count is the references' own."""
     refs = [r for b in batches for r in pc.drop_null(b.column("spill")).to_pylist()]
-    return LakeSinkMessage(sum(b.num_rows for b in batches), spill=tuple(refs))
+    rows = sum(referenced_rows(r) for r in refs)
+    given = sum(b.num_rows for b in batches)
+    if given not in (rows, len(refs)):
+        raise ValueError(f"rows by spill reference: {given} rows for {len(refs)} references to {rows} messages")
+    return LakeSinkMessage(rows, spill=tuple(refs))
 
 
 def _task_name() -> str:

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -115,6 +116,15 @@ def test_one_commit_is_still_split_when_there_is_no_clean_cut(tmp_path: Path) ->
     parts = _planner(loc, minPartitions="3").partitions(Cursor(0), None)
     assert [(p.lo, p.hi) for p in parts] == [(0, 4), (4, 8), (8, 12)]
     assert [r["seq"] for p in parts for b in read_partition(p) for r in b.to_pylist()] == list(range(1, 13))
+
+
+def test_whole_waves_halve_the_largest_tasks() -> None:
+    from jsspark.datasource.planning import _whole_waves
+
+    assert _whole_waves(np.array([0, 10, 20, 30]), 2).tolist() == [0, 5, 10, 20, 30]  # ties: the first
+    assert _whole_waves(np.array([0, 4, 20]), 4).tolist() == [0, 4, 8, 12, 20]  # 16 -> 8+8 -> 8+4+4
+    assert _whole_waves(np.array([0, 1, 2, 3]), 2).tolist() == [0, 1, 2, 3]  # nothing left to split
+    assert _whole_waves(np.array([0, 10, 20]), 2).tolist() == [0, 10, 20]
 
 
 def test_skip_list_cursor_keeps_resume_until_passed(tmp_path: Path) -> None:

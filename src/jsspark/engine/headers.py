@@ -178,5 +178,15 @@ def column_has_prefix(headers: pa.Array, prefix: str) -> np.ndarray:
     return out
 
 
+def any_has_prefix(headers: pa.Array, prefix: str) -> bool:
+    """Does any row have a header key starting with ``prefix``? (``column_has_prefix(...).any()``
+    without a per-row array.)"""
+    headers = _flat_chunks(headers)
+    if len(headers) == 0 or headers.null_count == len(headers):
+        return False
+    entries = pc.list_flatten(headers)
+    return len(entries) > 0 and bool(pc.any(pc.starts_with(pc.struct_field(entries, "name"), prefix)).as_py())
+
+
 def _flat_chunks(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr

@@ -37,7 +37,7 @@ class PartitionKey:
             subjects = subjects.combine_chunks()
         if pa.types.is_dictionary(subjects.type):  # compute once per distinct subject
             if self.kind == "hash" and not subjects.null_count:
-                return self.strings(self.buckets(subjects.dictionary)[subjects.indices.to_numpy()])
+                return self.strings(self.buckets(subjects.dictionary), subjects.indices.to_numpy())
             return self.of(subjects.dictionary.cast(pa.string())).take(subjects.indices)
         if self.kind == "hash" and not subjects.null_count:
             return self.strings(self.buckets(subjects))
@@ -52,14 +52,17 @@ class PartitionKey:
         dtype = np.uint8 if self.n <= 256 else np.int32
         return (fnv1a_32_array(subjects.cast(pa.string())).to_numpy() % self.n).astype(dtype)
 
-    def strings(self, buckets: np.ndarray) -> pa.Array:
-        """Buckets as the partition values (their decimal text), built straight from the codes."""
-        n = len(buckets)
+    def strings(self, buckets: np.ndarray, codes: np.ndarray | None = None) -> pa.Array:
+        """Buckets as the partition values (their decimal text), built straight from the codes:
+        row ``i`` gets ``buckets[codes[i]]`` (``buckets[i]`` without ``codes``)."""
+        n = len(buckets) if codes is None else len(codes)
         if self.n <= 10:  # one digit each: shared offsets 0, 1, 2, ... and one byte per row
-            data = buckets.astype(np.uint8) + np.uint8(ord("0"))
+            digits = buckets.astype(np.uint8) + np.uint8(ord("0"))  # per bucket entry, then one gather
+            data = digits if codes is None else digits[codes]
             return pa.Array.from_buffers(pa.string(), n, [None, _unit_offsets(n), pa.py_buffer(data)])
         values = pa.array([str(i) for i in range(self.n)], pa.string())
-        return pa.DictionaryArray.from_arrays(pa.array(buckets.astype(np.int32)), values).cast(pa.string())
+        per_row = buckets if codes is None else buckets[codes]
+        return pa.DictionaryArray.from_arrays(pa.array(per_row.astype(np.int32)), values).cast(pa.string())
 
 
 _UNIT_OFFSETS: list[pa.Buffer] = []

@@ -108,6 +108,18 @@ def _col(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
 
 
 @dataclass
+class Coded:
+    """A batch's subjects as stored (transformed if the stream transforms): dictionary-encoded
+    against the index's known subjects (``SubjectStats.encode``), with each dictionary entry's
+    position there and row count, and as strings."""
+
+    subjects: pa.DictionaryArray
+    known: KnownPositions
+    plain: pa.Array
+    counts: np.ndarray | None  # rows per dictionary entry (None if a subject is null)
+
+
+@dataclass
 class Plan:
     rows: pa.Table  # to store (full MESSAGE_SCHEMA)
     removed: np.ndarray  # existing seqs a limit removes
@@ -216,14 +228,14 @@ class LakeStream:
             self._check_routable(batch.subject)
 
         def attempt(snap: Snapshot, index: MessageIndex) -> BatchAck:
-            subjects = self._coded_subjects(index, batch, transform)
+            coded = self._coded_subjects(index, batch, transform)
             if transform is None:
-                self._check_routable(subjects[0], subjects[1])
+                self._check_routable(coded.subjects, coded.known)
             done = [snap.table.transaction_version(app) for app, _ in txns]
             if txns and all(d is not None and d >= v for d, (_, v) in zip(done, txns, strict=True)):
                 return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0, replayed=True)
             now = now_ns or time.time_ns()
-            plan = self._plan(snap, index, batch, subjects, now)
+            plan = self._plan(snap, index, batch, coded, now)
             if plan.last_seq == snap.last_seq and not len(plan.removed) and not txns:
                 # all duplicates: nothing to commit
                 return BatchAck(self.name, plan.seqs, plan.duplicates, 0)
@@ -331,7 +343,7 @@ class LakeStream:
         if self.partition.kind != "hash" or subjects.null_count:
             return self.partition.of(subjects)
         buckets = _per_distinct(subjects.dictionary, known, "partition", self.partition.spec, self.partition.buckets)
-        return self.partition.strings(buckets[subjects.indices.to_numpy()])
+        return self.partition.strings(buckets, subjects.indices.to_numpy())
 
     def _subject_transform(self) -> SubjectTransform | None:
         tr = self.config.subject_transform
@@ -340,26 +352,25 @@ class LakeStream:
     @staticmethod
     def _coded_subjects(
         index: MessageIndex, batch: Incoming, transform: SubjectTransform | None
-    ) -> tuple[pa.DictionaryArray, KnownPositions, pa.Array]:
-        """The subjects to store (transformed if the stream transforms), dictionary-encoded
-        against the index's known subjects (with their positions there), and as strings."""
+    ) -> Coded:
+        """The subjects to store (transformed if the stream transforms), encoded (``Coded``)."""
         if transform is None:
             plain = batch.subject_strings()
         else:
             plain = transform.apply_array(batch.subject, keep_unmatched=True)  # on distinct subjects
             if isinstance(plain, pa.ChunkedArray):
                 plain = plain.combine_chunks()
-        encoded, known = index.subjects().encode(plain)
-        return encoded, known, plain
+        encoded, known, counts = index.subjects().encode(plain)
+        return Coded(encoded, known, plain, counts)
 
     def _plan(
         self, snap: Snapshot, index: MessageIndex, batch: Incoming,
-        coded: tuple[pa.DictionaryArray, KnownPositions, pa.Array], now: int,
+        coded: Coded, now: int,
     ) -> Plan:
         cfg = self.config
         if cfg.sealed:
             raise api_error("JSStreamSealedErr")
-        subjects, known, plain = coded
+        subjects, known, plain = coded.subjects, coded.known, coded.plain
         n = len(batch)
         msg_ids = H.column_lookup(batch.headers, H.MSG_ID)
         hdr_len = H.column_encoded_len(batch.headers)
@@ -367,7 +378,7 @@ class LakeStream:
         window = int(cfg.duplicate_window or 0)
         known_ids = self._known_ids(index, now - window) if window > 0 else None
         ids = msg_ids.to_pylist() if known_ids is not None and msg_ids.null_count < n else None
-        if H.column_has_prefix(batch.headers, H.EXPECTED_PREFIX).any():
+        if H.any_has_prefix(batch.headers, H.EXPECTED_PREFIX):
             accepted, seqs = self._check_sequential(snap, index, batch, subjects, msg_ids, known_ids, hdr_len, data_len)
         else:
             accepted, seqs = self._check_vectorised(snap, batch, ids, msg_ids.null_count, known_ids, hdr_len, data_len)
@@ -375,8 +386,9 @@ class LakeStream:
         last_seq = snap.last_seq + int(accepted.sum())
 
         # Interest retention: a message no consumer wants is not stored, but uses its sequence.
-        store = accepted.copy()
+        store = accepted
         if _v(cfg.retention) == "interest":
+            store = accepted.copy()
             filters = self.interest_filters()
             if not filters:
                 store[:] = False
@@ -389,10 +401,12 @@ class LakeStream:
         # the file store's size of every message, summed into the data lengths (checked above)
         sizes = stored_sizes(plain, hdr_len, data_len, reuse=True)
         del data_len
+        counts = coded.counts
         if store.all():
             new_subjects, new_headers, new_data, new_ids = subjects, batch.headers, batch.data, msg_ids
             new_seqs, new_sizes = seqs, sizes
         else:
+            counts = None
             keep = np.flatnonzero(store)
             idx = pa.array(keep, pa.int64())
             new_subjects, new_headers = subjects.take(idx), batch.headers.take(idx)
@@ -403,8 +417,8 @@ class LakeStream:
         rows = pa.Table.from_arrays(
             [
                 pa.array(new_seqs, pa.int64()),
-                pa.array(np.full(k, now, dtype=np.int64)),
-                pa.array(np.full(k, now // 1000, dtype=np.int64)).view(pa.timestamp("us", tz="UTC")),
+                _constant(k, now, pa.int64()),
+                _constant(k, now // 1000, pa.timestamp("us", tz="UTC")),
                 plain,
                 new_headers,
                 new_data,
@@ -414,7 +428,7 @@ class LakeStream:
             ],
             schema=MESSAGE_SCHEMA,
         )
-        groups = SubjectGroups.of(new_subjects, new_seqs, known)
+        groups = SubjectGroups.of(new_subjects, new_seqs, known, counts)
         self._check_discard_new(index, rows)
         n_old = index.rows.num_rows
         removed_mask = None
@@ -467,15 +481,16 @@ class LakeStream:
         may be known (``ids``: each row's msg id, None when the window is off or no row has one;
         ``no_ids``: how many rows have none)."""
         n = len(batch)
-        if H.column_has_prefix(batch.headers, H.STREAM_SOURCE).any():
+        if H.any_has_prefix(batch.headers, H.STREAM_SOURCE):
             raise api_error("JSMessageSourceHdrNotAllowedErr")
         accepted = np.ones(n, dtype=bool)
-        orig = np.zeros(n, dtype=np.int64)
+        orig = None
         if ids is not None and known is not None and (
             len(set(ids)) - (1 if no_ids else 0) < n - no_ids or known.any_of(ids)
         ):
             # some id repeats within the batch or may be in the window: decide row by row
             first_at: dict[str, int] = {}
+            orig = np.zeros(n, dtype=np.int64)
             for i, mid in enumerate(ids):
                 if mid is None:
                     continue
@@ -500,12 +515,13 @@ class LakeStream:
     def _check_sizes(self, hdr_len: np.ndarray, data_len: np.ndarray, accepted: np.ndarray) -> None:
         """The server's size checks on the accepted messages (header block, then whole message)."""
         every = accepted.all()
-        hdr = hdr_len if every else hdr_len[accepted]
-        if len(hdr) and hdr.max() > MAX_HEADER_BYTES:
+        no_headers = hdr_len.strides == (0,) and (not len(hdr_len) or not hdr_len[0])  # the zero view
+        hdr = hdr_len if every or no_headers else hdr_len[accepted]
+        if len(hdr) and not no_headers and hdr.max() > MAX_HEADER_BYTES:
             raise api_error("JSStreamHeaderExceedsMaximumErr")
         max_size = int(self.config.max_msg_size)
         if max_size >= 0:
-            total = hdr_len + data_len
+            total = data_len if no_headers else hdr_len + data_len
             total = total if every else total[accepted]
             if len(total) and total.max() > max_size:
                 raise api_error("JSStreamMessageExceedsMaximumErr")
@@ -784,6 +800,13 @@ def _per_distinct(
     out[mine] = kept[positions[mine]]
     out[~mine] = fn(names.filter(pa.array(~mine)))
     return out
+
+
+def _constant(n: int, value: int, type_: pa.DataType) -> pa.Array:
+    """``n`` times ``value`` as a column of the 64-bit ``type_`` (one fill, no copy after)."""
+    values = np.empty(n, dtype=np.int64)
+    values.fill(value)
+    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(values)])
 
 
 def _parse_seq(text: str) -> int:

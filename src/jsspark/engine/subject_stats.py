@@ -26,17 +26,23 @@ class SubjectGroups:
     _pos: tuple[SubjectStats, int, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def of(cls, subjects: pa.Array | pa.ChunkedArray, seqs: np.ndarray, known: KnownPositions | None = None) -> SubjectGroups:
+    def of(
+        cls, subjects: pa.Array | pa.ChunkedArray, seqs: np.ndarray, known: KnownPositions | None = None,
+        counts: np.ndarray | None = None,
+    ) -> SubjectGroups:
         """``known`` (from ``SubjectStats.encode``) gives where each dictionary entry of
-        ``subjects`` is in the stats, saving the lookup when the groups are counted in."""
+        ``subjects`` is in the stats, saving the lookup when the groups are counted in;
+        ``counts`` (also from ``encode``), the rows of each dictionary entry, saving a count."""
         if isinstance(subjects, pa.ChunkedArray):
             subjects = subjects.combine_chunks()
         if len(subjects) == 0:
             return cls(pa.array([], pa.string()), np.zeros(0, np.int64), np.zeros(0, np.int64))
         enc = subjects if pa.types.is_dictionary(subjects.type) else pc.dictionary_encode(subjects)
-        codes = enc.indices.to_numpy(zero_copy_only=False)
+        # as intp once: numpy converts any other index type to it on every use (an 8-byte copy per row)
+        codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.intp, copy=False)
         k = len(enc.dictionary)
-        counts = np.bincount(codes, minlength=k)
+        if counts is None:
+            counts = np.bincount(codes, minlength=k)
         last = np.zeros(k, dtype=np.int64)
         np.maximum.at(last, codes, seqs)
         keep = counts > 0
@@ -44,7 +50,7 @@ class SubjectGroups:
         every = keep.all()
         if not every:
             names = names.filter(pa.array(keep))
-        groups = cls(names, counts[keep], last[keep])
+        groups = cls(names, counts if every else counts[keep], last if every else last[keep])
         if known is not None:
             stats, generation, positions = known
             groups._pos = (stats, generation, positions if every else positions[keep])
@@ -86,33 +92,49 @@ class SubjectStats:
         pos = pc.index_in(names, value_set=self.names)
         return pc.fill_null(pos, -1).to_numpy(zero_copy_only=False).astype(np.int64)
 
-    def encode(self, subjects: pa.Array) -> tuple[pa.DictionaryArray, KnownPositions]:
+    def encode(self, subjects: pa.Array) -> tuple[pa.DictionaryArray, KnownPositions, np.ndarray | None]:
         """Dictionary-encode ``subjects`` against the known subjects: one hash probe per row into
         the known names (only subjects never seen before are hashed into a new dictionary). The
         dictionary holds the distinct subjects of ``subjects``, known ones first, and each
-        one's position here comes with it, so counting the batch in needs no second lookup."""
+        one's position here comes with it, so counting the batch in needs no second lookup;
+        so do the rows of each dictionary entry (None if a subject is null). The indices are
+        int64 (numpy's index type: every per-row numpy step then reads them as they are)."""
         n_known = len(self.names)
         if not n_known or subjects.null_count:
             enc = pc.dictionary_encode(subjects)
-            return enc, (self, self._generation, self.positions(enc.dictionary))
+            counts = None
+            if not enc.null_count:
+                codes = enc.indices.to_numpy().astype(np.intp)
+                counts = np.bincount(codes, minlength=len(enc.dictionary))
+                enc = pa.DictionaryArray.from_arrays(pa.array(codes), enc.dictionary, safe=False)
+            return enc, (self, self._generation, self.positions(enc.dictionary)), counts
         found = pc.index_in(subjects, value_set=self.names)
-        found = (pc.fill_null(found, -1) if found.null_count else found).to_numpy()
         new_names = pa.array([], pa.string())
-        unknown = found < 0
-        if unknown.any():
+        if found.null_count:  # subjects new to the stream
+            found = pc.fill_null(found, -1).to_numpy().astype(np.intp)
+            unknown = found < 0
             fresh = pc.dictionary_encode(subjects.filter(pa.array(unknown)))
             new_names = fresh.dictionary.cast(pa.string())
-            found = found.astype(np.int64)
             found[unknown] = n_known + fresh.indices.to_numpy()
-        present = np.flatnonzero(np.bincount(found, minlength=n_known + len(new_names)))
-        dense = np.empty(n_known + len(new_names), dtype=np.int32)
-        dense[present] = np.arange(len(present), dtype=np.int32)
-        split = int(np.searchsorted(present, n_known))
-        names = self.names.take(pa.array(present[:split]))
-        if split < len(present):
-            names = pa.concat_arrays([names, new_names.take(pa.array(present[split:] - n_known))])
+        else:
+            found = found.to_numpy().astype(np.intp)
+        total = n_known + len(new_names)
+        every = np.bincount(found, minlength=total)
+        present = np.flatnonzero(every)
+        if len(present) == total:  # every known subject is in the batch: their positions are the codes
+            names = pa.concat_arrays([self.names, new_names]) if len(new_names) else self.names
+            codes, counts = found, every
+        else:
+            dense = np.empty(total, dtype=np.intp)
+            dense[present] = np.arange(len(present), dtype=np.intp)
+            split = int(np.searchsorted(present, n_known))
+            names = self.names.take(pa.array(present[:split]))
+            if split < len(present):
+                names = pa.concat_arrays([names, new_names.take(pa.array(present[split:] - n_known))])
+            codes, counts = dense[found], every[present]
         positions = np.where(present < n_known, present, -1).astype(np.int64)
-        return pa.DictionaryArray.from_arrays(pa.array(dense[found]), names), (self, self._generation, positions)
+        encoded = pa.DictionaryArray.from_arrays(pa.array(codes), names, safe=False)  # codes in range by construction
+        return encoded, (self, self._generation, positions), counts
 
     def positions_of(self, g: SubjectGroups) -> np.ndarray:
         """``positions(g.names)``, looked up once per group while the known names stay the same:

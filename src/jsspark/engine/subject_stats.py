@@ -173,6 +173,8 @@ class SubjectStats:
 
     def count_after(self, added: SubjectGroups, removed: SubjectGroups | None) -> int:
         """How many subjects would have messages after adding and removing these groups."""
+        if removed is None or not len(removed.names):  # every known subject has messages (``remove``)
+            return len(self.names) + (int((self.positions_of(added) < 0).sum()) if len(added.names) else 0)
         counts = self.counts.copy()
         extra = 0
         if removed is not None and len(removed.names):

@@ -235,7 +235,7 @@ class LakeStream:
                 # the subjects' hash lookups (the longest step) run on a second thread meanwhile
                 # the columns that do not depend on them are built here
                 coded_later = _in_thread(lambda: self._coded_subjects(index, batch, transform))
-                prep = _Prepared.of(batch, now, snap.last_seq)
+                prep = _Prepared.of(batch, now, snap.last_seq, subjects=None if transform else batch.subject_strings())
                 coded = coded_later()
             else:
                 coded = self._coded_subjects(index, batch, transform)
@@ -409,7 +409,7 @@ class LakeStream:
                 store &= wanted
 
         # the file store's size of every message, summed into the data lengths (checked above)
-        sizes = stored_sizes(plain, hdr_len, data_len, reuse=True)
+        sizes = prep.sizes if prep.sizes is not None else stored_sizes(plain, hdr_len, data_len, reuse=True)
         del data_len
         counts = coded.counts
         if store.all():
@@ -827,14 +827,20 @@ class _Prepared:
     msg_ids: pa.Array
     hdr_len: np.ndarray
     data_len: np.ndarray
+    sizes: np.ndarray | None = None  # the file store's size of each message (from the stored subjects)
     seqs: np.ndarray | None = None  # the next n sequences (what a batch without duplicates gets)
     ts_ns: pa.Array | None = None  # the time columns of all n rows
     time: pa.Array | None = None
 
     @classmethod
-    def of(cls, batch: Incoming, now: int, last_seq: int, *, constants: bool = True) -> _Prepared:
+    def of(
+        cls, batch: Incoming, now: int, last_seq: int, *, constants: bool = True, subjects: pa.Array | None = None,
+    ) -> _Prepared:
+        """``subjects``: the subjects as stored, when known before the lookup (no transform)."""
         prep = cls(H.column_lookup(batch.headers, H.MSG_ID), H.column_encoded_len(batch.headers),
                    value_lengths(batch.data))
+        if subjects is not None:
+            prep.sizes = stored_sizes(subjects, prep.hdr_len, prep.data_len.copy(), reuse=True)
         if constants:
             n = len(batch)
             prep.seqs = np.arange(last_seq + 1, last_seq + n + 1, dtype=np.int64)

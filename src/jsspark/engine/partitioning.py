@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jsspark.engine.schema import arrow_backed
 from jsspark.subjects import fnv1a_32_array
 
 DEFAULT_PARTITION_KEY = "hash(8)"
@@ -58,7 +59,7 @@ class PartitionKey:
         n = len(buckets) if codes is None else len(codes)
         if self.n <= 10:  # one digit each: shared offsets 0, 1, 2, ... and one byte per row
             digits = buckets.astype(np.uint8) + np.uint8(ord("0"))  # per bucket entry, then one gather
-            data = digits if codes is None else digits[codes]
+            data = digits if codes is None else np.take(digits, codes, out=arrow_backed(n, np.uint8), mode="clip")
             return pa.Array.from_buffers(pa.string(), n, [None, _unit_offsets(n), pa.py_buffer(data)])
         values = pa.array([str(i) for i in range(self.n)], pa.string())
         per_row = buckets if codes is None else buckets[codes]

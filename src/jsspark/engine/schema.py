@@ -39,6 +39,24 @@ INDEX_COLUMNS = ["seq", "ts_ns", "subject", "msg_id", "size"]
 _FILE_STORE_OVERHEAD = 30
 
 
+def arrow_backed(n: int, dtype: np.typing.DTypeLike = np.int64) -> np.ndarray:
+    """An uninitialised numpy array in Arrow's memory pool. Its allocator keeps freed pages for
+    the next allocation, where numpy's hands large arrays back to the system: a per-row column
+    built for every batch then costs no fresh page faults (8 MB of them per million int64)."""
+    dtype = np.dtype(dtype)
+    return np.frombuffer(pa.allocate_buffer(n * dtype.itemsize), dtype)
+
+
+def sequence(first: int, n: int) -> np.ndarray:
+    """``np.arange(first, first + n)`` (int64) in Arrow's memory (``arrow_backed``)."""
+    if len(_IOTA[0]) < n:
+        _IOTA[0] = np.arange(max(n, 1 << 20), dtype=np.int64)
+    return np.add(_IOTA[0][:n], first, out=arrow_backed(n))
+
+
+_IOTA: list[np.ndarray] = [np.zeros(0, np.int64)]
+
+
 def stored_size(subject: str, hdr_len: int, data_len: int) -> int:
     """Bytes the server counts for one message in ``state.bytes``."""
     return _FILE_STORE_OVERHEAD + len(subject.encode()) + data_len + (4 + hdr_len if hdr_len else 0)
@@ -56,7 +74,7 @@ def value_lengths(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if arr.null_count or not (pa.types.is_string(arr.type) or pa.types.is_binary(arr.type)):
         return pc.fill_null(pc.binary_length(arr.cast(pa.binary())), 0).to_numpy(zero_copy_only=False).astype(np.int64)
     offsets = _offsets(arr)
-    return np.subtract(offsets[1:], offsets[:-1], dtype=np.int64)
+    return np.subtract(offsets[1:], offsets[:-1], out=arrow_backed(len(arr)), dtype=np.int64)
 
 
 def _offsets(arr: pa.Array) -> np.ndarray | None:

@@ -32,7 +32,14 @@ from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.index_store import IndexStore
 from jsspark.engine.limits import removal_mask, seq_ranges_predicate
 from jsspark.engine.partitioning import PartitionKey
-from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, stored_sizes, value_lengths
+from jsspark.engine.schema import (
+    INDEX_COLUMNS,
+    MESSAGE_SCHEMA,
+    arrow_backed,
+    sequence,
+    stored_sizes,
+    value_lengths,
+)
 from jsspark.engine.subject_stats import KnownPositions, SubjectGroups
 from jsspark.engine.table import ConcurrentCommit, MessageTable, Snapshot
 from jsspark.errors import APIError, JSSparkError, api_error
@@ -516,7 +523,7 @@ class LakeStream:
         if accepted.all():  # no duplicates: the next n sequences
             if next_seqs is not None:
                 return accepted, next_seqs
-            return accepted, np.arange(snap.last_seq + 1, snap.last_seq + n + 1, dtype=np.int64)
+            return accepted, sequence(snap.last_seq + 1, n)
         seqs = snap.last_seq + np.cumsum(accepted, dtype=np.int64)
         seqs = np.where(accepted, seqs, orig)
         in_batch = seqs < 0
@@ -840,10 +847,12 @@ class _Prepared:
         prep = cls(H.column_lookup(batch.headers, H.MSG_ID), H.column_encoded_len(batch.headers),
                    value_lengths(batch.data))
         if subjects is not None:
-            prep.sizes = stored_sizes(subjects, prep.hdr_len, prep.data_len.copy(), reuse=True)
+            sizes = arrow_backed(len(batch))
+            sizes[:] = prep.data_len
+            prep.sizes = stored_sizes(subjects, prep.hdr_len, sizes, reuse=True)
         if constants:
             n = len(batch)
-            prep.seqs = np.arange(last_seq + 1, last_seq + n + 1, dtype=np.int64)
+            prep.seqs = sequence(last_seq + 1, n)
             prep.ts_ns, prep.time = _constant(n, now, pa.int64()), _constant(n, now // 1000, TIME_TYPE)
         return prep
 
@@ -873,7 +882,7 @@ def _in_thread(fn: Callable[[], T]) -> Callable[[], T]:
 
 def _constant(n: int, value: int, type_: pa.DataType) -> pa.Array:
     """``n`` times ``value`` as a column of the 64-bit ``type_`` (one fill, no copy after)."""
-    values = np.empty(n, dtype=np.int64)
+    values = arrow_backed(n)
     values.fill(value)
     return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(values)])
 

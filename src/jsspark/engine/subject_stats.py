@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jsspark.engine.schema import arrow_backed
+
 
 @dataclass
 class SubjectGroups:
@@ -117,7 +119,7 @@ class SubjectStats:
             new_names = fresh.dictionary.cast(pa.string())
             found[unknown] = n_known + fresh.indices.to_numpy()
         else:
-            found = found.to_numpy().astype(np.intp)
+            found = pc.cast(found, pa.int64()).to_numpy()  # (read-only, in Arrow's memory)
         total = n_known + len(new_names)
         every = np.bincount(found, minlength=total)
         present = np.flatnonzero(every)
@@ -131,7 +133,8 @@ class SubjectStats:
             names = self.names.take(pa.array(present[:split]))
             if split < len(present):
                 names = pa.concat_arrays([names, new_names.take(pa.array(present[split:] - n_known))])
-            codes, counts = dense[found], every[present]
+            codes = np.take(dense, found, out=arrow_backed(len(found), np.intp), mode="clip")  # all in range
+            counts = every[present]
         positions = np.where(present < n_known, present, -1).astype(np.int64)
         encoded = pa.DictionaryArray.from_arrays(pa.array(codes), names, safe=False)  # codes in range by construction
         return encoded, (self, self._generation, positions), counts

@@ -11,7 +11,6 @@ first message's error as the server would have answered it for that message.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -236,22 +235,14 @@ class LakeStream:
             self._check_routable(batch.subject)
 
         def attempt(snap: Snapshot, index: MessageIndex) -> BatchAck:
-            now = now_ns or time.time_ns()
-            prep = None
-            if len(batch) >= OVERLAP_ROWS:
-                # the subjects' hash lookups (the longest step) run on a second thread meanwhile
-                # the columns that do not depend on them are built here
-                coded_later = _in_thread(lambda: self._coded_subjects(index, batch, transform))
-                prep = _Prepared.of(batch, now, snap.last_seq, subjects=None if transform else batch.subject_strings())
-                coded = coded_later()
-            else:
-                coded = self._coded_subjects(index, batch, transform)
+            coded = self._coded_subjects(index, batch, transform)
             if transform is None:
                 self._check_routable(coded.subjects, coded.known)
             done = [snap.table.transaction_version(app) for app, _ in txns]
             if txns and all(d is not None and d >= v for d, (_, v) in zip(done, txns, strict=True)):
                 return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0, replayed=True)
-            plan = self._plan(snap, index, batch, coded, now, prep)
+            now = now_ns or time.time_ns()
+            plan = self._plan(snap, index, batch, coded, now)
             if plan.last_seq == snap.last_seq and not len(plan.removed) and not txns:
                 # all duplicates: nothing to commit
                 return BatchAck(self.name, plan.seqs, plan.duplicates, 0)
@@ -381,24 +372,23 @@ class LakeStream:
 
     def _plan(
         self, snap: Snapshot, index: MessageIndex, batch: Incoming,
-        coded: Coded, now: int, prep: _Prepared | None = None,
+        coded: Coded, now: int,
     ) -> Plan:
         cfg = self.config
         if cfg.sealed:
             raise api_error("JSStreamSealedErr")
         subjects, known, plain = coded.subjects, coded.known, coded.plain
         n = len(batch)
-        prep = prep or _Prepared.of(batch, now, snap.last_seq, constants=False)
-        msg_ids, hdr_len, data_len = prep.msg_ids, prep.hdr_len, prep.data_len
+        msg_ids = H.column_lookup(batch.headers, H.MSG_ID)
+        hdr_len = H.column_encoded_len(batch.headers)
+        data_len = value_lengths(batch.data)
         window = int(cfg.duplicate_window or 0)
         known_ids = self._known_ids(index, now - window) if window > 0 else None
         ids = msg_ids.to_pylist() if known_ids is not None and msg_ids.null_count < n else None
         if H.any_has_prefix(batch.headers, H.EXPECTED_PREFIX):
             accepted, seqs = self._check_sequential(snap, index, batch, subjects, msg_ids, known_ids, hdr_len, data_len)
         else:
-            accepted, seqs = self._check_vectorised(
-                snap, batch, ids, msg_ids.null_count, known_ids, hdr_len, data_len, prep.seqs
-            )
+            accepted, seqs = self._check_vectorised(snap, batch, ids, msg_ids.null_count, known_ids, hdr_len, data_len)
         duplicates = ~accepted
         last_seq = snap.last_seq + int(accepted.sum())
 
@@ -416,7 +406,7 @@ class LakeStream:
                 store &= wanted
 
         # the file store's size of every message, summed into the data lengths (checked above)
-        sizes = prep.sizes if prep.sizes is not None else stored_sizes(plain, hdr_len, data_len, reuse=True)
+        sizes = stored_sizes(plain, hdr_len, data_len, reuse=True)
         del data_len
         counts = coded.counts
         if store.all():
@@ -434,8 +424,8 @@ class LakeStream:
         rows = pa.Table.from_arrays(
             [
                 pa.array(new_seqs, pa.int64()),
-                prep.ts_ns if prep.ts_ns is not None and k == n else _constant(k, now, pa.int64()),
-                prep.time if prep.time is not None and k == n else _constant(k, now // 1000, TIME_TYPE),
+                _constant(k, now, pa.int64()),
+                _constant(k, now // 1000, TIME_TYPE),
                 plain,
                 new_headers,
                 new_data,
@@ -491,12 +481,12 @@ class LakeStream:
 
     def _check_vectorised(
         self, snap: Snapshot, batch: Incoming, ids: list[str | None] | None, no_ids: int, known: KnownIds | None,
-        hdr_len: np.ndarray, data_len: np.ndarray, next_seqs: np.ndarray | None = None,
+        hdr_len: np.ndarray, data_len: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
         """No expectation headers anywhere in the batch: every check is a column operation, and
         the dedup window's ids are looked up row by row only if some id repeats in the batch or
         may be known (``ids``: each row's msg id, None when the window is off or no row has one;
-        ``no_ids``: how many rows have none; ``next_seqs``: the next n sequences, if built)."""
+        ``no_ids``: how many rows have none)."""
         n = len(batch)
         if H.any_has_prefix(batch.headers, H.STREAM_SOURCE):
             raise api_error("JSMessageSourceHdrNotAllowedErr")
@@ -521,8 +511,6 @@ class LakeStream:
                     first_at[mid] = i
         self._check_sizes(hdr_len, data_len, accepted)
         if accepted.all():  # no duplicates: the next n sequences
-            if next_seqs is not None:
-                return accepted, next_seqs
             return accepted, sequence(snap.last_seq + 1, n)
         seqs = snap.last_seq + np.cumsum(accepted, dtype=np.int64)
         seqs = np.where(accepted, seqs, orig)
@@ -822,62 +810,6 @@ def _per_distinct(
 
 
 TIME_TYPE = MESSAGE_SCHEMA.field("time").type
-# A publish of at least this many messages looks its subjects up on a second thread (the one
-# step that takes long) while the columns that do not need them are built.
-OVERLAP_ROWS = 100_000
-
-
-@dataclass
-class _Prepared:
-    """What a publish plan needs of a batch that does not depend on its subjects' lookup."""
-
-    msg_ids: pa.Array
-    hdr_len: np.ndarray
-    data_len: np.ndarray
-    sizes: np.ndarray | None = None  # the file store's size of each message (from the stored subjects)
-    seqs: np.ndarray | None = None  # the next n sequences (what a batch without duplicates gets)
-    ts_ns: pa.Array | None = None  # the time columns of all n rows
-    time: pa.Array | None = None
-
-    @classmethod
-    def of(
-        cls, batch: Incoming, now: int, last_seq: int, *, constants: bool = True, subjects: pa.Array | None = None,
-    ) -> _Prepared:
-        """``subjects``: the subjects as stored, when known before the lookup (no transform)."""
-        prep = cls(H.column_lookup(batch.headers, H.MSG_ID), H.column_encoded_len(batch.headers),
-                   value_lengths(batch.data))
-        if subjects is not None:
-            sizes = arrow_backed(len(batch))
-            sizes[:] = prep.data_len
-            prep.sizes = stored_sizes(subjects, prep.hdr_len, sizes, reuse=True)
-        if constants:
-            n = len(batch)
-            prep.seqs = sequence(last_seq + 1, n)
-            prep.ts_ns, prep.time = _constant(n, now, pa.int64()), _constant(n, now // 1000, TIME_TYPE)
-        return prep
-
-
-def _in_thread(fn: Callable[[], T]) -> Callable[[], T]:
-    """Start ``fn`` on a new thread; the returned callable waits for it and gives its result
-    (or raises its exception). The thread ends with ``fn``: nothing outlives the call."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:
-            box["error"] = e
-
-    thread = threading.Thread(target=run, name="jsspark-publish", daemon=True)
-    thread.start()
-
-    def result() -> T:
-        thread.join()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
-
-    return result
 
 
 def _constant(n: int, value: int, type_: pa.DataType) -> pa.Array:

@@ -11,9 +11,14 @@ What replaces each 2.14 feature, and what it costs:
   WorkQueue stream, where servers before 2.14 accept only explicit acks, ``ack_policy explicit``.
   When Spark commits (and on every flow-control request) the reader acks up to the committed
   offset and never above it: AckAll at the newest message delivered to it at or below the offset
-  (which acks everything up to it); explicit, every sequence from the last acked one up to the
-  offset (an ack names the stream sequence; sequences the consumer does not hold are ignored by
-  the server). A redelivery of a message at or below the committed offset is acked on arrival.
+  (which acks everything up to it); explicit, each sequence the reader holds at or below the
+  offset: only messages this durable delivered (or the repair read for it, which match its
+  filters). Never a sequence in between: a 2.12 server removes a WorkQueue message on an
+  explicit ack of its sequence even when this consumer never had it (another consumer's
+  subject), which lost those messages (tests/jobs/test_legacy_jobs.py). A new process also acks
+  the matching messages between the server's ack floor and the committed offset (delivered
+  before a crash, committed, not acked), read from the stream; a redelivery of a message at or
+  below the committed offset is acked on arrival.
 - **Gap repair and re-binding, instead of ``$JS.API.CONSUMER.RESET``.** Nothing above the committed
   offset is ever acked, so every message this durable delivered but the reader does not hold is
   still in the stream (a WorkQueue or Interest stream keeps unacked messages). On a delivery gap, a
@@ -30,6 +35,7 @@ What replaces each 2.14 feature, and what it costs:
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import time
 from typing import Any
@@ -83,6 +89,7 @@ class LegacyIngestor(Ingestor):
         # "$JS.ACK.<stream>.<consumer>", replaced by the server's own spelling once a message arrives
         self._ack_prefix = f"$JS.ACK.{opts.stream}.{opts.consumer}"
         self._explicit = False
+        self._unacked: list[int] = []  # explicit: committed sequences this reader holds, not acked yet
 
     async def _on_msg(self, msg: Any) -> None:
         if self._restarting:
@@ -121,11 +128,18 @@ class LegacyIngestor(Ingestor):
             lo = self._highest or int((info.get("ack_floor") or {}).get("stream_seq", 0))
             if last > lo:
                 await self._fill(lo, last)
+            server_floor = int((info.get("ack_floor") or {}).get("stream_seq", 0))
+            if self._explicit and server_floor < min(self.floor, last):
+                # delivered and committed, not acked (a crash, or acks lost while disconnected)
+                owed = await self._matching_seqs(server_floor, min(self.floor, last))
+            else:
+                owed = []
             with self._cv:
                 self._awaiting = False
                 self._last_dseq = dseq
                 # acks sent while disconnected are lost: resend from the server's own ack floor
-                self._acked_sseq = int((info.get("ack_floor") or {}).get("stream_seq", 0))
+                self._acked_sseq = server_floor
+                self._unacked = sorted(set(self._unacked) | set(owed))
                 self._highest = max(self._highest, lo)
                 self._cv.notify_all()
             self.resets += 1
@@ -140,6 +154,15 @@ class LegacyIngestor(Ingestor):
             return {}
         finally:
             self._restarting = False
+
+    async def _matching_seqs(self, lo: int, hi: int) -> list[int]:
+        """The sequences in (lo, hi] of the messages the durable's filters take (headers only)."""
+        from jsspark.live.snapshot import SnapshotPartition, filters_of, read_rows
+
+        info = await C.stream_info(self._nc, self.opts.conn, self.opts.stream)
+        part = SnapshotPartition(self.opts.conn, self.opts.stream, lo, hi, filters_of(self.opts),
+                                 True, bool(info["config"].get("allow_direct")))
+        return [row[1] for row in await read_rows(part)]
 
     async def _fill(self, lo: int, hi: int) -> None:
         """Buffer the matching messages in (lo, hi] read from the stream."""
@@ -173,14 +196,15 @@ class LegacyIngestor(Ingestor):
         every sequence since the last ack."""
         with self._cv:
             if self._explicit:
-                seqs = list(range(self._acked_sseq + 1, self.floor + 1))
-                top = self.floor
+                seqs = [q for q in self._unacked if q <= self.floor]
+                self._unacked = self._unacked[len(seqs):]
+                top = max(self.floor, self._acked_sseq) if seqs else 0
             else:
                 pair = None if self._awaiting else self._ack_pair()
                 seqs, top = [], 0
                 if pair is not None and pair[0] > self._acked_sseq:
                     top = pair[0]
-            if top <= self._acked_sseq:
+            if not top or (not seqs and top <= self._acked_sseq):
                 return
             self._acked_sseq = top
         if self._explicit:
@@ -195,7 +219,10 @@ class LegacyIngestor(Ingestor):
             self._cv.notify_all()
 
     def commit(self, seq: int) -> None:
-        moved = seq > self.floor
-        super().commit(seq)
+        with self._cv:
+            moved = seq > self.floor
+            if moved and self._explicit:  # the held messages now committed: what explicit acks name
+                self._unacked += self._seqs[: bisect.bisect_right(self._seqs, seq)]
+            super().commit(seq)
         if moved and self._loop is not None and self._nc is not None:
             asyncio.run_coroutine_threadsafe(self._ack_floor(), self._loop)

@@ -129,8 +129,10 @@ class LegacyIngestor(Ingestor):
             if last > lo:
                 await self._fill(lo, last)
             server_floor = int((info.get("ack_floor") or {}).get("stream_seq", 0))
-            if self._explicit and server_floor < min(self.floor, last):
-                # delivered and committed, not acked (a crash, or acks lost while disconnected)
+            if self._explicit and self.resets == 0 and server_floor < min(self.floor, last):
+                # a new process: delivered and committed before it started, not acked (a crash);
+                # later repairs know what they hold (acks lost while disconnected stay in _unacked
+                # until sent, or come back as redeliveries below the offset, acked on arrival)
                 owed = await self._matching_seqs(server_floor, min(self.floor, last))
             else:
                 owed = []

@@ -197,7 +197,9 @@ class LiveReadOptions:
     filter_subject: str | None = None
     filter_subjects: tuple[str, ...] = ()
     headers_only: bool = False
-    max_ack_pending: int = 20_000
+    # the server-managed durable's bound on unacked messages, i.e. on one micro-batch: acks come only
+    # after a batch's commit, so at most this many messages land per trigger
+    max_ack_pending: int = 200_000
     max_messages: int | None = None
     spill_dir: str | None = None
     chunk_rows: int = 5_000
@@ -250,7 +252,7 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         filter_subject=opts.get("filterSubject"),
         filter_subjects=_subjects(opts),
         headers_only=parse_bool("headersOnly", opts.get("headersOnly", "false")),
-        max_ack_pending=_int(opts, "maxAckPending", 20_000, 1) or 20_000,
+        max_ack_pending=_int(opts, "maxAckPending", LiveReadOptions.max_ack_pending, 1) or LiveReadOptions.max_ack_pending,
         max_messages=_int(opts, "maxMessagesPerTrigger", None, 1),
         spill_dir=opts.get("spillDir"),
         chunk_rows=_int(opts, "chunkRows", 5_000, 1) or 5_000,

@@ -15,10 +15,10 @@ What replaces each 2.14 feature, and what it costs:
   offset: only messages this durable delivered (or the repair read for it, which match its
   filters). Never a sequence in between: a 2.12 server removes a WorkQueue message on an
   explicit ack of its sequence even when this consumer never had it (another consumer's
-  subject), which lost those messages (tests/jobs/test_legacy_jobs.py). A new process also acks
-  the matching messages between the server's ack floor and the committed offset (delivered
-  before a crash, committed, not acked), read from the stream; a redelivery of a message at or
-  below the committed offset is acked on arrival.
+  subject), which lost those messages (tests/jobs/test_legacy_jobs.py). After a reconnect or in a
+  new process, the durable's messages between the server's ack floor and the committed offset
+  are acked again (all sequences without a filter; with one, those the stream holds on it); a
+  redelivery of a message at or below the committed offset is acked on arrival.
 - **Gap repair and re-binding, instead of ``$JS.API.CONSUMER.RESET``.** Nothing above the committed
   offset is ever acked, so every message this durable delivered but the reader does not hold is
   still in the stream (a WorkQueue or Interest stream keeps unacked messages). On a delivery gap, a
@@ -129,23 +129,21 @@ class LegacyIngestor(Ingestor):
             if last > lo:
                 await self._fill(lo, last)
             server_floor = int((info.get("ack_floor") or {}).get("stream_seq", 0))
-            if self._explicit and self.resets == 0 and server_floor < min(self.floor, last):
-                # a new process: delivered and committed before it started, not acked (a crash);
-                # later repairs know what they hold (acks lost while disconnected stay in _unacked
-                # until sent, or come back as redeliveries below the offset, acked on arrival)
-                owed = await self._matching_seqs(server_floor, min(self.floor, last))
-            else:
-                owed = []
             with self._cv:
                 self._awaiting = False
                 self._last_dseq = dseq
                 # acks sent while disconnected are lost: resend from the server's own ack floor
                 self._acked_sseq = server_floor
-                self._unacked = sorted(set(self._unacked) | set(owed))
                 self._highest = max(self._highest, lo)
                 self._cv.notify_all()
             self.resets += 1
             self._last_heard = time.monotonic()
+            if self._explicit and server_floor < self.floor:
+                # committed but not acked as far as the server knows (acks lost in an outage, or
+                # a crash before they went out): ack again the ones this durable takes
+                owed = await self._owed(server_floor, self.floor)
+                with self._cv:
+                    self._unacked = sorted(set(self._unacked) | set(owed))
             await self._ack_floor()
             return info
         except Exception as e:
@@ -157,10 +155,13 @@ class LegacyIngestor(Ingestor):
         finally:
             self._restarting = False
 
-    async def _matching_seqs(self, lo: int, hi: int) -> list[int]:
-        """The sequences in (lo, hi] of the messages the durable's filters take (headers only)."""
+    async def _owed(self, lo: int, hi: int) -> list[int]:
+        """The sequences in (lo, hi] of the messages this durable takes: all of them without a
+        filter (it then is the WorkQueue's only consumer), else read from the stream (headers only)."""
         from jsspark.live.snapshot import SnapshotPartition, filters_of, read_rows
 
+        if not filters_of(self.opts):
+            return list(range(lo + 1, hi + 1))
         info = await C.stream_info(self._nc, self.opts.conn, self.opts.stream)
         part = SnapshotPartition(self.opts.conn, self.opts.stream, lo, hi, filters_of(self.opts),
                                  True, bool(info["config"].get("allow_direct")))

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import pytest
 
 from jsspark.nats_server import NatsServer, free_port
+from tests.rawnats import RawNats
 
 T = TypeVar("T")
 MOTO_SECRET = "moto-s3cr3t-V4lue"  # distinctive, so a test can look for it where it must not be
@@ -35,6 +36,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
     (streams they leave, restarts, consumers a WorkQueue allows only once)."""
     with NatsServer(store_dir=tmp_path_factory.mktemp("nats-private")) as srv:
         yield srv
+
+
+@pytest.fixture(scope="module")
+def raw(server: NatsServer) -> Iterator[RawNats]:
+    """Core NATS on the module's server, for raw header blocks (repeated keys) nats-py drops."""
+    c = RawNats(server.url)
+    try:
+        yield c
+    finally:
+        c.close()
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,6 @@ origin content as a jsspark job, and the two results are compared message for me
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +34,6 @@ pytestmark = [pytest.mark.nats, pytest.mark.spark]
 
 BOUND = 90.0  # seconds any server-side catch-up may take (a recreated origin waits out a retry)
 JOB_BOUND = 300.0
-
-
-@pytest.fixture
-def raw(server: NatsServer) -> Iterator[RawNats]:
-    c = RawNats(server.url)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 # -- helpers -------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ sequence when the read was loaded. The reader is driven as Spark drives it (``sc
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +38,6 @@ N = 600
 
 def _headers(i: int) -> list[tuple[str, str]] | None:
     return [None, [("K", "a"), ("K", "b"), ("X", "x1")], [("Nats-Msg-Id", f"id{i}")], [("Only", "1")]][i % 4]
-
-
-@pytest.fixture(scope="module")
-def raw(server: NatsServer) -> Iterator[RawNats]:
-    c = RawNats(server.url)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(scope="module")

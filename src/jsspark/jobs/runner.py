@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from jsspark.config import StreamSource
-from jsspark.datasource.options import prefixed_storage_options
+from jsspark.datasource.options import parse_bool, prefixed_storage_options
 from jsspark.engine.ingest import sourced_seq
 from jsspark.engine.sourcing import Origin, server_hash
 from jsspark.errors import APIError
@@ -249,7 +249,7 @@ class Job:
             location = opts.pop("path", None)
             reader = spark.readStream.format("jetstream").options(**opts)
             df = reader.load(location) if location is not None else reader.load()
-            if str(opts.get("spillReferences", "false")).lower() == "true":
+            if parse_bool("spillReferences", str(opts.get("spillReferences", "false"))):
                 # numInputRows has counted every message; the sink needs only the references
                 frame = df.where(df["spill"].isNotNull())
             else:

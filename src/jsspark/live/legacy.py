@@ -158,23 +158,24 @@ class LegacyIngestor(Ingestor):
     async def _owed(self, lo: int, hi: int) -> list[int]:
         """The sequences in (lo, hi] of the messages this durable takes: all of them without a
         filter (it then is the WorkQueue's only consumer), else read from the stream (headers only)."""
-        from jsspark.live.snapshot import SnapshotPartition, filters_of, read_rows
+        from jsspark.live.snapshot import filters_of
 
         if not filters_of(self.opts):
             return list(range(lo + 1, hi + 1))
-        info = await C.stream_info(self._nc, self.opts.conn, self.opts.stream)
-        part = SnapshotPartition(self.opts.conn, self.opts.stream, lo, hi, filters_of(self.opts),
-                                 True, bool(info["config"].get("allow_direct")))
-        return [row[1] for row in await read_rows(part)]
+        return [row[1] for row in await self._read_stream(lo, hi, headers_only=True)]
 
-    async def _fill(self, lo: int, hi: int) -> None:
-        """Buffer the matching messages in (lo, hi] read from the stream."""
+    async def _read_stream(self, lo: int, hi: int, headers_only: bool) -> list[Any]:
+        """The durable's matching messages in (lo, hi], read from the stream as a batch read does."""
         from jsspark.live.snapshot import SnapshotPartition, filters_of, read_rows
 
         info = await C.stream_info(self._nc, self.opts.conn, self.opts.stream)
         part = SnapshotPartition(self.opts.conn, self.opts.stream, lo, hi, filters_of(self.opts),
-                                 self.opts.headers_only, bool(info["config"].get("allow_direct")))
-        rows = await read_rows(part)
+                                 headers_only, bool(info["config"].get("allow_direct")))
+        return await read_rows(part)
+
+    async def _fill(self, lo: int, hi: int) -> None:
+        """Buffer the matching messages in (lo, hi] read from the stream."""
+        rows = await self._read_stream(lo, hi, self.opts.headers_only)
         with self._cv:
             for subject, sseq, ts, hdrs, data, _, _ in rows:
                 if sseq <= self._highest:

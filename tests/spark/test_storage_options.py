@@ -13,15 +13,10 @@ import pyarrow as pa
 import pytest
 
 import jsspark
-from jsspark.datasource.options import (
-    StorageError,
-    parse_read_options,
-    parse_write_options,
-    prefixed_storage_options,
-    scrubbed,
-)
+from jsspark.datasource.options import parse_read_options, parse_write_options, prefixed_storage_options
 from jsspark.datasource.planning import Planner
 from jsspark.datasource.reading import read_partition
+from jsspark.datasource.redaction import StorageError, scrubbed
 from jsspark.datasource.source import JetStreamDataSource
 from jsspark.sink.lake_sink import collect_task, load_messages, remove_staged
 from tests.conftest import MOTO_SECRET

@@ -118,7 +118,7 @@ class Redactor:
     _URL = re.compile(r"(\b[a-z][\w+.-]*://[^/@\s:]+:)[^/@\s]+@", re.IGNORECASE)
 
     def __init__(self, spec: JobSpec) -> None:
-        from jsspark.datasource.options import storage_secrets  # not at import: engine verbs stay light
+        from jsspark.datasource.redaction import storage_secrets  # not at import: engine verbs stay light
 
         endpoints = [spec.target, *spec.origins.values(), *([spec.republish_to] if spec.republish_to else [])]
         found: set[str] = set()

@@ -10,19 +10,18 @@ Object-store credentials and settings pass through to delta-rs as options prefix
 ``storage.`` (like Spark's Kafka source takes ``kafka.*``): ``storage.aws_region`` becomes the
 ``storage_options`` entry ``aws_region``, used by ``jsspark.connect`` on the driver and by every
 task on the executors. Their values never appear in a ``repr``, an offset, query progress or an
-error (``scrubbed``).
+error (``redaction``).
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from jsspark.config import AckPolicy, ConsumerConfig, DeliverPolicy, ReplayPolicy, check_consumer_config
+from jsspark.datasource.redaction import scrubbed
 from jsspark.engine.ingest import LANDING_FORMS
 
 # Consumer options: JetStream ConsumerConfig JSON names.
@@ -53,9 +52,6 @@ SINK_OPTIONS = ("checkpointLocation", "queryName", "txnAppId", "dedupByOrigin", 
 
 # Options passed through to delta-rs's ``storage_options`` (object store credentials and settings).
 STORAGE_PREFIX = "storage."
-# Storage option keys whose values are secrets (AWS secret key and session token, Azure account
-# key and SAS, GCS service account key, ...): scrubbed from any text jsspark shows.
-SECRET_STORAGE_KEY = re.compile(r"secret|token|password|passwd|sas|signature|credential|private|key$", re.I)
 
 # A Spark source is neither a pull nor a push consumer; with a rate limit it is checked as a
 # push consumer (the server refuses ``rate_limit_bps`` on pull consumers) delivering here.
@@ -85,37 +81,6 @@ def storage_options(options: Mapping[str, str]) -> dict[str, str] | None:
 def prefixed_storage_options(storage: Mapping[str, str] | None) -> dict[str, str]:
     """delta-rs ``storage_options`` as ``storage.<key>`` source/sink options."""
     return {f"{STORAGE_PREFIX}{k}": str(v) for k, v in (storage or {}).items()}
-
-
-def storage_secrets(options: Mapping[str, str] | None) -> list[str]:
-    """The secret values among storage options, longest first (for scrubbing texts)."""
-    found = {v for k, v in (options or {}).items() if v and len(v) >= 4 and SECRET_STORAGE_KEY.search(k)}
-    return sorted(found, key=len, reverse=True)
-
-
-def redact_storage(text: str, options: Mapping[str, str] | None) -> str:
-    for secret in storage_secrets(options):
-        text = text.replace(secret, "***")
-    return text
-
-
-class StorageError(RuntimeError):
-    """An error whose text held a storage secret, with the secret replaced by ``***``."""
-
-
-@contextmanager
-def scrubbed(options: Mapping[str, str] | None) -> Iterator[None]:
-    """Errors raised inside leave with no storage secret in their text: one that held a secret
-    (an object store error may show a URL with a SAS signature) is raised again as
-    ``StorageError`` with it replaced, without the original as its cause."""
-    try:
-        yield
-    except Exception as e:
-        text = str(e)
-        clean = redact_storage(text, options)
-        if clean == text:
-            raise
-        raise StorageError(f"{type(e).__name__}: {clean}") from None
 
 
 def check_known(options: Mapping[str, str], allowed: tuple[str, ...], what: str) -> dict[str, str]:

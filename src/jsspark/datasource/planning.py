@@ -41,7 +41,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -50,8 +50,8 @@ import pyarrow.dataset as ds
 
 from jsspark.config import AckPolicy, DeliverPolicy
 from jsspark.datasource.options import OptionError, ReadOptions
+from jsspark.datasource.partition import DataLossError, ReadPartition, delivery_mask
 from jsspark.engine.table import MessageTable, Snapshot
-from jsspark.subjects import match_filter
 
 # A partition holds at most this many messages; a batch uses more partitions before bigger ones.
 # Each task costs Spark tens of ms (measured, bench/replay.py): few large partitions, in whole
@@ -111,10 +111,6 @@ def _whole_waves(bounds: np.ndarray, cores: int) -> np.ndarray:
             break
         cuts.insert(k + 1, cuts[k] + int(sizes[k]) // 2)
     return np.array(cuts, dtype=np.int64)
-
-
-class DataLossError(RuntimeError):
-    """Messages the query should deliver are gone (``failOnDataLoss=true``)."""
 
 
 @dataclass(frozen=True)
@@ -224,54 +220,6 @@ def settle(lake: Any, cur: Cursor) -> None:
     stream, name = cur.durable.stream, cur.durable.name
     lake.record_delivered(stream, name, cur.seq, cur.dseq, generation=cur.gen)
     lake.ack(stream, name, cur.seq, cur.dseq, generation=cur.gen)
-
-
-def delivery_mask(
-    seqs: np.ndarray, subjects: pa.Array | pa.ChunkedArray | None, filters: Sequence[str],
-    skip: Sequence[int] = (), resume: int = 0,
-) -> np.ndarray:
-    """Which stored messages the consumer delivers: filter match, and up to ``resume`` only
-    the skip list's sequences."""
-    if filters and subjects is not None:
-        mask = np.asarray(match_filter(subjects, list(filters)).to_numpy(zero_copy_only=False), dtype=bool)
-    else:
-        mask = np.ones(len(seqs), dtype=bool)
-    if resume:
-        early = seqs <= resume
-        mask = np.where(early, np.isin(seqs, np.asarray(skip, dtype=np.int64)), mask)
-    return mask
-
-
-@dataclass(frozen=True)
-class ReadPartition:
-    """One task's work: the wanted messages in ``(lo, hi]`` of a pinned table version.
-
-    Carries all the executor needs (no driver state): where the table is, which version and
-    files, which messages are wanted, and the delivery/pending numbers of its first row.
-    """
-
-    uri: str
-    version: int
-    stream: str
-    consumer: str | None
-    lo: int
-    hi: int
-    files: tuple[str, ...]
-    expected: int
-    dseq_base: int
-    pending_after: int
-    filters: tuple[str, ...] = ()
-    skip: tuple[int, ...] = ()
-    resume: int = 0
-    headers_only: bool = False
-    replay_original: bool = False
-    rate_limit_bps: int = 0
-    fail_on_data_loss: bool = True
-    storage_options: dict[str, str] | None = field(default=None, repr=False)
-    # Sizes of ``files`` and the table's Arrow schema at ``version``: with them a task opens
-    # the Parquet files directly instead of replaying the Delta log (empty/None: replay it).
-    file_sizes: tuple[int, ...] = ()
-    table_schema: pa.Schema | None = None
 
 
 @dataclass

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -27,16 +27,17 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from jsspark.datasource.options import (
-    ReadOptions,
-    parse_bool,
-    parse_read_options,
-    parse_write_options,
-    scrubbed,
-)
-from jsspark.datasource.planning import Cursor, Planner, ReadPartition
-from jsspark.datasource.reading import read_partition
+from jsspark.datasource.partition import ReadPartition
+from jsspark.datasource.redaction import scrubbed
 from jsspark.datasource.schema import spark_schema
+
+if TYPE_CHECKING:
+    from jsspark.datasource.options import ReadOptions
+    from jsspark.datasource.planning import Planner
+
+# Executors import this module to unpickle a reader and only call ``read``: option parsing
+# and planning (config models, the engine's table code) are imported where they are used,
+# on the driver, so a fresh Python worker starts reading sooner.
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -53,8 +54,18 @@ def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return
     if not isinstance(value, ReadPartition):
         raise TypeError(f"jetstream source: unexpected partition of type {type(value).__name__}")
+    from jsspark.datasource.reading import read_partition
+
     with scrubbed(value.storage_options):
         yield from read_partition(value)
+
+
+def _executor_state(reader: Any) -> dict[str, Any]:
+    """What a reader pickles for its tasks: nothing. Spark ships a reader to executors only
+    to call ``read``, and each partition carries all its task needs; the options would make
+    every fresh worker import the config models to unpickle them, and a planner holds an
+    open ``DeltaTable``."""
+    return {}
 
 
 class JetStreamDataSource(DataSource):
@@ -71,11 +82,15 @@ class JetStreamDataSource(DataSource):
 
             # Spark reuses this instance for every action: a batch read's snapshot is fixed here.
             self._live_snapshot = pin_snapshot(self.options)
+            from jsspark.datasource.options import parse_bool
+
             if parse_bool("spillReferences", self.options.get("spillReferences", "false")):
                 from jsspark.live.spill import REFERENCE_DDL
 
                 return REFERENCE_DDL  # by-reference rows for a landing sink (jobs)
             return spark_schema()
+        from jsspark.datasource.options import parse_read_options
+
         parse_read_options(self.options)
         return spark_schema()
 
@@ -84,6 +99,8 @@ class JetStreamDataSource(DataSource):
             from jsspark.datasource.live_source import live_batch_reader
 
             return live_batch_reader(self.options, getattr(self, "_live_snapshot", None))
+        from jsspark.datasource.options import parse_read_options
+
         return JetStreamBatchReader(parse_read_options(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -91,6 +108,8 @@ class JetStreamDataSource(DataSource):
             from jsspark.datasource.live_source import live_stream_reader
 
             return live_stream_reader(self.options)
+        from jsspark.datasource.options import parse_read_options
+
         return JetStreamStreamReader(parse_read_options(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
@@ -98,6 +117,7 @@ class JetStreamDataSource(DataSource):
             from jsspark.live.publisher import live_writer
 
             return live_writer(self.options, streaming=False)
+        from jsspark.datasource.options import parse_write_options
         from jsspark.sink.lake_sink import make_writer
 
         return make_writer(parse_write_options(self.options), overwrite, streaming=False)
@@ -107,6 +127,7 @@ class JetStreamDataSource(DataSource):
             from jsspark.live.publisher import live_writer
 
             return live_writer(self.options, streaming=True)
+        from jsspark.datasource.options import parse_write_options
         from jsspark.sink.lake_sink import make_writer
 
         return make_writer(parse_write_options(self.options), overwrite, streaming=True)
@@ -119,7 +140,12 @@ class JetStreamBatchReader(DataSourceReader):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
 
+    def __getstate__(self) -> dict[str, Any]:
+        return _executor_state(self)
+
     def partitions(self) -> Sequence[InputPartition]:
+        from jsspark.datasource.planning import Planner
+
         with scrubbed(self.opts.storage_options):
             planner = Planner(self.opts)
             return [InputPartition(p) for p in planner.partitions(planner.initial(), None)]
@@ -137,13 +163,13 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         self._target: int | None = None  # last sequence AvailableNow reads up to
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_planner"] = None  # holds an open DeltaTable; executors do not need it
-        return state
+        return _executor_state(self)
 
     @property
     def planner(self) -> Planner:
         if self._planner is None:
+            from jsspark.datasource.planning import Planner
+
             self._planner = Planner(self.opts)
         return self._planner
 
@@ -184,6 +210,8 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
             return self._latest(start, limit)
 
     def _latest(self, start: dict[str, Any] | None, limit: Any) -> dict[str, Any]:
+        from jsspark.datasource.planning import Cursor
+
         base = None
         if start is None:
             cursor = self.planner.initial(bind=True)
@@ -205,6 +233,8 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         if start == end:
             return []
+        from jsspark.datasource.planning import Cursor
+
         with scrubbed(self.opts.storage_options):
             parts = self.planner.partitions(Cursor.from_offset(start), Cursor.from_offset(end))
         return [InputPartition(p) for p in parts]
@@ -217,6 +247,8 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         second chance; acks come from ``latestOffset`` (also on restart) and from the
         ``jetstream`` sink right after its Delta commit. The checkpoint stays the truth.
         """
+        from jsspark.datasource.planning import Cursor
+
         with scrubbed(self.opts.storage_options):
             self.planner.record_delivered(Cursor.from_offset(end))
 

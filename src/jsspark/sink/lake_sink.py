@@ -70,7 +70,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from jsspark.datasource.options import OptionError, WriteOptions, redact_storage, scrubbed
+from jsspark.datasource.options import OptionError, WriteOptions
+from jsspark.datasource.redaction import redact_storage, scrubbed
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
 from jsspark.live.spill import is_reference, read_references, referenced_rows

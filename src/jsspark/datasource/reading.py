@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from jsspark.datasource.planning import DataLossError, ReadPartition, delivery_mask
+from jsspark.datasource.partition import DataLossError, ReadPartition, delivery_mask
 from jsspark.datasource.schema import ARROW_SCHEMA, HEADERS_ARROW
 from jsspark.engine import headers as H
 from jsspark.engine.schema import stored_size
@@ -64,7 +64,11 @@ def _dataset(p: ReadPartition) -> ds.Dataset:
 
 
 def _stored_columns(p: ReadPartition) -> list[str]:
-    return ["seq", "ts_ns", "time", "subject", "headers", "size", *([] if p.headers_only else ["data"])]
+    """What a task decodes: ``time`` is always ``ts_ns`` truncated to microseconds (the engine
+    writes it so), and ``size`` only sizes a headers-only payload or paces a read."""
+    paced = p.replay_original or p.rate_limit_bps
+    return ["seq", "ts_ns", "subject", "headers", *(["size"] if paced or p.headers_only else []),
+            *([] if p.headers_only else ["data"])]
 
 
 def load_rows(p: ReadPartition) -> tuple[pa.Table, np.ndarray]:
@@ -135,6 +139,7 @@ def to_output(p: ReadPartition, rows: pa.Table, first: int = 0, total: int | Non
     n = rows.num_rows
     after = (n if total is None else total) - first - n  # the partition's messages after these
     headers = rows["headers"].combine_chunks()
+    ts_ns = rows["ts_ns"].combine_chunks()
     if p.headers_only:
         headers = _with_size_header(headers, _payload_sizes(rows))
         data = pa.array([b""] * n, pa.binary())
@@ -147,8 +152,8 @@ def to_output(p: ReadPartition, rows: pa.Table, first: int = 0, total: int | Non
             pa.repeat(pa.scalar(p.stream, pa.string()), n),
             rows["subject"].combine_chunks().cast(pa.string()),
             rows["seq"].combine_chunks(),
-            rows["time"].combine_chunks().cast(pa.timestamp("us", tz="UTC")),
-            rows["ts_ns"].combine_chunks(),
+            pc.divide(ts_ns, 1000).cast(pa.timestamp("us", tz="UTC")),
+            ts_ns,
             headers.cast(HEADERS_ARROW),
             data.cast(pa.binary()),
             pa.repeat(pa.scalar(p.consumer, pa.string()), n),

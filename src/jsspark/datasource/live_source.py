@@ -4,7 +4,9 @@ Streaming: the reader's driver process owns the connection and the consumer
 (``jsspark.live.ingestor``, whose docstring has the full design: origin-seq offsets, acks only
 for what Spark's checkpoint holds, spill files for executors, gap repair by consumer reset).
 This module is the Spark glue: offsets are ``{"seq": <origin stream seq>}``; ``read()`` on
-executors only opens the spill files its partition names.
+executors only opens the spill files its partition names (on an object store with the
+``storage.<key>`` options the partition carries). Errors leave every method with the storage
+secrets scrubbed (``datasource.options.scrubbed``), as the lake source's do.
 
 Batch (``spark.read``): a bounded snapshot pinned at ``load()``, read by executors straight from
 the server by stream-sequence ranges, with no consumer and no acks (``jsspark.live.snapshot``).
@@ -20,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from jsspark.datasource.options import OptionError
+from jsspark.datasource.options import OptionError, scrubbed
 from jsspark.live.options import LiveReadOptions, redact
 from jsspark.live.snapshot import (
     Bounds,
@@ -82,7 +84,8 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         return self._ingestor
 
     def initialOffset(self) -> dict[str, Any]:
-        return {"seq": self._ing(None).floor}
+        with scrubbed(self.opts.storage_options):
+            return {"seq": self._ing(None).floor}
 
     def prepareForTriggerAvailableNow(self) -> None:
         try:
@@ -99,14 +102,15 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
-        begin = _seq(start)
-        ing = self._ing(begin)
-        if begin is None:
-            begin = ing.floor
-        max_rows = int(limit.max_rows) if type(limit).__name__ == "ReadMaxRows" else self.opts.max_messages
-        if type(limit).__name__ == "ReadAllAvailable":
-            max_rows = None
-        return {"seq": ing.latest(begin, max_rows, self._target)}
+        with scrubbed(self.opts.storage_options):
+            begin = _seq(start)
+            ing = self._ing(begin)
+            if begin is None:
+                begin = ing.floor
+            max_rows = int(limit.max_rows) if type(limit).__name__ == "ReadMaxRows" else self.opts.max_messages
+            if type(limit).__name__ == "ReadAllAvailable":
+                max_rows = None
+            return {"seq": ing.latest(begin, max_rows, self._target)}
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """With ``reportLatestOffset``: the origin's last seq and the consumer's ``num_pending``
@@ -122,15 +126,17 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         lo, hi = int(start["seq"]), int(end["seq"])
-        ing = self._ing(lo)
-        if lo >= hi:
-            return []
-        return [InputPartition(p) for p in ing.plan(lo, hi, by_reference=self.opts.spill_references)]
+        with scrubbed(self.opts.storage_options):
+            ing = self._ing(lo)
+            if lo >= hi:
+                return []
+            return [InputPartition(p) for p in ing.plan(lo, hi, by_reference=self.opts.spill_references)]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed up to ``end`` (one batch late): acks may now cover it."""
         if self._ingestor is not None and self._ingestor.started:
-            self._ingestor.commit(int(end["seq"]))
+            with scrubbed(self.opts.storage_options):
+                self._ingestor.commit(int(end["seq"]))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         value = partition.value
@@ -141,11 +147,13 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         if self.opts.spill_references:
             yield reference_batch(value)  # the driver-side landing commit reads the files
             return
-        yield from read_spill(value)
+        with scrubbed(value.storage_options):
+            yield from read_spill(value)
 
     def stop(self) -> None:
         if self._ingestor is not None:
-            self._ingestor.stop()
+            with scrubbed(self.opts.storage_options):
+                self._ingestor.stop()
 
 
 def _bounds(opts: LiveReadOptions) -> Bounds:

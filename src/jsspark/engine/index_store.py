@@ -82,7 +82,7 @@ def _read_files(dataset: ds.Dataset, paths: list[str]) -> pa.Table:
     return table.cast(INDEX_SCHEMA)
 
 
-def _write(fs: pafs.FileSystem, path: str, table: pa.Table, *, compress: bool) -> None:
+def write_ipc_file(fs: pafs.FileSystem, path: str, table: pa.Table, *, compress: bool) -> None:
     """One Arrow IPC file, all or nothing: written aside and renamed on a local disk, one put on
     an object store. Uncompressed locally, so it can be memory mapped."""
     options = pa.ipc.IpcWriteOptions(compression="zstd" if compress else None)
@@ -212,8 +212,8 @@ class IndexStore:
             table = index.rows.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
             fs.create_dir(root + INDEX_DIR, recursive=True)
             # the subject stats first: an index snapshot that is there has its stats there too
-            _write(fs, root + _name(snap.version, "subjects"), index.subjects().table(), compress=True)
-            _write(fs, root + _name(snap.version), table, compress=not isinstance(fs, pafs.LocalFileSystem))
+            write_ipc_file(fs, root + _name(snap.version, "subjects"), index.subjects().table(), compress=True)
+            write_ipc_file(fs, root + _name(snap.version), table, compress=not isinstance(fs, pafs.LocalFileSystem))
             for v, _ in self._list(fs, root)[:-KEEP]:
                 for kind in ("index", "subjects"):
                     fs.delete_file(root + _name(v, kind))

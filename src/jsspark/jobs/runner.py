@@ -233,6 +233,11 @@ class Job:
         # do not go through Spark's rows (an endpoint option spillReferences=false makes them).
         opts["spillReferences"] = "true"
         opts.update(plan.endpoint.options)
+        spill = next((v for k, v in opts.items() if k.lower() == "spilldir"), None)
+        if spill and "://" in spill and not spill.startswith("file://"):
+            # a spill on an object store is the target's store: the landing commit reads it
+            # with the target's storage options, and so the reader writes it
+            opts.update(prefixed_storage_options(self.spec.target.storage_options))
         return opts
 
     # -- running -----------------------------------------------------------------------------------

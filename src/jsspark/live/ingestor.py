@@ -47,16 +47,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from jsspark.datasource.options import redact_storage
 from jsspark.engine.headers import decode as decode_headers
 from jsspark.live import consumer as C
 from jsspark.live import wire
 from jsspark.live.options import LiveReadOptions, redact
-from jsspark.live.spill import Chunk, Pending, SpillPartition, make_spill_dir, write_chunk
+from jsspark.live.spill import Chunk, Pending, SpillDir, SpillPartition, describe, make_spill_dir, write_chunk
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,8 @@ class Ingestor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._nc: Any = None
-        self._dir: Path | None = None
+        self._dir: SpillDir | None = None
+        self._spill_retry = 0.0  # after a failed spill write (loop thread): when to try again
         self._consumer_name = opts.consumer
         self._deliver = ""
         self._sub: Any = None
@@ -173,7 +174,11 @@ class Ingestor:
         consumer's own position, for a brand-new query)."""
         if self.started:
             return
-        self._dir = make_spill_dir(self.opts.spill_dir)
+        try:
+            self._dir = make_spill_dir(self.opts.spill_dir, self.opts.storage_options)
+        except Exception as e:
+            raise LiveSourceError(self._redact(f"jetstream (live): cannot create the spill directory under "
+                                               f"spillDir {self.opts.spill_dir!r}: {describe(e)}")) from None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="jsspark-live", daemon=True)
         self._thread.start()
@@ -190,6 +195,10 @@ class Ingestor:
         fut: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return fut.result(timeout)
 
+    def _redact(self, text: str) -> str:
+        """``text`` without the connection's secrets nor the spill's storage secrets."""
+        return redact_storage(redact(text, self.opts.conn), self.opts.storage_options)
+
     def stop(self) -> None:
         if self._loop is None:
             return
@@ -200,6 +209,9 @@ class Ingestor:
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread:
             self._thread.join(5)
+        if self._dir is not None:
+            # what is still spilled belongs to no committed batch: a new reader re-receives it
+            self._dir.close()
 
     def origin_position(self, timeout: float = 5.0) -> dict[str, int]:
         """For query progress: the origin's last seq and, while the consumer exists, its
@@ -268,7 +280,7 @@ class Ingestor:
             self._last_heard = time.monotonic()
             return info
         except Exception as e:
-            self.last_error = redact(str(e), self.opts.conn)
+            self.last_error = self._redact(str(e))
             if raise_errors:
                 raise
             from jsspark.errors import APIError
@@ -289,7 +301,7 @@ class Ingestor:
         self._schedule_restart()
 
     async def _on_error(self, e: Exception) -> None:
-        self.last_error = redact(str(e), self.opts.conn)
+        self.last_error = self._redact(str(e))
 
     async def _watchdog(self) -> None:
         """Break a stall: no message or heartbeat for STALL_SECONDS while connected."""
@@ -396,7 +408,7 @@ class Ingestor:
                     self._highest = seqs[-1]
                     self._last_msg = self._last_heard
                     if len(rows) >= self.opts.chunk_rows:
-                        self._flush()
+                        self._spill_full()
                         self._last_msg = time.monotonic()  # a spill is no pause in delivery
                     self._cv.notify_all()
         if slow:
@@ -430,7 +442,7 @@ class Ingestor:
             self._rows.append(subject, sseq, ts, hdr, payload, dseq, pending)
             self._seqs.append(sseq)
             if len(self._rows) >= self.opts.chunk_rows:
-                self._flush()
+                self._spill_full()
                 self._last_msg = time.monotonic()  # a spill is no pause in delivery
             self._cv.notify_all()
 
@@ -516,12 +528,33 @@ class Ingestor:
 
     # -- the buffer (any thread, under _cv) -----------------------------------------------------
     def _flush(self) -> None:
+        """Spill the buffered rows as one file; if that fails they stay buffered and this raises
+        (secrets redacted)."""
         if not self._rows:
             return
         assert self._dir is not None
         batch = self._rows.to_batch(self.opts.stream, self._consumer_name)
-        self._chunks.append(write_chunk(self._dir, batch))
+        try:
+            chunk = write_chunk(self._dir, batch)
+        except Exception as e:
+            raise LiveSourceError(self._redact(f"jetstream (live): cannot write a spill file under {self._dir.uri}: "
+                                               f"{describe(e)}")) from None
+        self._chunks.append(chunk)
         self._rows = Pending()
+
+    def _spill_full(self) -> None:
+        """A full buffer, on the delivery thread: spill it; a failed write (an object store
+        that is unreachable for a moment) keeps the rows and is tried again a second later, and
+        again when Spark plans a batch (where it fails the batch)."""
+        now = time.monotonic()
+        if now < self._spill_retry:
+            return
+        try:
+            self._flush()
+        except LiveSourceError as e:
+            self._spill_retry = now + 1.0
+            self.last_error = str(e)
+            log.warning("%s (the rows stay buffered)", e)
 
     def _check(self) -> None:
         if self._fatal is not None:
@@ -535,15 +568,12 @@ class Ingestor:
                 return
             self.floor = seq
             self._highest = max(self._highest, seq)
-            keep = []
-            for ch in self._chunks:
-                if ch.last <= seq:
-                    Path(ch.path).unlink(missing_ok=True)
-                else:
-                    keep.append(ch)
-            self._chunks = keep
+            done = [ch.path for ch in self._chunks if ch.last <= seq]
+            self._chunks = [ch for ch in self._chunks if ch.last > seq]
             del self._seqs[: bisect.bisect_right(self._seqs, seq)]
             held = self._held_fc is not None
+        if done and self._dir is not None:
+            self._dir.delete(done)  # at once locally, in the background on an object store
         if held and self._loop is not None:
             asyncio.run_coroutine_threadsafe(self._answer_held(), self._loop)
 
@@ -669,7 +699,7 @@ class Ingestor:
             lo = start if i == 0 else groups[i - 1][-1].last
             hi = end if i == len(groups) - 1 else g[-1].last
             seqs = self._seqs_in(lo, hi) if by_reference else None
-            parts.append(SpillPartition(tuple(c.path for c in g), lo, hi, seqs))
+            parts.append(SpillPartition(tuple(c.path for c in g), lo, hi, seqs, self.opts.storage_options))
         return parts
 
     def _seqs_in(self, lo: int, hi: int) -> tuple[int, ...]:

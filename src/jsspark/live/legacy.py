@@ -147,7 +147,7 @@ class LegacyIngestor(Ingestor):
             await self._ack_floor()
             return info
         except Exception as e:
-            self.last_error = redact(str(e), self.opts.conn)
+            self.last_error = self._redact(str(e))
             if raise_errors:
                 raise
             log.warning("jetstream (live): repairing delivery failed, will retry: %s", self.last_error)

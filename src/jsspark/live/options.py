@@ -15,7 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from jsspark.datasource.options import OptionError, parse_bool, parse_subject_list
+from jsspark.datasource.options import (
+    STORAGE_PREFIX,
+    OptionError,
+    parse_bool,
+    parse_subject_list,
+    storage_options,
+)
 
 CONNECTION_OPTIONS = (
     "servers", "user", "password", "token", "creds", "nkeySeed", "tlsCa", "tlsCert", "tlsKey",
@@ -207,12 +213,20 @@ class LiveReadOptions:
     report_latest_offset: bool = False
     # rows by reference (``live.spill.REFERENCE_SCHEMA``) for a landing sink: set by the job runner
     spill_references: bool = False
+    # ``storage.<key>`` options: delta-rs storage options for a ``spillDir`` on an object store
+    storage_options: dict[str, str] | None = field(default=None, repr=False)
 
 
 def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
     """Validated read options; errors name the option and never echo a secret."""
-    opts = _canonical(options, CONNECTION_OPTIONS + READ_OPTIONS)
+    from jsspark.live.spill import spill_location
+
+    storage = storage_options(options)
+    opts = _canonical({k: v for k, v in options.items() if not k.lower().startswith(STORAGE_PREFIX)},
+                      CONNECTION_OPTIONS + READ_OPTIONS)
     conn = parse_connection(opts)
+    if opts.get("spillDir"):
+        spill_location(opts["spillDir"], storage)  # a scheme or URI that cannot work fails at load()
     stream = opts.get("stream")
     if not stream:
         raise OptionError("jetstream (live): option stream names the origin stream")
@@ -259,6 +273,7 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         wait_timeout=wait,
         report_latest_offset=parse_bool("reportLatestOffset", opts.get("reportLatestOffset", "false")),
         spill_references=parse_bool("spillReferences", opts.get("spillReferences", "false")),
+        storage_options=storage,
     )
 
 

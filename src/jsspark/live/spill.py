@@ -1,15 +1,30 @@
-"""Delivered origin messages as Arrow: the row form, the local spill files, and their reader.
+"""Delivered origin messages as Arrow: the row form, the spill files, and their reader.
 
 Why spill files: Spark runs ``read()`` on executors from a pickled reader, so messages a
 driver-side push subscription received must reach executors some other way. The driver's
 stream reader appends them, in delivery order, to Arrow IPC files named by their origin
 sequence range; a partition names a file and an origin-sequence range, so a retried task
 re-reads exactly the same rows. Files live until Spark's checkpoint shows a later batch
-committed. The directory must be visible to executors (local mode: any local path; a cluster:
-a shared mount via the ``spillDir`` option), except for rows by reference (``spillReferences``,
-what jobs use): their executors only count rows, and the driver-side landing commit reads the
-files on the host that wrote them. A process owns one sub-directory named after its
-pid; directories of dead processes are removed at start (a SIGKILLed driver leaves one).
+committed (and the directory until the reader stops).
+
+Where (option ``spillDir``, default a ``jsspark-live-spill`` folder in the driver's temp dir):
+a local path or ``file://`` URI, or an object-store URI (``s3://``, ``s3a://``, ``gs://``,
+``az://``, ``abfss://``, ...; ``OBJECT_STORE_SCHEMES``) read and written through delta-rs's own
+object store (``deltalake.fs.DeltaStorageHandler``) with the reader's ``storage.<key>`` options,
+the lake source's. Executors must see the place under the same name: any local path in local
+mode; on a cluster a shared mount or an object store. Rows by reference (``spillReferences``,
+what jobs use) are read by the driver-side landing commit instead, with the sink's storage
+options. Locally a file is written aside and renamed; on an object store the final name is put
+once (a put is atomic), so no reader ever sees a partial file. A ``SpillPartition`` carries the
+storage options to the executors (pickled, never in its ``repr`` or JSON).
+
+Each reading process owns one sub-directory ``<host>-<pid>-<random>``, unique across the hosts
+sharing a ``spillDir``, removed when the reader stops. A SIGKILLed driver leaves its directory
+behind: at start a reader removes those of dead processes *of its own host* (other hosts' pids
+mean nothing here). On an object store that is one listing of the ``spillDir`` prefix; a
+directory orphaned by a driver that never comes back to the same host (a terminated cluster
+node) stays until removed by hand or by a bucket lifecycle rule on the prefix (the files are
+only needed until their batch commits, so an expiry of a day is safe).
 
 The rows have the ``jetstream`` source schema (``datasource.schema.ARROW_SCHEMA``), so a
 streaming query over a live stream looks exactly like one over a lake stream.
@@ -18,19 +33,30 @@ streaming query over a live stream looks exactly like one over a lake stream.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import shutil
+import socket
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
+from jsspark.datasource.options import OptionError, redact_storage
 from jsspark.datasource.schema import ARROW_SCHEMA, HEADERS_ARROW
 from jsspark.engine.headers import decode
+from jsspark.engine.index_store import write_ipc_file
+
+log = logging.getLogger(__name__)
 
 Row = tuple[str, int, int, list[tuple[str, str]] | None, bytes, int, int]  # subject, sseq, ts_ns, hdrs, data, dseq, pending
 
@@ -108,12 +134,95 @@ def rows_to_batch(stream: str, consumer: str | None, rows: list[Row]) -> pa.Reco
 
 @dataclass(frozen=True)
 class Chunk:
-    """One spill file: origin sequences ``first..last`` (inclusive), ``count`` rows."""
+    """One spill file: origin sequences ``first..last`` (inclusive), ``count`` rows. ``path`` is a
+    local path, or the object's URI on an object store."""
 
     path: str
     first: int
     last: int
     count: int
+
+
+# spillDir schemes read and written through delta-rs's object store
+OBJECT_STORE_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")  # two letters at least: ``C:\`` is a drive
+_URL_CREDS = re.compile(r"(\w+://)[^/@\s]*:[^/@\s]*@")
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def describe(e: BaseException) -> str:
+    """An exception as one line: delta-rs's object store errors come as an indented, coloured
+    cause chain over several lines."""
+    lines = (ln.strip().lstrip("\u21b3").strip() for ln in _ANSI.sub("", str(e)).splitlines())
+    return f"{type(e).__name__}: {': '.join(ln for ln in lines if ln)}"
+
+
+def is_remote(path: str) -> bool:
+    """An object-store URI (not a local path, not ``file://``)."""
+    return "://" in path and not path.startswith("file://")
+
+
+def _store(uri: str, storage_options: Mapping[str, str] | None) -> pafs.PyFileSystem:
+    """delta-rs's object store for ``uri`` as a pyarrow filesystem rooted there (paths relative
+    to it), as the lake source's executors read a table (``datasource.reading._filesystem``)."""
+    from deltalake.fs import DeltaStorageHandler
+
+    return pafs.PyFileSystem(DeltaStorageHandler(uri, dict(storage_options) if storage_options else None))
+
+
+def spill_location(value: str | None, storage_options: Mapping[str, str] | None = None) -> str:
+    """The ``spillDir`` option as a place: an absolute local path (``file://`` URIs included), or
+    an object-store URI without a trailing slash. Fails naming the option and the value (its
+    secrets, if any, redacted) for a scheme that is not supported or a URI that cannot be used."""
+    if not value:
+        return str(Path(tempfile.gettempdir()) / "jsspark-live-spill")
+    shown = redact_storage(_URL_CREDS.sub(r"\1***@", value), storage_options)
+
+    def bad(why: str) -> OptionError:
+        return OptionError(f"jetstream (live): option spillDir {shown!r}: {why}")
+
+    m = _SCHEME.match(value)
+    if m is None:
+        return os.path.abspath(value)
+    scheme = m.group(1).lower()
+    if not value[m.end():].startswith("//"):
+        raise bad("not a URI (scheme://...) and not a local path")
+    parts = urlsplit(value)
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise bad("a file URI names an absolute local path: file:///path")
+        return os.path.abspath(unquote(parts.path))
+    if scheme not in OBJECT_STORE_SCHEMES:
+        raise bad(f"scheme {scheme!r} is not supported; use a local path, file://, or one of "
+                  f"{', '.join(s + '://' for s in OBJECT_STORE_SCHEMES)}")
+    if not parts.netloc or (parts.password is not None):
+        raise bad("name the bucket or container (credentials go in storage.<key> options, not in the URI)"
+                  if parts.netloc else "name the bucket or container")
+    if parts.query or parts.fragment:
+        raise bad("no query or fragment")
+    uri = value.rstrip("/")
+    try:
+        _store(uri, storage_options)  # delta-rs checks the URI and the options (no request is made)
+    except Exception as e:
+        raise bad(redact_storage(describe(e), storage_options)) from None
+    return uri
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+
+
+def _owner(name: str) -> tuple[str | None, int] | None:
+    """(host, pid) of a process directory's name; host ``None`` for an older local name
+    ``<pid>-<random>``; ``None`` for a name no reader made."""
+    parts = name.rsplit("-", 2)
+    if len(parts) == 3 and parts[1].isdigit() and parts[0]:
+        return parts[0], int(parts[1])
+    if len(parts) == 2 and parts[0].isdigit():
+        return None, int(parts[0])
+    return None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -126,30 +235,114 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def make_spill_dir(base: str | None) -> Path:
-    """This process's own spill directory under ``base``; dead processes' ones are removed."""
-    root = Path(base) if base else Path(tempfile.gettempdir()) / "jsspark-live-spill"
-    root.mkdir(parents=True, exist_ok=True)
-    for child in root.iterdir():
-        pid_text = child.name.split("-", 1)[0]
-        if child.is_dir() and pid_text.isdigit() and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
+def _orphaned(name: str, host: str, local: bool) -> bool:
+    """A directory of a dead process of this host (older pid-only names: local ones only)."""
+    owner = _owner(name)
+    if owner is None or (owner[0] is None and not local) or owner[0] not in (None, host):
+        return False
+    return owner[1] != os.getpid() and not _pid_alive(owner[1])
+
+
+class SpillDir:
+    """One process's spill directory: a local one, or a prefix on an object store.
+
+    Deletes on an object store go to a small thread pool (a commit on the driver must not wait
+    for them); ``close`` waits for them and removes the directory."""
+
+    def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.uri = uri.rstrip("/") if is_remote(uri) else uri
+        self.storage_options = dict(storage_options) if storage_options else None
+        self.remote = is_remote(uri)
+        self._fs: pafs.FileSystem = _store(self.uri, self.storage_options) if self.remote else pafs.LocalFileSystem()
+        self._pool: ThreadPoolExecutor | None = None
+        self._deletes: list[Future[None]] = []
+
+    def __repr__(self) -> str:
+        return f"SpillDir({self.uri!r})"
+
+    def path(self, name: str) -> str:
+        return f"{self.uri}/{name}"
+
+    def write(self, name: str, batch: pa.RecordBatch) -> str:
+        """``batch`` as the Arrow IPC file ``name``, all or nothing; returns its path."""
+        path = self.path(name)
+        write_ipc_file(self._fs, name if self.remote else path, pa.Table.from_batches([batch]), compress=False)
+        return path
+
+    def delete(self, paths: Iterable[str]) -> None:
+        """Remove spill files (gone already is fine): at once locally, in the background on an
+        object store (a failure is logged; the directory goes at ``close``)."""
+        if not self.remote:
+            for p in paths:
+                Path(p).unlink(missing_ok=True)
+            return
+        names = [p.rsplit("/", 1)[1] for p in paths]
+        if not names:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(4, thread_name_prefix="jsspark-spill-delete")
+        self._deletes = [f for f in self._deletes if not f.done()]
+        self._deletes += [self._pool.submit(self._delete_one, n) for n in names]
+
+    def _delete_one(self, name: str) -> None:
+        try:
+            self._fs.delete_file(name)
+        except FileNotFoundError:
+            pass
+        except Exception as e:
+            log.warning("jetstream (live): could not remove spill file %s: %s", self.path(name),
+                        redact_storage(describe(e), self.storage_options))
+
+    def close(self) -> None:
+        """Wait for the deletes under way and remove the directory with what is left in it."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        try:
+            if self.remote:
+                folder, name = self.uri.rsplit("/", 1)
+                _store(folder, self.storage_options).delete_dir(name)
+            else:
+                shutil.rmtree(self.uri, ignore_errors=True)
+        except Exception as e:
+            log.warning("jetstream (live): could not remove spill directory %s: %s", self.uri,
+                        redact_storage(describe(e), self.storage_options))
+
+
+def make_spill_dir(base: str | None, storage_options: Mapping[str, str] | None = None) -> SpillDir:
+    """This process's own spill directory under ``base`` (``spillDir``, see ``spill_location``);
+    the directories dead processes of this host left there are removed."""
+    root = spill_location(base, storage_options)
+    host, remote = _host(), is_remote(root)
+    name = f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    if remote:
+        fs = _store(root, storage_options)
+        for info in fs.get_file_info(pafs.FileSelector("", allow_not_found=True)):
+            if info.type == pafs.FileType.Directory and _orphaned(info.base_name, host, local=False):
+                try:
+                    fs.delete_dir(info.base_name)
+                except Exception as e:
+                    log.warning("jetstream (live): could not remove the orphaned spill directory %s/%s: %s", root,
+                                info.base_name, redact_storage(describe(e), storage_options))
+        return SpillDir(f"{root}/{name}", storage_options)
+    local = Path(root)
+    local.mkdir(parents=True, exist_ok=True)
+    for child in local.iterdir():
+        if child.is_dir() and _orphaned(child.name, host, local=True):
             shutil.rmtree(child, ignore_errors=True)
-    mine = root / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    mine.mkdir()
-    return mine
+    (local / name).mkdir()
+    return SpillDir(str(local / name))
 
 
-def write_chunk(directory: Path, batch: pa.RecordBatch) -> Chunk:
-    """Write ``batch`` (non-empty, ascending ``seq``) as an Arrow IPC file; atomic rename so a
-    reader never sees a partial file."""
+def write_chunk(directory: SpillDir | Path | str, batch: pa.RecordBatch) -> Chunk:
+    """Write ``batch`` (non-empty, ascending ``seq``) as an Arrow IPC file that no reader sees
+    partially (renamed into place locally, put once on an object store)."""
+    if not isinstance(directory, SpillDir):
+        directory = SpillDir(str(directory))
     seqs = batch.column("seq")
     first, last = seqs[0].as_py(), seqs[-1].as_py()
-    final = directory / f"{first:020d}-{last:020d}-{uuid.uuid4().hex[:6]}.arrow"
-    tmp = final.with_suffix(".tmp")
-    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    os.replace(tmp, final)
-    return Chunk(str(final), first, last, batch.num_rows)
+    path = directory.write(f"{first:020d}-{last:020d}-{uuid.uuid4().hex[:6]}.arrow", batch)
+    return Chunk(path, first, last, batch.num_rows)
 
 
 @dataclass(frozen=True)
@@ -157,20 +350,23 @@ class SpillPartition:
     """What one task reads: rows of ``paths`` with ``lo < seq <= hi`` (picklable, small).
 
     ``seqs`` (by-reference reads only): the origin sequences of those rows, so a task can emit
-    one reference row per message without seeing the files."""
+    one reference row per message without seeing the files. ``storage_options``: for paths on
+    an object store (never in the ``repr`` or the JSON)."""
 
     paths: tuple[str, ...]
     lo: int
     hi: int
     seqs: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
+    storage_options: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> str:
         return json.dumps({"paths": list(self.paths), "lo": self.lo, "hi": self.hi, "rows": len(self.seqs or ())})
 
     @classmethod
-    def from_json(cls, text: str) -> SpillPartition:
+    def from_json(cls, text: str, storage_options: Mapping[str, str] | None = None) -> SpillPartition:
         d = json.loads(text)
-        return cls(tuple(d["paths"]), int(d["lo"]), int(d["hi"]))
+        return cls(tuple(d["paths"]), int(d["lo"]), int(d["hi"]),
+                   storage_options=dict(storage_options) if storage_options else None)
 
 
 def referenced_rows(text: str) -> int:
@@ -185,7 +381,8 @@ def referenced_rows(text: str) -> int:
 # host that wrote them, so the payloads never cross into the JVM and back. Spark still counts
 # every message (``numInputRows``) and checkpoints its offsets; the job keeps only the rows
 # with a reference before the sink (a JVM filter), and the commit checks it found exactly the
-# referenced number of messages.
+# referenced number of messages. A spill on an object store is read there with the sink's
+# storage options (a job gives its server origins' readers the target's).
 REFERENCE_DDL = "seq bigint, spill string"
 REFERENCE_SCHEMA = pa.schema([pa.field("seq", pa.int64()), pa.field("spill", pa.string())])
 
@@ -202,12 +399,14 @@ def is_reference(schema: pa.Schema) -> bool:
     return schema.names == REFERENCE_SCHEMA.names
 
 
-def read_references(refs: list[str], rows: int) -> Iterator[pa.RecordBatch]:
+def read_references(refs: list[str], rows: int,
+                    storage_options: Mapping[str, str] | None = None) -> Iterator[pa.RecordBatch]:
     """The messages of reference rows' ``spill`` values (``rows`` of them in all), in the source
-    schema; fails, naming the files, when the spill no longer holds exactly those rows."""
+    schema (files on an object store read with ``storage_options``); fails, naming the files,
+    when the spill no longer holds exactly those rows."""
     found = 0
     for text in refs:
-        for batch in read_spill(SpillPartition.from_json(text)):
+        for batch in read_spill(SpillPartition.from_json(text, storage_options)):
             found += batch.num_rows
             yield batch
     if found != rows:
@@ -220,9 +419,17 @@ def read_references(refs: list[str], rows: int) -> Iterator[pa.RecordBatch]:
 
 def read_spill(part: SpillPartition) -> Iterator[pa.RecordBatch]:
     """The partition's rows, in origin sequence order, in the exact source schema."""
+    stores: dict[str, Any] = {}
     for path in part.paths:
-        with pa.memory_map(path) as source:
-            table = pa.ipc.open_file(source).read_all()
+        if is_remote(path):
+            folder, name = path.rsplit("/", 1)
+            if folder not in stores:
+                stores[folder] = _store(folder, part.storage_options)
+            with stores[folder].open_input_stream(name) as source:
+                table = pa.ipc.open_file(source.read_buffer()).read_all()
+        else:
+            with pa.memory_map(path) as source:
+                table = pa.ipc.open_file(source).read_all()
         seq = table.column("seq")
         mask = pc.and_(pc.greater(seq, part.lo), pc.less_equal(seq, part.hi))
         table = table.filter(mask)

@@ -307,7 +307,7 @@ def load_messages(
         if m.spill:
             if not form:
                 raise ValueError("rows by spill reference land only with the sink option form")
-            tables += [normalize_origin(b, form) for b in read_references(list(m.spill), m.rows)]
+            tables += [normalize_origin(b, form) for b in read_references(list(m.spill), m.rows, storage_options)]
         elif m.ipc is not None:
             tables.append(pa.ipc.open_stream(m.ipc).read_all())
         elif m.path is not None:

@@ -163,6 +163,29 @@ def test_spill_dir_options_keep_their_secrets(s3: dict[str, str], monkeypatch: p
     assert "spill directory under spillDir 's3a://lake/spill/'" in str(err.value) and err.value.__cause__ is None
 
 
+@pytest.mark.nats
+def test_a_job_spills_to_its_targets_store_with_the_targets_options(server: Any, nats: SyncNats,
+                                                                     s3: dict[str, str]) -> None:
+    """A server origin's reader gets the target's storage options when its ``spillDir`` is on an
+    object store (the landing commit reads the spill with them), and none for a local one."""
+    from jsspark.jobs.runner import Job
+    from jsspark.jobs.spec import load_job
+
+    nats.add_stream(name="SPJ", subjects=["spj.>"])
+    options: dict[str, dict[str, str]] = {}
+    for spill in ("s3://lake/job-spill", "/tmp/job-spill"):
+        job = Job(load_job({"stream": {"name": "SPJ_L", "sources": [{"name": "SPJ"}]},
+                            "target": {"location": "s3://lake/job-lake", "storage_options": s3},
+                            "origins": {"SPJ": {"servers": server.url, "options": {"spillDir": spill}}}}))
+        job.prepare()
+        options[spill] = job.plan()[0].reader_options
+    assert options["s3://lake/job-spill"]["spillReferences"] == "true"
+    assert {k: v for k, v in options["s3://lake/job-spill"].items() if k.startswith("storage.")} == (
+        prefixed_storage_options(s3))
+    assert not any(k.startswith("storage.") for k in options["/tmp/job-spill"])
+    parse_live_read_options(options["s3://lake/job-spill"])  # valid reader options
+
+
 # -- Spark ----------------------------------------------------------------------------------------
 @pytest.mark.nats
 @pytest.mark.spark

@@ -41,7 +41,7 @@ import socket
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -255,7 +255,7 @@ class SpillDir:
         self.remote = is_remote(uri)
         self._fs: pafs.FileSystem = _store(self.uri, self.storage_options) if self.remote else pafs.LocalFileSystem()
         self._pool: ThreadPoolExecutor | None = None
-        self._deletes: list[Future[None]] = []
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"SpillDir({self.uri!r})"
@@ -281,8 +281,8 @@ class SpillDir:
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(4, thread_name_prefix="jsspark-spill-delete")
-        self._deletes = [f for f in self._deletes if not f.done()]
-        self._deletes += [self._pool.submit(self._delete_one, n) for n in names]
+        for n in names:
+            self._pool.submit(self._delete_one, n)
 
     def _delete_one(self, name: str) -> None:
         try:
@@ -298,6 +298,9 @@ class SpillDir:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self._closed:
+            return
+        self._closed = True
         try:
             if self.remote:
                 folder, name = self.uri.rsplit("/", 1)

@@ -6,7 +6,7 @@ for what Spark's checkpoint holds, spill files for executors, gap repair by cons
 This module is the Spark glue: offsets are ``{"seq": <origin stream seq>}``; ``read()`` on
 executors only opens the spill files its partition names (on an object store with the
 ``storage.<key>`` options the partition carries). Errors leave every method with the storage
-secrets scrubbed (``datasource.options.scrubbed``), as the lake source's do.
+secrets scrubbed (``datasource.redaction.scrubbed``), as the lake source's do.
 
 Batch (``spark.read``): a bounded snapshot pinned at ``load()``, read by executors straight from
 the server by stream-sequence ranges, with no consumer and no acks (``jsspark.live.snapshot``).
@@ -22,7 +22,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from jsspark.datasource.options import OptionError, scrubbed
+from jsspark.datasource.options import OptionError
+from jsspark.datasource.redaction import scrubbed
 from jsspark.live.options import LiveReadOptions, redact
 from jsspark.live.snapshot import (
     Bounds,

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from jsspark.datasource.options import redact_storage
+from jsspark.datasource.redaction import redact_storage
 from jsspark.engine.headers import decode as decode_headers
 from jsspark.live import consumer as C
 from jsspark.live import wire

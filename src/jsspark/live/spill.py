@@ -51,10 +51,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from jsspark.datasource.options import OptionError, redact_storage
+from jsspark.datasource.redaction import redact_storage
 from jsspark.datasource.schema import ARROW_SCHEMA, HEADERS_ARROW
 from jsspark.engine.headers import decode
-from jsspark.engine.index_store import write_ipc_file
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +175,8 @@ def spill_location(value: str | None, storage_options: Mapping[str, str] | None 
     """The ``spillDir`` option as a place: an absolute local path (``file://`` URIs included), or
     an object-store URI without a trailing slash. Fails naming the option and the value (its
     secrets, if any, redacted) for a scheme that is not supported or a URI that cannot be used."""
+    from jsspark.datasource.options import OptionError  # driver side: a task need not import option parsing
+
     if not value:
         return str(Path(tempfile.gettempdir()) / "jsspark-live-spill")
     shown = redact_storage(_URL_CREDS.sub(r"\1***@", value), storage_options)
@@ -265,6 +266,8 @@ class SpillDir:
 
     def write(self, name: str, batch: pa.RecordBatch) -> str:
         """``batch`` as the Arrow IPC file ``name``, all or nothing; returns its path."""
+        from jsspark.engine.index_store import write_ipc_file  # the driver writes, tasks only read
+
         path = self.path(name)
         write_ipc_file(self._fs, name if self.remote else path, pa.Table.from_batches([batch]), compress=False)
         return path

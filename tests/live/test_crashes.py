@@ -43,6 +43,14 @@ def check_invariant(nats: SyncNats, lake: Any, origin: str, target: str) -> int:
     return held
 
 
+def origin_report(nats: SyncNats, stream: str) -> str:
+    """The origin's state and its consumers' positions, for a timed-out wait's message."""
+    consumers = nats.api(f"CONSUMER.LIST.{stream}").get("consumers", [])
+    positions = [{k: c.get(k) for k in ("name", "delivered", "ack_floor", "num_ack_pending", "num_pending")}
+                 for c in consumers]
+    return f"origin state {nats.state(stream)}, consumers {positions}"
+
+
 def test_driver_sigkill_at_random_moments(nats: SyncNats, tmp_path: Path) -> None:
     total = 100_000
     nats.add_stream(name="KWQ", subjects=["k.>"], retention="workqueue")
@@ -85,7 +93,8 @@ def test_driver_sigkill_at_random_moments(nats: SyncNats, tmp_path: Path) -> Non
         wait_for(lambda: lake.stream_info("KWQ_M").state.last_seq >= total or proc.poll() is not None, 180,
                  "the last driver to land everything")
         assert proc.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
-        wait_for(lambda: nats.state("KWQ")["messages"] == 0, 30, "the origin to be fully acked")
+        wait_for(lambda: nats.state("KWQ")["messages"] == 0, 30, "the origin to be fully acked",
+                 lambda: origin_report(nats, "KWQ"))
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
@@ -124,7 +133,8 @@ def test_nats_server_killed_and_restarted_mid_ingest(spark: Any, tmp_path: Path)
                 wait_for(lambda: lake.stream_info("RWQ_M").state.last_seq >= 25_000 or q.exception() is not None,
                          120, "everything to land after the server restarts")
                 assert q.exception() is None, q.exception()
-                wait_for(lambda: nats.state("RWQ")["messages"] == 0, 30, "the origin to be fully acked")
+                wait_for(lambda: nats.state("RWQ")["messages"] == 0, 30, "the origin to be fully acked",
+                         lambda: origin_report(nats, "RWQ"))
             finally:
                 q.stop()
             seqs = lake.stream("RWQ_M").read(columns=["seq"]).column("seq").to_pylist()

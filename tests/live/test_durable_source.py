@@ -21,11 +21,14 @@ from tests.live.conftest import SyncNats
 pytestmark = [pytest.mark.nats, pytest.mark.spark]
 
 
-def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_for(cond: Callable[[], bool], timeout: float, what: str, explain: Callable[[], str] | None = None) -> None:
+    """Poll ``cond`` until true or ``timeout``; a timeout says what it waited for and, with
+    ``explain``, the state that shows why (so a rare failure under load is diagnosable)."""
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            why = f"; {explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{why}")
         time.sleep(0.1)
 
 

@@ -33,6 +33,7 @@ from jsspark.engine.sourcing import Origin, server_hash
 from jsspark.errors import APIError
 from jsspark.jobs.origins import OriginFacts, consumer_name, lake_facts, server_facts
 from jsspark.jobs.spec import Endpoint, JobError, JobSpec, load_job
+from jsspark.live.spill import is_remote
 
 log = logging.getLogger("jsspark.jobs")
 
@@ -234,7 +235,7 @@ class Job:
         opts["spillReferences"] = "true"
         opts.update(plan.endpoint.options)
         spill = next((v for k, v in opts.items() if k.lower() == "spilldir"), None)
-        if spill and "://" in spill and not spill.startswith("file://"):
+        if spill and is_remote(spill):
             # a spill on an object store is the target's store: the landing commit reads it
             # with the target's storage options, and so the reader writes it
             opts.update(prefixed_storage_options(self.spec.target.storage_options))

@@ -291,7 +291,7 @@ class SpillDir:
         try:
             self._fs.delete_file(name)
         except FileNotFoundError:
-            pass
+            return  # gone already: what a delete wants
         except Exception as e:
             log.warning("jetstream (live): could not remove spill file %s: %s", self.path(name),
                         redact_storage(describe(e), self.storage_options))

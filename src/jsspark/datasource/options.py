@@ -18,11 +18,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsspark.config import AckPolicy, ConsumerConfig, DeliverPolicy, ReplayPolicy, check_consumer_config
 from jsspark.datasource.redaction import scrubbed
-from jsspark.engine.ingest import LANDING_FORMS
+
+if TYPE_CHECKING:
+    from jsspark.config import ConsumerConfig
+
+# Neither the config models nor the engine are imported at the top: executors unpickle
+# ``WriteOptions`` and ``LiveReadOptions`` from here, and a fresh Python worker would pay a
+# third of a second importing pydantic models it never uses (the parsers import them).
 
 # Consumer options: JetStream ConsumerConfig JSON names.
 CONSUMER_OPTIONS = (
@@ -141,6 +146,8 @@ def _enum(name: str, text: str, enum: type[Any]) -> Any:
 
 def consumer_config(opts: Mapping[str, str]) -> ConsumerConfig:
     """The ``ConsumerConfig`` a set of source options stands for (unchecked)."""
+    from jsspark.config import AckPolicy, ConsumerConfig, DeliverPolicy, ReplayPolicy
+
     wire: dict[str, Any] = {}
     if "durable_name" in opts:
         wire["durable_name"] = opts["durable_name"]
@@ -197,6 +204,8 @@ class ReadOptions:
 
     @property
     def replay_original(self) -> bool:
+        from jsspark.config import ReplayPolicy
+
         return self.consumer.replay_policy is ReplayPolicy.ORIGINAL
 
 
@@ -208,6 +217,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     storage = storage_options(options)
 
     import jsspark
+    from jsspark.config import check_consumer_config
 
     with scrubbed(storage):
         stream_cfg = jsspark.connect(location, storage).stream_info(stream).config
@@ -290,6 +300,8 @@ def parse_form(text: str | None) -> str | None:
     (new sequences) what the user meant to mirror, so an unknown value fails at start."""
     if text is None:
         return None
+    from jsspark.engine.ingest import LANDING_FORMS
+
     value = text.strip().lower()
     if value not in LANDING_FORMS:
         raise OptionError(

@@ -2,7 +2,9 @@
 the moto S3 server of the ``s3`` fixture: written under their final name, read by a partition
 that carries the storage options (pickled, as Spark ships it), deleted, and the directories of
 this host's dead processes removed; bad ``spillDir`` values fail at parse time naming the option,
-and no storage secret leaks into a repr, a partition's JSON or an error.
+and no storage secret leaks into a repr, a partition's JSON or an error. Puts run in the
+background: a hanging one holds up neither delivery nor anything but the batch that reads it,
+and a failed one keeps its rows.
 
 The Spark tests run a live query with its spill in S3 into a lake sink: as rows that executors
 read from the spill (the lake local), and by reference as jobs do (the lake in S3, the landing
@@ -15,6 +17,8 @@ import pickle
 import re
 import subprocess
 import sys
+import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,7 @@ import pytest
 import jsspark
 from jsspark.datasource.options import OptionError, prefixed_storage_options
 from jsspark.live import spill as S
+from jsspark.live.ingestor import Ingestor, LiveSourceError
 from jsspark.live.options import parse_live_read_options
 from jsspark.live.spill import (
     Pending,
@@ -184,6 +189,86 @@ def test_a_job_spills_to_its_targets_store_with_the_targets_options(server: Any,
         prefixed_storage_options(s3))
     assert not any(k.startswith("storage.") for k in options["/tmp/job-spill"])
     parse_live_read_options(options["s3://lake/job-spill"])  # valid reader options
+
+
+def _ingestor(server: Any, s3: dict[str, str], stream: str) -> Ingestor:
+    return Ingestor(parse_live_read_options({
+        "servers": server.url, "stream": stream, "consumerMode": "ordered", "spillDir": f"s3://lake/{stream.lower()}",
+        "chunkRows": "10", **prefixed_storage_options(s3)}))
+
+
+def _planned_rows(ing: Ingestor, end: int) -> list[int]:
+    return [s for p in ing.plan(0, end) for b in read_spill(p) for s in b.column("seq").to_pylist()]
+
+
+@pytest.mark.nats
+def test_a_hanging_put_holds_up_neither_delivery_nor_other_puts(server: Any, nats: SyncNats, s3: dict[str, str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    nats.add_stream(name="HANG", subjects=["hang.>"], storage="file")
+    nats.publish_many([(f"hang.{i % 3}", b"d%d" % i, None) for i in range(1, 101)])
+    gate, held = threading.Event(), []
+    real = S.SpillDir.write
+
+    def write(self: S.SpillDir, name: str, batch: pa.RecordBatch) -> str:
+        if not held:
+            held.append(name)
+        if name == held[0]:
+            assert gate.wait(60), "the test never opened the gate"
+        return real(self, name, batch)
+
+    monkeypatch.setattr(S.SpillDir, "write", write)
+    ing = _ingestor(server, s3, "HANG")
+    try:
+        ing.start(None)
+        # the first file's put hangs; delivery and the later puts go on
+        wait_for(lambda: ing._highest == 100 and ing.latest(0, None, None) == 100, 30, "delivery past the hanging put")
+        prefix = ing._dir.uri.removeprefix("s3://lake/") if ing._dir else "?"
+        wait_for(lambda: len(_keys(s3, prefix)) >= 2, 30, "the later puts")
+        assert not any(k.endswith(held[0]) for k in _keys(s3, prefix))
+        # a batch over the missing file is not planned
+        ing.opts = replace(ing.opts, wait_timeout=1.0)
+        with pytest.raises(LiveSourceError, match=r"waiting for 1 spill file\(s\) to be written under s3://lake/hang/"):
+            ing.plan(0, 100)
+        gate.set()
+        assert _planned_rows(ing, 100) == list(range(1, 101))  # every message once, in order
+    finally:
+        gate.set()
+        ing.stop()
+
+
+@pytest.mark.nats
+def test_a_failed_put_keeps_its_rows_and_fails_only_the_batch_that_needs_it(
+        server: Any, nats: SyncNats, s3: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    nats.add_stream(name="FAILS", subjects=["fails.>"], storage="file")
+    nats.publish_many([(f"fails.{i % 3}", b"d%d" % i, None) for i in range(1, 101)])
+    names: list[str] = []
+    broken, failures = {"store": True}, {"once": 0}
+    real = S.SpillDir.write
+
+    def write(self: S.SpillDir, name: str, batch: pa.RecordBatch) -> str:
+        if name not in names:
+            names.append(name)
+        if name == names[0] and broken["store"]:
+            raise OSError(f"store unavailable (signature {MOTO_SECRET})")
+        if len(names) > 1 and name == names[1] and failures["once"] == 0:
+            failures["once"] += 1
+            raise OSError("a dropped connection")
+        return real(self, name, batch)
+
+    monkeypatch.setattr(S.SpillDir, "write", write)
+    ing = _ingestor(server, s3, "FAILS")
+    try:
+        ing.start(None)
+        wait_for(lambda: ing._highest == 100 and ing.latest(0, None, None) == 100, 30, "delivery past the failed puts")
+        with pytest.raises(LiveSourceError) as err:  # the first file: failed, failed again when the batch needed it
+            ing.plan(0, 100)
+        assert "cannot write a spill file under s3://lake/fails/" in str(err.value)
+        assert "store unavailable" in str(err.value) and MOTO_SECRET not in str(err.value)
+        assert failures["once"] == 1  # the second file failed once and was put again
+        broken["store"] = False  # the store is back: the retried batch holds every message once
+        assert _planned_rows(ing, 100) == list(range(1, 101))
+    finally:
+        ing.stop()
 
 
 # -- Spark ----------------------------------------------------------------------------------------

@@ -26,6 +26,9 @@ Design (why each piece is there):
   runs; the last AvailableNow batch is acked by the next run's first planning call).
 - **Back-pressure**: ``max_ack_pending`` — the server stops delivering once that many messages
   are unacked, which bounds the buffer; memory holds at most ``chunkRows`` rows before a spill.
+  On an object store a spill file is put in the background (a put is a network round trip per
+  ``chunkRows`` messages, which would pause delivery each time): up to ``MAX_PUTS`` at once,
+  their rows held until the put succeeded; a batch is planned only over files that are there.
 - **Gaps and restarts**: deliveries must arrive with delivery seq last+1. A jump, or a heartbeat
   whose ``Nats-Last-Consumer`` is not ours, means messages were lost in flight:
   ``$JS.API.CONSUMER.RESET`` (empty body) restarts delivery at the ack floor + 1 with dseq 1;
@@ -45,18 +48,28 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from jsspark.datasource.redaction import redact_storage
 from jsspark.engine.headers import decode as decode_headers
 from jsspark.live import consumer as C
 from jsspark.live import wire
 from jsspark.live.options import LiveReadOptions, redact
-from jsspark.live.spill import Chunk, Pending, SpillDir, SpillPartition, describe, make_spill_dir, write_chunk
+from jsspark.live.spill import (
+    Chunk,
+    Pending,
+    SpillDir,
+    SpillPartition,
+    describe,
+    make_spill_dir,
+    put_chunk,
+    write_chunk,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +80,9 @@ ACK_FLUSH_SECONDS = 3.0
 LINGER_IDLE = 0.05
 LINGER_MAX = 1.0
 PARTITION_ROWS = 100_000  # spill rows per Spark partition at most
+# Spill files being put on an object store at once; the delivery thread waits for a free slot.
+MAX_PUTS = 4
+PUT_RETRY_SECONDS = 1.0  # a failed put is tried again this much later (at once when a batch needs it)
 ACK_PREFIX = b"$JS.ACK."
 CONTROL_STATUS = b"NATS/1.0 100"
 LAST_CONSUMER = "Nats-Last-Consumer"
@@ -118,6 +134,18 @@ async def _ignore(msg: Any) -> None:
     """nats-py's callback for the delivery subscription: deliveries go to ``wire`` in bulk."""
 
 
+class _Put:
+    """A spill file being put on an object store. Its rows stay here until the put succeeded;
+    a failed put keeps them, with the (redacted) error, to be tried again."""
+
+    __slots__ = ("batch", "error", "future", "name", "retry_at")
+
+    def __init__(self, name: str, batch: pa.RecordBatch, future: Future[str]) -> None:
+        self.name, self.batch, self.future = name, batch, future
+        self.error: str | None = None
+        self.retry_at = 0.0
+
+
 class Ingestor:
     """One origin stream's deliveries buffered by origin seq; see the module docstring."""
 
@@ -139,7 +167,8 @@ class Ingestor:
         self._watch: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # flow-control answers under way
         # buffer (guarded by _cv)
-        self._chunks: list[Chunk] = []
+        self._chunks: list[Chunk] = []  # spill files in origin seq order, those still being put too
+        self._puts: dict[str, _Put] = {}  # chunk path -> its put on an object store, until it succeeded
         self._rows = Pending()
         self._seqs: list[int] = []
         self.floor = 0  # highest origin seq Spark has committed
@@ -528,19 +557,83 @@ class Ingestor:
 
     # -- the buffer (any thread, under _cv) -----------------------------------------------------
     def _flush(self) -> None:
-        """Spill the buffered rows as one file; if that fails they stay buffered and this raises
-        (secrets redacted)."""
+        """Spill the buffered rows as one file: written at once locally (if that fails they stay
+        buffered and this raises, secrets redacted), put in the background on an object store."""
         if not self._rows:
             return
         assert self._dir is not None
         batch = self._rows.to_batch(self.opts.stream, self._consumer_name)
-        try:
-            chunk = write_chunk(self._dir, batch)
-        except Exception as e:
-            raise LiveSourceError(self._redact(f"jetstream (live): cannot write a spill file under {self._dir.uri}: "
-                                               f"{describe(e)}")) from None
+        if self._dir.remote:
+            self._retry_puts()
+            while sum(p.error is None for p in self._puts.values()) >= MAX_PUTS:
+                self._check()
+                self._cv.wait(0.05)  # back-pressure: the store is slower than delivery
+            chunk, future = put_chunk(self._dir, batch)
+            self._track(chunk.path, _Put(chunk.path.rsplit("/", 1)[1], batch, future))
+        else:
+            try:
+                chunk = write_chunk(self._dir, batch)
+            except Exception as e:
+                raise LiveSourceError(self._redact(f"jetstream (live): cannot write a spill file under "
+                                                   f"{self._dir.uri}: {describe(e)}")) from None
         self._chunks.append(chunk)
         self._rows = Pending()
+
+    def _track(self, path: str, put: _Put) -> None:
+        self._puts[path] = put
+        put.future.add_done_callback(lambda f: self._put_done(path, f))
+
+    def _put_done(self, path: str, future: Future[str]) -> None:
+        """A put ended (pool thread): forget it, or keep its rows and error for a retry."""
+        with self._cv:
+            put = self._puts.get(path)
+            if put is None or put.future is not future:
+                return
+            error = future.exception()
+            if error is None:
+                del self._puts[path]
+            else:
+                assert self._dir is not None
+                put.error = self._redact(f"jetstream (live): cannot write a spill file under {self._dir.uri}: "
+                                         f"{describe(error)}")
+                put.retry_at = time.monotonic() + PUT_RETRY_SECONDS
+                self.last_error = put.error
+                log.warning("%s (the rows stay buffered)", put.error)
+            self._cv.notify_all()
+
+    def _retry_puts(self, paths: Collection[str] | None = None) -> None:
+        """Put again the failed files due for it (``paths``: those, now)."""
+        assert self._dir is not None
+        now = time.monotonic()
+        for path, put in list(self._puts.items()):
+            if put.error is not None and (now >= put.retry_at if paths is None else path in paths):
+                put.error = None
+                put.future = self._dir.write_later(put.name, put.batch)
+                self._track(path, put)
+
+    def _await_puts(self, paths: Sequence[str]) -> None:
+        """Until the spill files a batch reads are all on the store. A failed put is tried again
+        at once; failing again fails the batch (Spark retries it) with the store's error."""
+        deadline = time.monotonic() + self.opts.wait_timeout
+        retried: set[str] = set()
+        with self._cv:
+            while True:
+                self._check()
+                waiting = [p for p in paths if p in self._puts]
+                if not waiting:
+                    return
+                failed = [p for p in waiting if self._puts[p].error is not None]
+                again = [p for p in failed if p in retried]
+                if again:
+                    raise LiveSourceError(self._puts[again[0]].error)
+                if failed:
+                    retried.update(failed)
+                    self._retry_puts(failed)
+                if time.monotonic() >= deadline:
+                    raise LiveSourceError(self._redact(
+                        f"jetstream (live): timed out after {self.opts.wait_timeout}s waiting for {len(waiting)} spill "
+                        f"file(s) to be written under {self._dir.uri if self._dir else '?'}"))
+                self._cv.wait(0.05)
 
     def _spill_full(self) -> None:
         """A full buffer, on the delivery thread: spill it; a failed write (an object store
@@ -570,6 +663,8 @@ class Ingestor:
             self._highest = max(self._highest, seq)
             done = [ch.path for ch in self._chunks if ch.last <= seq]
             self._chunks = [ch for ch in self._chunks if ch.last > seq]
+            for path in done:  # planned, so put already
+                self._puts.pop(path, None)
             del self._seqs[: bisect.bisect_right(self._seqs, seq)]
             held = self._held_fc is not None
         if done and self._dir is not None:
@@ -683,6 +778,7 @@ class Ingestor:
             self._check()
             self._flush()
             chunks = [c for c in self._chunks if c.last > start and c.first <= end]
+            self._await_puts([c.path for c in chunks])
         # Few, large partitions: each Spark task costs far more than reading a few spill files.
         # Chunks hold ascending, disjoint sequence ranges: each partition covers its own.
         groups: list[list[Chunk]] = []

@@ -41,7 +41,7 @@ import socket
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -247,8 +247,11 @@ def _orphaned(name: str, host: str, local: bool) -> bool:
 class SpillDir:
     """One process's spill directory: a local one, or a prefix on an object store.
 
-    Deletes on an object store go to a small thread pool (a commit on the driver must not wait
-    for them); ``close`` waits for them and removes the directory."""
+    On an object store, puts (``write_later``) and deletes go to a small thread pool: a put
+    takes a network round trip, which the delivery thread must not wait for, and a commit on
+    the driver must not wait for deletes. ``close`` waits for both and removes the directory."""
+
+    POOL_THREADS = 8
 
     def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.uri = uri.rstrip("/") if is_remote(uri) else uri
@@ -272,6 +275,15 @@ class SpillDir:
         write_ipc_file(self._fs, name if self.remote else path, pa.Table.from_batches([batch]), compress=False)
         return path
 
+    def write_later(self, name: str, batch: pa.RecordBatch) -> Future[str]:
+        """``write`` on the pool; the future holds its path, or the store's error."""
+        return self._executor().submit(self.write, name, batch)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.POOL_THREADS, thread_name_prefix="jsspark-spill")
+        return self._pool
+
     def delete(self, paths: Iterable[str]) -> None:
         """Remove spill files (gone already is fine): at once locally, in the background on an
         object store (a failure is logged; the directory goes at ``close``)."""
@@ -282,10 +294,9 @@ class SpillDir:
         names = [p.rsplit("/", 1)[1] for p in paths]
         if not names:
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(4, thread_name_prefix="jsspark-spill-delete")
+        pool = self._executor()
         for n in names:
-            self._pool.submit(self._delete_one, n)
+            pool.submit(self._delete_one, n)
 
     def _delete_one(self, name: str) -> None:
         try:
@@ -297,7 +308,7 @@ class SpillDir:
                         redact_storage(describe(e), self.storage_options))
 
     def close(self) -> None:
-        """Wait for the deletes under way and remove the directory with what is left in it."""
+        """Wait for the puts and deletes under way and remove the directory with what is left in it."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -345,10 +356,23 @@ def write_chunk(directory: SpillDir | Path | str, batch: pa.RecordBatch) -> Chun
     partially (renamed into place locally, put once on an object store)."""
     if not isinstance(directory, SpillDir):
         directory = SpillDir(str(directory))
+    chunk, name = _named_chunk(directory, batch)
+    directory.write(name, batch)
+    return chunk
+
+
+def put_chunk(directory: SpillDir, batch: pa.RecordBatch) -> tuple[Chunk, Future[str]]:
+    """``write_chunk`` in the background (``SpillDir.write_later``): the chunk the file will be,
+    and the put under way. Nobody may read the chunk before the future succeeded."""
+    chunk, name = _named_chunk(directory, batch)
+    return chunk, directory.write_later(name, batch)
+
+
+def _named_chunk(directory: SpillDir, batch: pa.RecordBatch) -> tuple[Chunk, str]:
     seqs = batch.column("seq")
     first, last = seqs[0].as_py(), seqs[-1].as_py()
-    path = directory.write(f"{first:020d}-{last:020d}-{uuid.uuid4().hex[:6]}.arrow", batch)
-    return Chunk(path, first, last, batch.num_rows)
+    name = f"{first:020d}-{last:020d}-{uuid.uuid4().hex[:6]}.arrow"
+    return Chunk(directory.path(name), first, last, batch.num_rows), name
 
 
 @dataclass(frozen=True)

@@ -197,6 +197,21 @@ def _ingestor(server: Any, s3: dict[str, str], stream: str) -> Ingestor:
         "chunkRows": "10", **prefixed_storage_options(s3)}))
 
 
+def _before_writes(monkeypatch: pytest.MonkeyPatch, hook: Any) -> list[str]:
+    """``SpillDir.write`` calls ``hook(name)`` first; returns the file names in the order first written."""
+    names: list[str] = []
+    real = S.SpillDir.write
+
+    def write(self: S.SpillDir, name: str, batch: pa.RecordBatch) -> str:
+        if name not in names:
+            names.append(name)
+        hook(name)
+        return real(self, name, batch)
+
+    monkeypatch.setattr(S.SpillDir, "write", write)
+    return names
+
+
 def _planned_rows(ing: Ingestor, end: int) -> list[int]:
     return [s for p in ing.plan(0, end) for b in read_spill(p) for s in b.column("seq").to_pylist()]
 
@@ -206,17 +221,13 @@ def test_a_hanging_put_holds_up_neither_delivery_nor_other_puts(server: Any, nat
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     nats.add_stream(name="HANG", subjects=["hang.>"], storage="file")
     nats.publish_many([(f"hang.{i % 3}", b"d%d" % i, None) for i in range(1, 101)])
-    gate, held = threading.Event(), []
-    real = S.SpillDir.write
+    gate = threading.Event()
 
-    def write(self: S.SpillDir, name: str, batch: pa.RecordBatch) -> str:
-        if not held:
-            held.append(name)
+    def hold_the_first(name: str) -> None:
         if name == held[0]:
             assert gate.wait(60), "the test never opened the gate"
-        return real(self, name, batch)
 
-    monkeypatch.setattr(S.SpillDir, "write", write)
+    held = _before_writes(monkeypatch, hold_the_first)
     ing = _ingestor(server, s3, "HANG")
     try:
         ing.start(None)
@@ -241,21 +252,16 @@ def test_a_failed_put_keeps_its_rows_and_fails_only_the_batch_that_needs_it(
         server: Any, nats: SyncNats, s3: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     nats.add_stream(name="FAILS", subjects=["fails.>"], storage="file")
     nats.publish_many([(f"fails.{i % 3}", b"d%d" % i, None) for i in range(1, 101)])
-    names: list[str] = []
     broken, failures = {"store": True}, {"once": 0}
-    real = S.SpillDir.write
 
-    def write(self: S.SpillDir, name: str, batch: pa.RecordBatch) -> str:
-        if name not in names:
-            names.append(name)
+    def fail(name: str) -> None:
         if name == names[0] and broken["store"]:
             raise OSError(f"store unavailable (signature {MOTO_SECRET})")
         if len(names) > 1 and name == names[1] and failures["once"] == 0:
             failures["once"] += 1
             raise OSError("a dropped connection")
-        return real(self, name, batch)
 
-    monkeypatch.setattr(S.SpillDir, "write", write)
+    names = _before_writes(monkeypatch, fail)
     ing = _ingestor(server, s3, "FAILS")
     try:
         ing.start(None)

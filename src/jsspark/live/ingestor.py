@@ -138,10 +138,10 @@ class _Put:
     """A spill file being put on an object store. Its rows stay here until the put succeeded;
     a failed put keeps them, with the (redacted) error, to be tried again."""
 
-    __slots__ = ("batch", "error", "future", "name", "retry_at")
+    __slots__ = ("batch", "error", "future", "retry_at")
 
-    def __init__(self, name: str, batch: pa.RecordBatch, future: Future[str]) -> None:
-        self.name, self.batch, self.future = name, batch, future
+    def __init__(self, batch: pa.RecordBatch, future: Future[str]) -> None:
+        self.batch, self.future = batch, future
         self.error: str | None = None
         self.retry_at = 0.0
 
@@ -569,7 +569,7 @@ class Ingestor:
                 self._check()
                 self._cv.wait(0.05)  # back-pressure: the store is slower than delivery
             chunk, future = put_chunk(self._dir, batch)
-            self._track(chunk.path, _Put(chunk.path.rsplit("/", 1)[1], batch, future))
+            self._track(chunk.path, _Put(batch, future))
         else:
             try:
                 chunk = write_chunk(self._dir, batch)
@@ -608,7 +608,7 @@ class Ingestor:
         for path, put in list(self._puts.items()):
             if put.error is not None and (now >= put.retry_at if paths is None else path in paths):
                 put.error = None
-                put.future = self._dir.write_later(put.name, put.batch)
+                put.future = self._dir.write_later(path.rsplit("/", 1)[1], put.batch)
                 self._track(path, put)
 
     def _await_puts(self, paths: Sequence[str]) -> None:
@@ -663,7 +663,7 @@ class Ingestor:
             self._highest = max(self._highest, seq)
             done = [ch.path for ch in self._chunks if ch.last <= seq]
             self._chunks = [ch for ch in self._chunks if ch.last > seq]
-            for path in done:  # planned, so put already
+            for path in done:  # committed rows need no put (a batch is planned only once its puts succeeded)
                 self._puts.pop(path, None)
             del self._seqs[: bisect.bisect_right(self._seqs, seq)]
             held = self._held_fc is not None

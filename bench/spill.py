@@ -16,8 +16,6 @@ once). On a 2-core machine moto's own CPU competes with the ingestor and the ser
 from __future__ import annotations
 
 import argparse
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,30 +29,8 @@ from jsspark.datasource.options import prefixed_storage_options
 from jsspark.live import spill as S
 from jsspark.live.ingestor import Ingestor
 from jsspark.live.options import parse_live_read_options
-from jsspark.nats_server import NatsServer, free_port
-
-
-def moto_s3() -> tuple[subprocess.Popen[bytes], dict[str, str]]:
-    """moto's S3 server on loopback with bucket ``lake``, and delta-rs storage options for it."""
-    import boto3
-
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("bench: moto server did not start") from None
-            time.sleep(0.05)
-    endpoint = f"http://127.0.0.1:{port}"
-    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s",
-                 region_name="us-east-1").create_bucket(Bucket="lake")
-    return proc, {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
-                  "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+from jsspark.nats_server import NatsServer
+from tests.s3server import start_moto
 
 
 def with_put_latency(seconds: float) -> None:
@@ -98,7 +74,7 @@ def main() -> None:
     args = ap.parse_args()
     n = args.messages
     with_put_latency(args.put_latency_ms / 1000)
-    moto, storage = moto_s3()
+    moto, storage = start_moto()
     runs: dict[str, list[float]] = {"local": [], "object store": []}
     try:
         with NatsServer() as srv:

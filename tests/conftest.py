@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
 
-from jsspark.nats_server import NatsServer, free_port
+from jsspark.nats_server import NatsServer
 from tests.rawnats import RawNats
+from tests.s3server import start_moto
 
 T = TypeVar("T")
-MOTO_SECRET = "moto-s3cr3t-V4lue"  # distinctive, so a test can look for it where it must not be
 
 
 @pytest.fixture(scope="session")
@@ -64,36 +60,9 @@ def spark() -> Iterator[Any]:
 def s3() -> Iterator[dict[str, str]]:
     """An S3 server (moto) on loopback with bucket ``lake``; yields delta-rs storage options for it
     (nothing is put in the environment: whoever needs the store gets the options)."""
-    import boto3
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
-        except OSError:
-            assert proc.poll() is None, "moto server exited"
-            assert time.monotonic() < deadline, "moto server did not listen"
-            time.sleep(0.05)
-    endpoint = f"http://127.0.0.1:{port}"
-    boto3.client(
-        "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key=MOTO_SECRET, region_name="us-east-1"
-    ).create_bucket(Bucket="lake")
+    proc, options = start_moto()
     try:
-        yield {
-            "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": "k",
-            "AWS_SECRET_ACCESS_KEY": MOTO_SECRET,
-            "AWS_REGION": "us-east-1",
-            "AWS_ALLOW_HTTP": "true",
-            "aws_conditional_put": "etag",
-        }
+        yield options
     finally:
         proc.terminate()
         proc.wait(10)

@@ -38,9 +38,9 @@ from jsspark.live.spill import (
     read_spill,
     write_chunk,
 )
-from tests.conftest import MOTO_SECRET
 from tests.live.conftest import SyncNats
 from tests.live.test_durable_source import messages, wait_for
+from tests.s3server import MOTO_SECRET
 
 
 def _client(s3: dict[str, str]) -> Any:

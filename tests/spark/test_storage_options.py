@@ -19,7 +19,7 @@ from jsspark.datasource.reading import read_partition
 from jsspark.datasource.redaction import StorageError, scrubbed
 from jsspark.datasource.source import JetStreamDataSource
 from jsspark.sink.lake_sink import collect_task, load_messages, remove_staged
-from tests.conftest import MOTO_SECRET
+from tests.s3server import MOTO_SECRET
 
 pytestmark = pytest.mark.spark
 

@@ -574,10 +574,14 @@ class Ingestor:
             try:
                 chunk = write_chunk(self._dir, batch)
             except Exception as e:
-                raise LiveSourceError(self._redact(f"jetstream (live): cannot write a spill file under "
-                                                   f"{self._dir.uri}: {describe(e)}")) from None
+                raise LiveSourceError(self._write_error(e)) from None
         self._chunks.append(chunk)
         self._rows = Pending()
+
+    def _write_error(self, e: BaseException) -> str:
+        """What a failed spill write says (secrets redacted)."""
+        return self._redact(f"jetstream (live): cannot write a spill file under "
+                            f"{self._dir.uri if self._dir else '?'}: {describe(e)}")
 
     def _track(self, path: str, put: _Put) -> None:
         self._puts[path] = put
@@ -593,9 +597,7 @@ class Ingestor:
             if error is None:
                 del self._puts[path]
             else:
-                assert self._dir is not None
-                put.error = self._redact(f"jetstream (live): cannot write a spill file under {self._dir.uri}: "
-                                         f"{describe(error)}")
+                put.error = self._write_error(error)
                 put.retry_at = time.monotonic() + PUT_RETRY_SECONDS
                 self.last_error = put.error
                 log.warning("%s (the rows stay buffered)", put.error)

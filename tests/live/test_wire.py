@@ -13,14 +13,13 @@ from jsspark.live import wire
 
 
 def test_routed_subscription_gets_every_frame_in_order_and_the_rest_still_works(server: Any, run: Any) -> None:
-    import nats
-
-    from jsspark.live.ingestor import _client_class
+    from jsspark.live.client import client_class
 
     async def scenario() -> None:
-        nc = wire.client_class(_client_class())()
+        nc = wire.client_class(client_class())()
         await nc.connect(server.url, ping_interval=0.2)  # client PINGs interleave with deliveries
-        other = await nats.connect(server.url)
+        other = client_class()()  # its flush() puts the "svc" SUB on the server before nc's requests
+        await other.connect(server.url)
         got: list[tuple[bytes, bytes, bytes | None, bytes]] = []
         runs = 0
 
@@ -99,8 +98,8 @@ def test_routed_subscription_gets_every_frame_in_order_and_the_rest_still_works(
 def test_an_unsupported_client_is_refused_with_its_version(monkeypatch: pytest.MonkeyPatch) -> None:
     from nats.aio import client as nats_client
 
-    from jsspark.live.ingestor import _client_class
+    from jsspark.live.client import client_class
 
     monkeypatch.setattr(nats_client, "__version__", "3.0.0")
     with pytest.raises(wire.BulkDeliveryUnsupported, match=r"nats-py 3\.0\.0 is not supported"):
-        wire.client_class(_client_class())
+        wire.client_class(client_class())

@@ -16,6 +16,11 @@ nats-py's own HPUB path (``Client._send_publish``). This is the one place jsspar
 private publish API: ``hook_problem`` checks the installed nats-py before the hook is used; if it
 fails, headers a dict can carry still go through nats-py's public API and a repeated key fails
 with an error saying why (``wire_headers``), instead of silently losing values.
+
+**The client class** (``client_class``) keeps each message's raw header block beside nats-py's
+dict, and makes ``flush()`` mean what jsspark relies on (acks and flow-control replies on the
+server before it reports them sent): nats-py writes a flush's PING ahead of the commands still
+in its buffer, so the PONG could come back before they had been sent.
 """
 
 from __future__ import annotations
@@ -39,9 +44,7 @@ async def open_client(conn: Connection, wait: float, client_cls: type | None = N
     from nats.errors import NoServersError
 
     if client_cls is None:
-        from jsspark.live.ingestor import _client_class
-
-        client_cls = _client_class()
+        client_cls = client_class()
     kw = conn.connect_kwargs()
     reconnect = {"allow_reconnect": True, "max_reconnect_attempts": kw["max_reconnect_attempts"]}
     kw.update(callbacks, allow_reconnect=False, max_reconnect_attempts=1)
@@ -60,6 +63,42 @@ async def open_client(conn: Connection, wait: float, client_cls: type | None = N
             await asyncio.sleep(RETRY_SECONDS)
     nc.options.update(reconnect)
     return nc
+
+
+class _RawHeaders(dict):  # type: ignore[type-arg]
+    """nats-py's parsed headers plus the raw block, so repeated keys and order survive."""
+
+    raw: bytes = b""
+
+
+def client_class() -> type:
+    """The nats-py ``Client`` subclass every jsspark connection uses (see the module docstring)."""
+    from nats.aio.client import PING_PROTO, Client
+
+    class RawHeaderClient(Client):  # type: ignore[misc]
+        async def _process_headers(self, headers: bytes) -> dict[str, str] | None:  # type: ignore[override]
+            """nats-py folds headers into a dict (last value wins); keep the wire block too."""
+            hdr = await super()._process_headers(headers)
+            if hdr is None:
+                return None
+            out = _RawHeaders(hdr)
+            out.raw = bytes(headers)
+            return out
+
+        async def _send_ping(self, future: asyncio.Future[Any] | None = None) -> None:
+            """nats-py writes a PING straight to the socket, ahead of the SUBs and PUBs still in
+            its pending buffer, so ``flush()`` could return before they reached the server. Queue
+            it behind them instead: the flusher sends all of it in order. (While disconnected,
+            nats-py's own path: a PING queued then would be answered after the reconnect, out
+            of step with the futures the reconnect clears.)"""
+            if not self.is_connected:
+                return await super()._send_ping(future)
+            self._pongs.append(future if future is not None else asyncio.get_running_loop().create_future())
+            await self._send_command(PING_PROTO)
+            await self._flush_pending()
+            return None
+
+    return RawHeaderClient
 
 
 def _quiet(conn: Connection) -> Any:
@@ -127,9 +166,7 @@ def hook_problem() -> str | None:
 def publish_client_class() -> tuple[type, bool]:
     """A client class for publishing (``open_client(conn, wait, cls)``), and whether its
     publishes take a ``HeaderBlock`` (the hook's guard passed)."""
-    from jsspark.live.ingestor import _client_class
-
-    base = _client_class()
+    base = client_class()
     if hook_problem() is not None:
         return base, False
     from nats.protocol.command import hpub_cmd

@@ -59,6 +59,7 @@ from jsspark.datasource.redaction import redact_storage
 from jsspark.engine.headers import decode as decode_headers
 from jsspark.live import consumer as C
 from jsspark.live import wire
+from jsspark.live.client import client_class
 from jsspark.live.options import LiveReadOptions, redact
 from jsspark.live.spill import (
     Chunk,
@@ -92,29 +93,6 @@ STALLED = "Nats-Consumer-Stalled"
 
 class LiveSourceError(RuntimeError):
     """The live source cannot go on (bad consumer, server refused, timed out); secrets redacted."""
-
-
-class _RawHeaders(dict):  # type: ignore[type-arg]
-    """nats-py's parsed headers plus the raw block, so repeated keys and order survive."""
-
-    raw: bytes = b""
-
-
-def _client_class() -> type:
-    from nats.aio.client import Client
-
-    class RawHeaderClient(Client):  # type: ignore[misc]
-        """nats-py folds headers into a dict (last value wins); keep the wire block too."""
-
-        async def _process_headers(self, headers: bytes) -> dict[str, str] | None:  # type: ignore[override]
-            hdr = await super()._process_headers(headers)
-            if hdr is None:
-                return None
-            out = _RawHeaders(hdr)
-            out.raw = bytes(headers)
-            return out
-
-    return RawHeaderClient
 
 
 def parse_ack_reply(reply: str) -> tuple[int, int, int, int, int]:
@@ -260,7 +238,7 @@ class Ingestor:
     async def _bind(self, from_consumer: bool) -> None:
         from jsspark.live.client import open_client
 
-        cls = wire.client_class(_client_class()) if self._bulk else _client_class()
+        cls = wire.client_class(client_class()) if self._bulk else client_class()
         self._nc = await open_client(self.opts.conn, self.opts.wait_timeout / 2, cls,
                                      reconnected_cb=self._on_reconnect, error_cb=self._on_error)
         if self.opts.mode == "ordered":

@@ -26,6 +26,7 @@ in its buffer, so the PONG could come back before they had been sent.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import time
@@ -71,6 +72,7 @@ class _RawHeaders(dict):  # type: ignore[type-arg]
     raw: bytes = b""
 
 
+@functools.cache
 def client_class() -> type:
     """The nats-py ``Client`` subclass every jsspark connection uses (see the module docstring)."""
     from nats.aio.client import PING_PROTO, Client

@@ -59,7 +59,7 @@ from jsspark.datasource.redaction import redact_storage
 from jsspark.engine.headers import decode as decode_headers
 from jsspark.live import consumer as C
 from jsspark.live import wire
-from jsspark.live.client import client_class
+from jsspark.live.client import client_class, open_client
 from jsspark.live.options import LiveReadOptions, redact
 from jsspark.live.spill import (
     Chunk,
@@ -236,8 +236,6 @@ class Ingestor:
         return self._call(ask(), timeout)
 
     async def _bind(self, from_consumer: bool) -> None:
-        from jsspark.live.client import open_client
-
         cls = wire.client_class(client_class()) if self._bulk else client_class()
         self._nc = await open_client(self.opts.conn, self.opts.wait_timeout / 2, cls,
                                      reconnected_cb=self._on_reconnect, error_cb=self._on_error)

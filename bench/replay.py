@@ -68,8 +68,11 @@ def spark_session() -> Any:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    from jsspark.local_spark import LOCAL_CHECKPOINTS
+
     spark = (
         SparkSession.builder.master("local[*]")
+        .config(map=LOCAL_CHECKPOINTS)  # the streaming readings' checkpoints, as local_spark writes them
         .appName("jsspark-bench-replay")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -21,9 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 DEFAULT = "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
 PHASES = ("walCommit", "commitOffsets", "triggerExecution")

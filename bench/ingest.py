@@ -125,11 +125,7 @@ class Nats:
 
     def publish_one(self, stream: str, size: int) -> None:
         """One message into ``stream``, acked by the server (a JetStream publish)."""
-        self.run(self._api_pub(f"{stream.lower()}.0", b"x" * size))
-
-    async def _api_pub(self, subject: str, payload: bytes) -> None:
-        ack = json.loads((await self.nc.request(subject, payload, timeout=30)).data)
-        assert "error" not in ack, ack
+        self.run(self.nc.jetstream().publish(f"{stream.lower()}.0", b"x" * size))
 
     def close(self) -> None:
         self.run(self.nc.close())

@@ -146,7 +146,7 @@ def test_restart_from_checkpoint_delivers_exactly_the_rest(spark: Any, tmp_path:
     assert _run_available_now(_stream(spark, loc, maxMessagesPerTrigger=6), ck, out) == [5]
     rows = spark.read.parquet(str(out)).select("seq", "delivery_seq").collect()
     assert sorted((r.seq, r.delivery_seq) for r in rows) == [(i, i) for i in range(1, 16)]
-    # the checkpoint was written by local_spark's manager (LOCAL_CHECKPOINTS): whole entries, no temp files left
+    # the checkpoint was written by local_spark's manager (LOCAL_CHECKPOINTS): one entry per batch in each log
     manager = "spark.sql.streaming.checkpointFileManagerClass"
     assert spark.conf.get(manager) == LOCAL_CHECKPOINTS[manager]
     for log in ("offsets", "commits"):

@@ -216,6 +216,51 @@ def _planned_rows(ing: Ingestor, end: int) -> list[int]:
     return [s for p in ing.plan(0, end) for b in read_spill(p) for s in b.column("seq").to_pylist()]
 
 
+def _deliver_run(ing: Ingestor, seqs: range) -> None:
+    """``seqs`` as one read's deliveries (dseq = seq), the run ``_on_run`` takes as columns."""
+    ing._awaiting = False
+    ing._on_run([b"o.%d" % s for s in seqs], [b"$JS.ACK.O.c.1.%d.%d.%d.0" % (s, s, 10**18 + s) for s in seqs],
+                [None] * len(seqs), [b"d%d" % s for s in seqs])
+
+
+@pytest.mark.parametrize("store", ["local", "s3"])
+def test_a_run_of_deliveries_spills_in_files_of_chunk_rows(store: str, tmp_path: Path, s3: dict[str, str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """One read can carry more deliveries than ``chunkRows``: they are taken whole, and spilled
+    as files of at most ``chunkRows`` rows (25 -> 10, 10, 5); a local write that fails part way
+    leaves the rows buffered and no file behind."""
+    spill = f"s3://lake/runs-{tmp_path.name}" if store == "s3" else f"file://{tmp_path}"
+    ing = Ingestor(parse_live_read_options({"servers": "nats://127.0.0.1:1", "stream": "O", "consumerMode": "ordered",
+                                            "spillDir": spill, "chunkRows": "10",
+                                            **(prefixed_storage_options(s3) if store == "s3" else {})}))
+    ing._dir = make_spill_dir(ing.opts.spill_dir, ing.opts.storage_options)
+    try:
+        if store == "local":
+            real, calls = S.SpillDir.write, []
+
+            def second_fails(self: S.SpillDir, name: str, batch: pa.RecordBatch) -> str:
+                calls.append(name)
+                if len(calls) == 2:
+                    raise OSError("disk full")
+                return real(self, name, batch)
+
+            monkeypatch.setattr(S.SpillDir, "write", second_fails)
+            _deliver_run(ing, range(1, 26))  # the spill fails on the delivery thread: logged, kept
+            assert len(ing._rows) == 25 and not ing._chunks and not list(Path(ing._dir.uri).iterdir())
+            monkeypatch.setattr(S.SpillDir, "write", real)
+        else:
+            _deliver_run(ing, range(1, 26))
+        assert ing._pick(0, None, None) == 25
+        assert [(c.first, c.last, c.count) for c in ing._chunks] == [(1, 10, 10), (11, 20, 10), (21, 25, 5)]
+        assert _planned_rows(ing, 25) == list(range(1, 26))  # each once (on S3: once every put landed)
+        if store == "s3":
+            assert len(_keys(s3, ing._dir.uri.removeprefix("s3://lake/") + "/")) == 3
+        else:
+            assert len(list(Path(ing._dir.uri).iterdir())) == 3
+    finally:
+        ing._dir.close()
+
+
 @pytest.mark.nats
 def test_a_hanging_put_holds_up_neither_delivery_nor_other_puts(server: Any, nats: SyncNats, s3: dict[str, str],
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:

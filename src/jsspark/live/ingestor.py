@@ -25,10 +25,12 @@ Design (why each piece is there):
   so a commit is acked within about a second: never before, always eventually (while the query
   runs; the last AvailableNow batch is acked by the next run's first planning call).
 - **Back-pressure**: ``max_ack_pending`` — the server stops delivering once that many messages
-  are unacked, which bounds the buffer; memory holds at most ``chunkRows`` rows before a spill.
+  are unacked, which bounds the buffer; memory holds about ``chunkRows`` rows before a spill
+  (one read's deliveries are taken whole), and a spill file at most ``chunkRows`` rows.
   On an object store a spill file is put in the background (a put is a network round trip per
-  ``chunkRows`` messages, which would pause delivery each time): up to ``MAX_PUTS`` at once,
-  their rows held until the put succeeded; a batch is planned only over files that are there.
+  ``chunkRows`` messages, which would pause delivery each time): a spill starts when fewer than
+  ``MAX_PUTS`` are under way, their rows held until the put succeeded; a batch is planned only
+  over files that are there.
 - **Gaps and restarts**: deliveries must arrive with delivery seq last+1. A jump, or a heartbeat
   whose ``Nats-Last-Consumer`` is not ours, means messages were lost in flight:
   ``$JS.API.CONSUMER.RESET`` (empty body) restarts delivery at the ack floor + 1 with dseq 1;
@@ -533,25 +535,38 @@ class Ingestor:
 
     # -- the buffer (any thread, under _cv) -----------------------------------------------------
     def _flush(self) -> None:
-        """Spill the buffered rows as one file: written at once locally (if that fails they stay
-        buffered and this raises, secrets redacted), put in the background on an object store."""
+        """Spill the buffered rows as files of at most ``chunkRows`` rows (a run of deliveries
+        taken as columns can overshoot it): written at once locally (if one fails, none counts,
+        the rows stay buffered and this raises, secrets redacted), put in the background on an
+        object store."""
         if not self._rows:
             return
         assert self._dir is not None
-        batch = self._rows.to_batch(self.opts.stream, self._consumer_name)
         if self._dir.remote:
             self._retry_puts()
             while sum(p.error is None for p in self._puts.values()) >= MAX_PUTS:
                 self._check()
                 self._cv.wait(0.05)  # back-pressure: the store is slower than delivery
-            chunk, future = put_chunk(self._dir, batch)
-            self._track(chunk.path, _Put(batch, future))
+            if not self._rows:
+                return  # another thread spilled them while this one waited
+        # from here on nothing waits: no other thread sees the rows both buffered and spilled
+        batch = self._rows.to_batch(self.opts.stream, self._consumer_name)
+        size = self.opts.chunk_rows
+        pieces = [batch.slice(i, size) for i in range(0, batch.num_rows, size)]
+        if self._dir.remote:
+            for piece in pieces:
+                chunk, future = put_chunk(self._dir, piece)
+                self._track(chunk.path, _Put(piece, future))
+                self._chunks.append(chunk)
         else:
+            written: list[Chunk] = []
             try:
-                chunk = write_chunk(self._dir, batch)
+                for piece in pieces:
+                    written.append(write_chunk(self._dir, piece))
             except Exception as e:
+                self._dir.delete([c.path for c in written])
                 raise LiveSourceError(self._write_error(e)) from None
-        self._chunks.append(chunk)
+            self._chunks += written
         self._rows = Pending()
 
     def _write_error(self, e: BaseException) -> str:

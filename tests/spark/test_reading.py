@@ -14,7 +14,7 @@ import pytest
 import jsspark
 from jsspark.datasource.options import parse_read_options
 from jsspark.datasource.planning import Cursor, Planner
-from jsspark.datasource.reading import read_partition
+from jsspark.datasource.reading import _seq_filter, read_partition
 from jsspark.datasource.schema import ARROW_SCHEMA
 
 pytestmark = pytest.mark.spark
@@ -106,8 +106,16 @@ def test_partitions_cut_between_commits_not_inside_one(tmp_path: Path) -> None:
     assert [(p.lo, p.hi) for p in parts] == [(0, 8), (8, 12)]
     assert [p.dseq_base for p in parts] == [0, 8] and [p.pending_after for p in parts] == [4, 0]
     assert not set(parts[0].files) & set(parts[1].files)
+    # each task's files lie wholly inside its range: read without a per-row sequence filter,
+    # unless the dataset could hold other files (the Delta log's, when paths do not match)
+    assert all(p.lo < a and b <= p.hi for p in parts for a, b in p.file_seqs)
+    assert [_seq_filter(p, exact=True) for p in parts] == [None, None]
+    assert all(_seq_filter(p, exact=False) is not None for p in parts)
     rows = [r for p in parts for b in read_partition(p) for r in b.to_pylist()]
     assert [(r["seq"], r["delivery_seq"], r["num_pending"]) for r in rows] == [(i, i, 12 - i) for i in range(1, 13)]
+    # the same through the Delta log (no file sizes planned)
+    rows = [r for p in parts for b in read_partition(replace(p, file_sizes=())) for r in b.to_pylist()]
+    assert [r["seq"] for r in rows] == list(range(1, 13))
 
 
 def test_one_commit_is_still_split_when_there_is_no_clean_cut(tmp_path: Path) -> None:
@@ -115,6 +123,7 @@ def test_one_commit_is_still_split_when_there_is_no_clean_cut(tmp_path: Path) ->
     lake.publish_batch("S", pa.table({"subject": ["s.a", "s.b"] * 6, "data": [b"x"] * 12}))
     parts = _planner(loc, minPartitions="3").partitions(Cursor(0), None)
     assert [(p.lo, p.hi) for p in parts] == [(0, 4), (4, 8), (8, 12)]
+    assert all(_seq_filter(p, exact=True) is not None for p in parts)  # each file spans all three tasks
     assert [r["seq"] for p in parts for b in read_partition(p) for r in b.to_pylist()] == list(range(1, 13))
 
 

@@ -67,3 +67,6 @@ class ReadPartition:
     # the Parquet files directly instead of replaying the Delta log (empty/None: replay it).
     file_sizes: tuple[int, ...] = ()
     table_schema: pa.Schema | None = None
+    # (min seq, max seq) of each of ``files`` from the Delta log's stats (empty: unknown): a
+    # task filters rows by sequence only in the files not wholly inside ``(lo, hi]``.
+    file_seqs: tuple[tuple[int, int], ...] = ()

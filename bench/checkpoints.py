@@ -29,9 +29,9 @@ WARMUP = 5  # first batches: query start, JIT
 
 def measure(manager: str, batches: int) -> dict[str, float]:
     """Medians of the checkpoint phases over ``batches`` batches (this process's own session)."""
-    from jsspark.local_spark import local_spark
+    from jsspark.local_spark import CHECKPOINT_MANAGER, local_spark
 
-    spark = local_spark("jsspark-bench-checkpoints", **{"spark.sql.streaming.checkpointFileManagerClass": manager})
+    spark = local_spark("jsspark-bench-checkpoints", **{CHECKPOINT_MANAGER: manager})
     with tempfile.TemporaryDirectory() as d:
         q = (spark.readStream.format("rate").option("rowsPerSecond", 1000).load()
              .writeStream.format("noop").option("checkpointLocation", f"{d}/ckpt")
@@ -55,9 +55,9 @@ def main() -> None:
     if args.manager:
         print(json.dumps(measure(args.manager, args.batches)))
         return
-    from jsspark.local_spark import LOCAL_CHECKPOINTS
+    from jsspark.local_spark import CHECKPOINT_MANAGER, LOCAL_CHECKPOINTS
 
-    ours = LOCAL_CHECKPOINTS["spark.sql.streaming.checkpointFileManagerClass"]
+    ours = LOCAL_CHECKPOINTS[CHECKPOINT_MANAGER]
     rows = {}
     for name, manager in (("Spark's default (FileContext)", DEFAULT), ("local_spark's (FileSystem)", ours)):
         out = subprocess.run([sys.executable, __file__, "--batches", str(args.batches), "--manager", manager],

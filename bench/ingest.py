@@ -30,10 +30,9 @@ reaches the origin's.
     heartbeat, 0.6-1.0 s after the resume here, which no running job meets, since every
     arrival wakes its consumer. The native side is a mirror created over the same backlog of
     N + 1 (a server mirror starts in milliseconds and its consumer is internal: it cannot be
-    paused). Each side
-    runs (c) ``--repeat`` times over a new backlog each time (all native runs first, then all
-    jsspark runs: never both at once), and the medians are compared: one run of either side
-    varies by up to 1.7x on a shared 2-core machine.
+    paused). Each side runs (c) ``--repeat`` times over a new backlog each time (all native
+    runs first, then all jsspark runs: never both at once), and the medians are compared: one
+    run of either side varies by up to 1.7x on a shared 2-core machine.
 
 Why (c) is the target: an ingest job runs for days, so what decides whether it keeps up is the
 rate a running job drains what arrives. (a) adds the query start once per job life, and (b)

@@ -16,9 +16,9 @@ from typing import Any
 # forks ``chmod`` and ``readlink`` for every checkpoint file: about 40 ms each for a batch's
 # offsets and commit entries. The FileSystem-based manager writes the same files (temp file,
 # then rename) in about 10 ms: ``python3 dev.py bench checkpoints``.
+CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 LOCAL_CHECKPOINTS = {
-    "spark.sql.streaming.checkpointFileManagerClass":
-        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+    CHECKPOINT_MANAGER: "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
 }
 
 

@@ -13,7 +13,7 @@ from chispa import assert_df_equality
 import jsspark
 from jsspark.datasource.planning import Cursor, DataLossError, Planner
 from jsspark.datasource.schema import ARROW_SCHEMA, spark_schema
-from jsspark.local_spark import LOCAL_CHECKPOINTS
+from jsspark.local_spark import CHECKPOINT_MANAGER, LOCAL_CHECKPOINTS
 
 pytestmark = pytest.mark.spark
 
@@ -147,8 +147,7 @@ def test_restart_from_checkpoint_delivers_exactly_the_rest(spark: Any, tmp_path:
     rows = spark.read.parquet(str(out)).select("seq", "delivery_seq").collect()
     assert sorted((r.seq, r.delivery_seq) for r in rows) == [(i, i) for i in range(1, 16)]
     # the checkpoint was written by local_spark's manager (LOCAL_CHECKPOINTS): one entry per batch in each log
-    manager = "spark.sql.streaming.checkpointFileManagerClass"
-    assert spark.conf.get(manager) == LOCAL_CHECKPOINTS[manager]
+    assert spark.conf.get(CHECKPOINT_MANAGER) == LOCAL_CHECKPOINTS[CHECKPOINT_MANAGER]
     for log in ("offsets", "commits"):
         assert sorted(p.name for p in (ck / log).iterdir() if not p.name.startswith(".")) == ["0", "1", "2"]
 

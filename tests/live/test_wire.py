@@ -103,3 +103,87 @@ def test_an_unsupported_client_is_refused_with_its_version(monkeypatch: pytest.M
     monkeypatch.setattr(nats_client, "__version__", "3.0.0")
     with pytest.raises(wire.BulkDeliveryUnsupported, match=r"nats-py 3\.0\.0 is not supported"):
         wire.client_class(client_class())
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes | bytearray) else v
+
+
+class _Recorder:
+    """What nats-py's parser hands its client: messages by sid, PINGs, errors."""
+
+    _error_cb = None
+
+    def __init__(self) -> None:
+        self.msgs: list[tuple[int, str, str, bytes, bytes | None]] = []
+        self.pings = 0
+
+    async def _process_msg(self, sid: int, subject: Any, reply: Any, payload: bytes, hdr: bytes | None) -> None:
+        self.msgs.append((sid, _text(subject), _text(reply), bytes(payload), bytes(hdr) if hdr else None))
+
+    async def _process_ping(self) -> None:
+        self.pings += 1
+
+    async def _process_pong(self) -> None:
+        pass
+
+
+def _frames() -> bytes:
+    """Deliveries as a server writes them: sid 1 (routed) with and without reply and headers,
+    sid 2 (not routed), payloads holding frame-like bytes, empty payloads, PINGs between."""
+    out = []
+    for i in range(60):
+        sid = 2 if i % 9 == 4 else 1
+        reply = f" $JS.ACK.S.C.1.{i}.{i}.17{i:017d}.{60 - i}" if i % 4 else ""
+        data = b"" if i % 7 == 0 else f"m{i}\r\nMSG x 1 2\r\nHMSG y 1 2 3\r\n".encode()
+        if i % 3 == 0:
+            hdr = f"NATS/1.0\r\nK: v{i}\r\n\r\n".encode()
+            out.append(f"HMSG s.{i} {sid}{reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode() + hdr + data + b"\r\n")
+        else:
+            out.append(f"MSG s.{i} {sid}{reply} {len(data)}\r\n".encode() + data + b"\r\n")
+        if i % 13 == 0:
+            out.append(b"PING\r\n")
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("read_size", [1, 2, 7, 64, 1000, 1 << 20])
+def test_bulk_frames_equal_nats_py_parse_at_every_read_size(read_size: int) -> None:
+    """The bulk parser and nats-py's own parser read the same bytes into the same messages,
+    however the socket cuts them: routed frames come in runs, the rest reach the client."""
+    from nats.protocol.parser import Parser
+
+    stream = _frames()
+    reference = _Recorder()
+    bulk = _Recorder()
+    routed: list[tuple[int, str, str, bytes, bytes | None]] = []
+
+    def on_run(subjects: list[bytes], replies: list[bytes], hdrs: list[bytes | None], data: list[bytes]) -> None:
+        routed.extend((1, s.decode(), r.decode(), d, h) for s, r, h, d in zip(subjects, replies, hdrs, data, strict=True))
+
+    async def feed() -> None:
+        await Parser(reference).parse(stream)
+        parser = wire.bulk_parser_class()(bulk)
+        parser.route(1, on_run)
+        for at in range(0, len(stream), read_size):
+            await parser.parse(stream[at:at + read_size])
+        assert bytes(parser.buf) == b""
+
+    asyncio.run(feed())
+    assert len(reference.msgs) == 60 and reference.pings == 5
+    assert routed == [m for m in reference.msgs if m[0] == 1]
+    assert bulk.msgs == [m for m in reference.msgs if m[0] == 2]
+    assert bulk.pings == reference.pings
+
+
+@pytest.mark.parametrize("line", [b"MSG s 1 r x\r\n", b"MSG s 1 a b 5\r\n", b"HMSG s 1 r 5\r\n", b"HMSG s 1 r x 5\r\n"])
+def test_a_malformed_frame_line_is_a_protocol_error(line: bytes) -> None:
+    from nats.errors import ProtocolError
+
+    async def feed() -> None:
+        parser = wire.bulk_parser_class()(_Recorder())
+        parser.route(1, lambda *run: None)
+        await parser.parse(b"MSG ok 1 2\r\nhi\r\n" + line + b"hello\r\n")
+
+    with pytest.raises(ProtocolError) as raised:
+        asyncio.run(feed())
+    assert raised.value.args == ("nats: malformed MSG",)

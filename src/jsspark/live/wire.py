@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,10 @@ SUPPORTED_MAJOR = 2
 log = logging.getLogger(__name__)
 _pending: set[asyncio.Task[Any]] = set()  # error callbacks under way
 _CRLF = b"\r\n"
+# A whole frame line, as the server writes it; anything else takes the slow path (incomplete:
+# wait for more; malformed: ProtocolError, as nats-py's parser raises)
+_MSG_LINE = re.compile(rb"MSG (\S+) (\S+) (?:(\S+) )?(\d+)\r\n")
+_HMSG_LINE = re.compile(rb"HMSG (\S+) (\S+) (?:(\S+) )?(\d+) (\d+)\r\n")
 
 
 class BulkDeliveryUnsupported(RuntimeError):
@@ -76,65 +81,63 @@ def bulk_parser_class() -> type:
                 return await super().parse(data)
             buf = self.buf
             buf.extend(data)
+            wire = bytes(buf)  # one copy per read, so each slice below is a single copy
             routes, nc, single = self._routes, self.nc, self._single
             runs: dict[bytes, tuple[list[bytes], list[bytes], list[bytes | None], list[bytes]]] = {}
-            pos, end = 0, len(buf)
-            find, rfind = buf.find, buf.rfind
+            run_sid, run = None, None  # the run the last delivery went to: consecutive frames share it
+            pos, end = 0, len(wire)
+            msg_line, hmsg_line = _MSG_LINE.match, _HMSG_LINE.match
             try:
                 while pos < end:
-                    eol = find(_CRLF, pos)
-                    if eol < 0:
-                        break
-                    first = buf[pos]
-                    if first == 77 and buf.startswith(b"MSG ", pos):  # MSG <subject> <sid> [reply] <size>
-                        cut = rfind(b" ", pos, eol)
-                        size = int(buf[cut + 1:eol])
-                        hsize = 0
-                        args = bytes(buf[pos + 4:cut]).split()
-                    elif first == 72 and buf.startswith(b"HMSG ", pos):  # HMSG <subject> <sid> [reply] <hdr> <size>
-                        cut = rfind(b" ", pos, eol)
-                        size = int(buf[cut + 1:eol])
-                        cut2 = rfind(b" ", pos, cut)
-                        hsize = int(buf[cut2 + 1:cut])
-                        args = bytes(buf[pos + 5:cut2]).split()
-                    else:  # one protocol line for nats-py's own parser
-                        line = bytes(buf[pos:eol + 2])
+                    first = wire[pos]
+                    m = msg_line(wire, pos) if first == 77 else hmsg_line(wire, pos) if first == 72 else None
+                    if m is None:  # not a whole MSG/HMSG line: incomplete, malformed or another operation
+                        eol = wire.find(_CRLF, pos)
+                        if eol < 0:
+                            break
+                        if wire.startswith((b"MSG ", b"HMSG "), pos):
+                            raise ProtocolError("nats: malformed MSG")
+                        # one protocol line for nats-py's own parser
+                        line = wire[pos:eol + 2]
                         pos = eol + 2
                         if runs:
                             self._deliver(runs)
-                            runs = {}
+                            runs, run_sid = {}, None
                         await single.parse(line)
                         if self.buf is not buf:  # the client reset the parser (reconnect): drop the rest
                             return
                         continue
-                    start = eol + 2
-                    stop = start + size
+                    if first == 77:  # MSG <subject> <sid> [reply] <size>
+                        subject, sid, reply, size = m.groups()
+                        hsize = 0
+                    else:  # HMSG <subject> <sid> [reply] <hdr> <size>
+                        subject, sid, reply, hdr_size, size = m.groups()
+                        hsize = int(hdr_size)
+                    start = m.end()
+                    stop = start + int(size)
                     if stop + 2 > end:
                         break  # the payload is not all here yet
-                    if len(args) == 2:
-                        subject, sid, reply = args[0], args[1], b""
-                    elif len(args) == 3:
-                        subject, sid, reply = args
-                    else:
-                        raise ProtocolError("nats: malformed MSG")
-                    handler = routes.get(sid)
-                    if handler is not None:
-                        run = runs.get(sid)
-                        if run is None:
-                            run = runs[sid] = ([], [], [], [])
+                    if sid != run_sid:
+                        run = None
+                        if sid in routes:
+                            run = runs.get(sid)
+                            if run is None:
+                                run = runs[sid] = ([], [], [], [])
+                            run_sid = sid
+                    if run is not None:
                         run[0].append(subject)
-                        run[1].append(reply)
-                        run[2].append(bytes(buf[start:start + hsize]) if hsize else None)
-                        run[3].append(bytes(buf[start + hsize:stop]))
+                        run[1].append(reply or b"")
+                        run[2].append(wire[start:start + hsize] if hsize else None)
+                        run[3].append(wire[start + hsize:stop])
                         pos = stop + 2
                         continue
-                    hdr = bytes(buf[start:start + hsize]) if hsize else None
-                    payload = bytes(buf[start + hsize:stop])
+                    hdr = wire[start:start + hsize] if hsize else None
+                    payload = wire[start + hsize:stop]
                     pos = stop + 2
                     if runs:
                         self._deliver(runs)
-                        runs = {}
-                    await nc._process_msg(int(sid), subject, reply, payload, hdr)
+                        runs, run_sid = {}, None
+                    await nc._process_msg(int(sid), subject, reply or b"", payload, hdr)
                     if self.buf is not buf:
                         return
             except (ValueError, IndexError):

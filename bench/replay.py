@@ -22,7 +22,8 @@ One run, the same messages (100-byte payloads) for all three:
 Each Spark reading runs once untimed on a small stream first, so JVM and Python worker
 start-up is not counted; then each runs ``--repeat`` times, interleaved, and the median
 counts (a shared machine is noisy, and the first large run also warms the JIT for the
-others). Prints msgs/s and the ratios side by side.
+others). Prints msgs/s and the ratios side by side, and (Linux) the median runs' CPU seconds
+in Spark's JVM and in the Python processes under it (``SparkCpu``).
 """
 
 from __future__ import annotations
@@ -238,8 +239,64 @@ async def _nats(n: int) -> tuple[float, float, int]:
         server.stop()
 
 
-def _median(runs: list[tuple[float, int]]) -> tuple[float, int]:
-    return sorted(runs)[len(runs) // 2]
+def _median(runs: list[Any]) -> Any:
+    """The run of median time."""
+    return sorted(runs, key=lambda run: run[0])[len(runs) // 2]
+
+
+class SparkCpu:
+    """CPU seconds spent by Spark's local processes: the JVM's own, and the processes under it
+    (Python workers, the streaming source runner), those that exited included (their time is
+    in their parent's reaped-children counters). Read from Linux ``/proc``; ``None`` elsewhere.
+
+    Why: on a small machine every reading here is CPU-bound, so where the CPU goes (the JVM's
+    Arrow-to-rows work, which any Python source pays, against the source's own Python work)
+    says what a source can still win, which wall-clock ratios alone do not."""
+
+    def __init__(self, spark: Any) -> None:
+        proc = getattr(spark.sparkContext._gateway, "proc", None)
+        self.root = proc.pid if proc is not None and Path("/proc/self/stat").exists() else None
+        self.tick = os.sysconf("SC_CLK_TCK") if self.root else 100
+
+    def _tree(self) -> list[tuple[int, bool, float, float]]:
+        """(pid, is the JVM, own CPU, reaped children's CPU) of the root and its descendants."""
+        stats: dict[int, tuple[int, str, float, float]] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                head, _, rest = (entry / "stat").read_text().rpartition(")")
+            except OSError:
+                continue
+            f = rest.split()
+            stats[int(entry.name)] = (int(f[1]), head.partition("(")[2],
+                                      (int(f[11]) + int(f[12])) / self.tick, (int(f[13]) + int(f[14])) / self.tick)
+        tree, frontier = [], [self.root]
+        while frontier:
+            pid = frontier.pop()
+            if pid in stats:
+                _, comm, own, reaped = stats[pid]
+                tree.append((pid, comm == "java", own, reaped))
+                frontier += [c for c, (ppid, *_) in stats.items() if ppid == pid]
+        return tree
+
+    def sample(self) -> tuple[float, float] | None:
+        """(JVM, processes under it) cumulative CPU seconds, or ``None`` without ``/proc``."""
+        if self.root is None:
+            return None
+        tree = self._tree()
+        jvm = sum(own for _, is_jvm, own, _ in tree if is_jvm)
+        under = sum(own for _, is_jvm, own, _ in tree if not is_jvm) + sum(reaped for *_, reaped in tree)
+        return jvm, under
+
+
+def _timed(cpu: SparkCpu, reading: Any, *args: Any, **kwargs: Any) -> tuple[float, int, tuple[float, float] | None]:
+    """One reading's (seconds, rows, (JVM CPU-s, Python CPU-s) or None)."""
+    before = cpu.sample()
+    elapsed, rows = reading(*args, **kwargs)
+    after = cpu.sample()
+    used = (after[0] - before[0], after[1] - before[1]) if before and after else None
+    return elapsed, rows, used
 
 
 def main() -> None:
@@ -268,20 +325,22 @@ def main() -> None:
         time_jetstream(spark, loc, "WARM", root / "ck-warm", minPartitions=str(os.cpu_count() or 1))
         time_parquet(spark, loc, "WARM")
         time_ceiling(spark, root / "warm.arrow", root / "ck-warm-ceiling")
-        runs: dict[str, list[tuple[float, int]]] = {"js": [], "pq": [], "ceil": []}
+        cpu = SparkCpu(spark)
+        runs: dict[str, list[tuple[float, int, tuple[float, float] | None]]] = {"js": [], "pq": [], "ceil": []}
         for _ in range(max(1, args.repeat)):
-            runs["js"].append(time_jetstream(spark, loc, "BENCH", root / "ck"))
-            runs["pq"].append(time_parquet(spark, loc, "BENCH"))
-            runs["ceil"].append(time_ceiling(spark, root / "bench.arrow", root / "ck-ceiling"))
+            runs["js"].append(_timed(cpu, time_jetstream, spark, loc, "BENCH", root / "ck"))
+            runs["pq"].append(_timed(cpu, time_parquet, spark, loc, "BENCH"))
+            runs["ceil"].append(_timed(cpu, time_ceiling, spark, root / "bench.arrow", root / "ck-ceiling"))
         spark.stop()
-        (t_js, rows_js), (t_pq, rows_pq), (t_ce, rows_ce) = (_median(runs[k]) for k in ("js", "pq", "ceil"))
+        (t_js, rows_js, cpu_js), (t_pq, rows_pq, cpu_pq), (t_ce, rows_ce, cpu_ce) = (
+            _median(runs[k]) for k in ("js", "pq", "ceil"))
         assert rows_js == n and rows_pq == n and rows_ce == n, (rows_js, rows_pq, rows_ce)
         results = [
             ("jetstream AvailableNow -> noop", t_js, rows_js),
             ("parquet scan of the files -> noop", t_pq, rows_pq),
             ("python data source ceiling (same schema, prebuilt batches)", t_ce, rows_ce),
         ]
-        print("  seconds per run: " + "; ".join(f"{k} {', '.join(f'{t:.2f}' for t, _ in v)}" for k, v in runs.items()))
+        print("  seconds per run: " + "; ".join(f"{k} {', '.join(f'{t:.2f}' for t, *_ in v)}" for k, v in runs.items()))
         if not args.skip_nats:
             t_pub, t_nats, rows_nats = asyncio.run(_nats(n))
             print(f"  nats-server publish (nats-py publish_async): {t_pub:.1f}s ({n / t_pub:,.0f} msgs/s)")
@@ -299,6 +358,10 @@ def main() -> None:
     ceiling = (rows_ce / t_ce) / (rows_pq / t_pq)
     print(f"\njetstream / parquet = {ratio:.2f} (target >= 0.5): {'ok' if ratio >= 0.5 else 'BELOW TARGET'}")
     print(f"python data source ceiling / parquet = {ceiling:.2f}; jetstream / ceiling = {js_rate / (rows_ce / t_ce):.2f}")
+    if cpu_js and cpu_pq and cpu_ce:
+        print(f"\nCPU seconds of the median run ({os.cpu_count()} cores), Spark's JVM / the Python processes under it:")
+        for label, (jvm, py), t in (("jetstream", cpu_js, t_js), ("parquet", cpu_pq, t_pq), ("ceiling", cpu_ce, t_ce)):
+            print(f"  {label:<10}{jvm:8.2f} JVM {py:8.2f} Python   ({(jvm + py) / t:.2f} cores busy over {t:.2f} s)")
 
 
 if __name__ == "__main__":

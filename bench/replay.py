@@ -258,6 +258,16 @@ class SparkCpu:
         self.root = proc.pid if proc is not None and Path("/proc/self/stat").exists() else None
         self.tick = os.sysconf("SC_CLK_TCK") if self.root else 100
 
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait (bounded) until no streaming source runner is left under the JVM: a stopped
+        query's runner exits after ``awaitTermination`` returns, and its CPU must not land in
+        the next reading's count."""
+        deadline = time.monotonic() + timeout
+        while self.root is not None and time.monotonic() < deadline:
+            if not any(b"python_streaming_source_runner" in _cmdline(pid) for pid, *_ in self._tree()):
+                return
+            time.sleep(0.02)
+
     def _tree(self) -> list[tuple[int, bool, float, float]]:
         """(pid, is the JVM, own CPU, reaped children's CPU) of the root and its descendants."""
         stats: dict[int, tuple[int, str, float, float]] = {}
@@ -290,10 +300,19 @@ class SparkCpu:
         return jvm, under
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _timed(cpu: SparkCpu, reading: Any, *args: Any, **kwargs: Any) -> tuple[float, int, tuple[float, float] | None]:
     """One reading's (seconds, rows, (JVM CPU-s, Python CPU-s) or None)."""
+    cpu.settle()
     before = cpu.sample()
     elapsed, rows = reading(*args, **kwargs)
+    cpu.settle()
     after = cpu.sample()
     used = (after[0] - before[0], after[1] - before[1]) if before and after else None
     return elapsed, rows, used

@@ -134,7 +134,8 @@ def _frames() -> bytes:
     out = []
     for i in range(60):
         sid = 2 if i % 9 == 4 else 1
-        reply = f" $JS.ACK.S.C.1.{i}.{i}.17{i:017d}.{60 - i}" if i % 4 else ""
+        # no reply: one blank or two (the server writes an empty reply field so)
+        reply = f" $JS.ACK.S.C.1.{i}.{i}.17{i:017d}.{60 - i}" if i % 4 else " " * (i % 8 // 4)
         data = b"" if i % 7 == 0 else f"m{i}\r\nMSG x 1 2\r\nHMSG y 1 2 3\r\n".encode()
         if i % 3 == 0:
             hdr = f"NATS/1.0\r\nK: v{i}\r\n\r\n".encode()

@@ -31,10 +31,11 @@ SUPPORTED_MAJOR = 2
 log = logging.getLogger(__name__)
 _pending: set[asyncio.Task[Any]] = set()  # error callbacks under way
 _CRLF = b"\r\n"
-# A whole frame line, as the server writes it; anything else takes the slow path (incomplete:
-# wait for more; malformed: ProtocolError, as nats-py's parser raises)
-_MSG_LINE = re.compile(rb"MSG (\S+) (\S+) (?:(\S+) )?(\d+)\r\n")
-_HMSG_LINE = re.compile(rb"HMSG (\S+) (\S+) (?:(\S+) )?(\d+) (\d+)\r\n")
+# A whole frame line, fields split by runs of blanks as nats-py splits them (the server writes
+# two blanks where a reply is empty); anything else takes the slow path (incomplete: wait for
+# more; malformed: ProtocolError, as nats-py's parser raises)
+_MSG_LINE = re.compile(rb"MSG[ \t]+(\S+)[ \t]+(\S+)[ \t]+(?:(\S+)[ \t]+)?(\d+)\r\n")
+_HMSG_LINE = re.compile(rb"HMSG[ \t]+(\S+)[ \t]+(\S+)[ \t]+(?:(\S+)[ \t]+)?(\d+)[ \t]+(\d+)\r\n")
 
 
 class BulkDeliveryUnsupported(RuntimeError):

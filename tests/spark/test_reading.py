@@ -150,8 +150,6 @@ def test_last_per_subject_in_bounded_batches(tmp_path: Path) -> None:
     loc, lake = _lake(tmp_path)
     lake.publish_batch("S", pa.table({"subject": ["s.a", "s.b", "s.a", "s.c", "s.b", "s.a"], "data": [b""] * 6}))
     planner = _planner(loc, deliver_policy="last_per_subject", filter_subject="s.*")
-    if not hasattr(jsspark.connect(loc), "start_sequence"):
-        pytest.skip("needs Lake.start_sequence")
     cur = planner.initial()
     lake.publish_batch("S", pa.table({"subject": ["s.a", "s.d"], "data": [b""] * 2}))
     seen: list[int] = []

@@ -144,10 +144,13 @@ def _frames() -> bytes:
             out.append(f"MSG s.{i} {sid}{reply} {len(data)}\r\n".encode() + data + b"\r\n")
         if i % 13 == 0:
             out.append(b"PING\r\n")
+        if i == 30:  # a payload many socket reads long
+            big = bytes(range(256)) * 4096
+            out.append(f"MSG big 1  {len(big)}\r\n".encode() + big + b"\r\n")
     return b"".join(out)
 
 
-@pytest.mark.parametrize("read_size", [1, 2, 7, 64, 1000, 1 << 20])
+@pytest.mark.parametrize("read_size", [1, 2, 7, 64, 1000, 32768, 1 << 21])
 def test_bulk_frames_equal_nats_py_parse_at_every_read_size(read_size: int) -> None:
     """The bulk parser and nats-py's own parser read the same bytes into the same messages,
     however the socket cuts them: routed frames come in runs, the rest reach the client."""
@@ -170,7 +173,7 @@ def test_bulk_frames_equal_nats_py_parse_at_every_read_size(read_size: int) -> N
         assert bytes(parser.buf) == b""
 
     asyncio.run(feed())
-    assert len(reference.msgs) == 60 and reference.pings == 5
+    assert len(reference.msgs) == 61 and reference.pings == 5
     assert routed == [m for m in reference.msgs if m[0] == 1]
     assert bulk.msgs == [m for m in reference.msgs if m[0] == 2]
     assert bulk.pings == reference.pings

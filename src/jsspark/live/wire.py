@@ -70,6 +70,7 @@ def bulk_parser_class() -> type:
             super().__init__(nc)
             self._routes: dict[bytes, RunHandler] = {}  # sid as on the wire -> handler
             self._single = Parser(nc)  # nats-py's parser, fed one complete non-MSG line at a time
+            self._need = 0  # bytes the buffered frame needs before it is complete (0: unknown)
 
         def route(self, sid: int, handler: RunHandler | None) -> None:
             if handler is None:
@@ -82,6 +83,9 @@ def bulk_parser_class() -> type:
                 return await super().parse(data)
             buf = self.buf
             buf.extend(data)
+            if len(buf) < self._need:  # a large payload still coming in: nothing to parse yet
+                return
+            self._need = 0
             wire = bytes(buf)  # one copy per read, so each slice below is a single copy
             routes, nc, single = self._routes, self.nc, self._single
             runs: dict[bytes, tuple[list[bytes], list[bytes], list[bytes | None], list[bytes]]] = {}
@@ -116,8 +120,9 @@ def bulk_parser_class() -> type:
                         hsize = int(hdr_size)
                     start = m.end()
                     stop = start + int(size)
-                    if stop + 2 > end:
-                        break  # the payload is not all here yet
+                    if stop + 2 > end:  # the payload is not all here yet
+                        self._need = stop + 2 - pos
+                        break
                     if sid != run_sid:
                         run = None
                         if sid in routes:
@@ -166,6 +171,7 @@ def bulk_parser_class() -> type:
 
         def reset(self) -> None:
             super().reset()
+            self._need = 0
             single = getattr(self, "_single", None)
             if single is not None:
                 single.reset()

@@ -61,15 +61,14 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fill import fill  # bench/, next to this script
+
 import jsspark
 from jsspark.engine.ingest import store_mirrored
 from jsspark.live.ingestor import Ingestor
 from jsspark.live.options import parse_live_read_options
 from jsspark.live.spill import read_spill
 from jsspark.nats_server import NatsServer
-
-WINDOW = 50_000  # published but not yet stored: well under the server's 100,000-message ingest queue
-CHUNK = 10_000
 
 
 class Nats:
@@ -101,26 +100,8 @@ class Nats:
     def publish(self, stream: str, n: int, size: int) -> float:
         """Publish ``n`` messages into ``stream`` as fast as its ingest takes them; seconds
         until the stream holds them all."""
-
-        async def go() -> float:
-            base = int((await self._api(f"STREAM.INFO.{stream}"))["state"]["last_seq"])
-            payload = b"x" * size
-            subjects = [f"{stream.lower()}.{i}" for i in range(16)]
-            t0 = time.perf_counter()
-            sent = 0
-            while sent < n:
-                k = min(CHUNK, n - sent)
-                for i in range(sent, sent + k):
-                    await self.nc.publish(subjects[i & 15], payload)
-                sent += k
-                await self.nc.flush()
-                while int((await self._api(f"STREAM.INFO.{stream}"))["state"]["last_seq"]) - base < sent - WINDOW:
-                    await asyncio.sleep(0.002)
-            while int((await self._api(f"STREAM.INFO.{stream}"))["state"]["last_seq"]) - base < n:
-                await asyncio.sleep(0.002)
-            return time.perf_counter() - t0
-
-        return self.run(go())
+        subjects = [f"{stream.lower()}.{i}" for i in range(16)]
+        return self.run(fill(self.nc, stream, subjects, b"x" * size, n))
 
     def publish_one(self, stream: str, size: int) -> None:
         """One message into ``stream``, acked by the server (a JetStream publish)."""
@@ -306,8 +287,8 @@ def main() -> None:
             nats = Nats(srv.url)
             for origin in ("ON", "OJ"):
                 nats.api(f"STREAM.CREATE.{origin}", {"name": origin, "subjects": [f"{origin.lower()}.>"], "storage": "file"})
-            fill = [nats.publish(o, n, size) for o in ("ON", "OJ")]
-            lines.append(f"publisher into an idle origin: {rate(n, min(fill))}")
+            fills = [nats.publish(o, n, size) for o in ("ON", "OJ")]
+            lines.append(f"publisher into an idle origin: {rate(n, min(fills))}")
 
             # the native side: (a) mirror over the backlog, (b) arrivals, (c) a new mirror over a new backlog
             native_a = native_backlog(nats, "MN", "ON", 1, n)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -31,11 +30,6 @@ SUPPORTED_MAJOR = 2
 log = logging.getLogger(__name__)
 _pending: set[asyncio.Task[Any]] = set()  # error callbacks under way
 _CRLF = b"\r\n"
-# A whole frame line, fields split by runs of blanks as nats-py splits them (the server writes
-# two blanks where a reply is empty); anything else takes the slow path (incomplete: wait for
-# more; malformed: ProtocolError, as nats-py's parser raises)
-_MSG_LINE = re.compile(rb"MSG[ \t]+(\S+)[ \t]+(\S+)[ \t]+(?:(\S+)[ \t]+)?(\d+)\r\n")
-_HMSG_LINE = re.compile(rb"HMSG[ \t]+(\S+)[ \t]+(\S+)[ \t]+(?:(\S+)[ \t]+)?(\d+)[ \t]+(\d+)\r\n")
 
 
 class BulkDeliveryUnsupported(RuntimeError):
@@ -70,7 +64,6 @@ def bulk_parser_class() -> type:
             super().__init__(nc)
             self._routes: dict[bytes, RunHandler] = {}  # sid as on the wire -> handler
             self._single = Parser(nc)  # nats-py's parser, fed one complete non-MSG line at a time
-            self._need = 0  # bytes the buffered frame needs before it is complete (0: unknown)
 
         def route(self, sid: int, handler: RunHandler | None) -> None:
             if handler is None:
@@ -83,67 +76,65 @@ def bulk_parser_class() -> type:
                 return await super().parse(data)
             buf = self.buf
             buf.extend(data)
-            if len(buf) < self._need:  # a large payload still coming in: nothing to parse yet
-                return
-            self._need = 0
-            wire = bytes(buf)  # one copy per read, so each slice below is a single copy
             routes, nc, single = self._routes, self.nc, self._single
             runs: dict[bytes, tuple[list[bytes], list[bytes], list[bytes | None], list[bytes]]] = {}
-            run_sid, run = None, None  # the run the last delivery went to: consecutive frames share it
-            pos, end = 0, len(wire)
-            msg_line, hmsg_line = _MSG_LINE.match, _HMSG_LINE.match
+            pos, end = 0, len(buf)
+            find, rfind = buf.find, buf.rfind
             try:
                 while pos < end:
-                    first = wire[pos]
-                    m = msg_line(wire, pos) if first == 77 else hmsg_line(wire, pos) if first == 72 else None
-                    if m is None:  # not a whole MSG/HMSG line: incomplete, malformed or another operation
-                        eol = wire.find(_CRLF, pos)
-                        if eol < 0:
-                            break
-                        if wire.startswith((b"MSG ", b"HMSG "), pos):
-                            raise ProtocolError("nats: malformed MSG")
-                        # one protocol line for nats-py's own parser
-                        line = wire[pos:eol + 2]
+                    eol = find(_CRLF, pos)
+                    if eol < 0:
+                        break
+                    first = buf[pos]
+                    if first == 77 and buf.startswith(b"MSG ", pos):  # MSG <subject> <sid> [reply] <size>
+                        cut = rfind(b" ", pos, eol)
+                        size = int(buf[cut + 1:eol])
+                        hsize = 0
+                        args = bytes(buf[pos + 4:cut]).split()
+                    elif first == 72 and buf.startswith(b"HMSG ", pos):  # HMSG <subject> <sid> [reply] <hdr> <size>
+                        cut = rfind(b" ", pos, eol)
+                        size = int(buf[cut + 1:eol])
+                        cut2 = rfind(b" ", pos, cut)
+                        hsize = int(buf[cut2 + 1:cut])
+                        args = bytes(buf[pos + 5:cut2]).split()
+                    else:  # one protocol line for nats-py's own parser
+                        line = bytes(buf[pos:eol + 2])
                         pos = eol + 2
                         if runs:
                             self._deliver(runs)
-                            runs, run_sid = {}, None
+                            runs = {}
                         await single.parse(line)
                         if self.buf is not buf:  # the client reset the parser (reconnect): drop the rest
                             return
                         continue
-                    if first == 77:  # MSG <subject> <sid> [reply] <size>
-                        subject, sid, reply, size = m.groups()
-                        hsize = 0
-                    else:  # HMSG <subject> <sid> [reply] <hdr> <size>
-                        subject, sid, reply, hdr_size, size = m.groups()
-                        hsize = int(hdr_size)
-                    start = m.end()
-                    stop = start + int(size)
-                    if stop + 2 > end:  # the payload is not all here yet
-                        self._need = stop + 2 - pos
-                        break
-                    if sid != run_sid:
-                        run = None
-                        if sid in routes:
-                            run = runs.get(sid)
-                            if run is None:
-                                run = runs[sid] = ([], [], [], [])
-                            run_sid = sid
-                    if run is not None:
+                    start = eol + 2
+                    stop = start + size
+                    if stop + 2 > end:
+                        break  # the payload is not all here yet
+                    if len(args) == 2:
+                        subject, sid, reply = args[0], args[1], b""
+                    elif len(args) == 3:
+                        subject, sid, reply = args
+                    else:
+                        raise ProtocolError("nats: malformed MSG")
+                    handler = routes.get(sid)
+                    if handler is not None:
+                        run = runs.get(sid)
+                        if run is None:
+                            run = runs[sid] = ([], [], [], [])
                         run[0].append(subject)
-                        run[1].append(reply or b"")
-                        run[2].append(wire[start:start + hsize] if hsize else None)
-                        run[3].append(wire[start + hsize:stop])
+                        run[1].append(reply)
+                        run[2].append(bytes(buf[start:start + hsize]) if hsize else None)
+                        run[3].append(bytes(buf[start + hsize:stop]))
                         pos = stop + 2
                         continue
-                    hdr = wire[start:start + hsize] if hsize else None
-                    payload = wire[start + hsize:stop]
+                    hdr = bytes(buf[start:start + hsize]) if hsize else None
+                    payload = bytes(buf[start + hsize:stop])
                     pos = stop + 2
                     if runs:
                         self._deliver(runs)
-                        runs, run_sid = {}, None
-                    await nc._process_msg(int(sid), subject, reply or b"", payload, hdr)
+                        runs = {}
+                    await nc._process_msg(int(sid), subject, reply, payload, hdr)
                     if self.buf is not buf:
                         return
             except (ValueError, IndexError):
@@ -171,7 +162,6 @@ def bulk_parser_class() -> type:
 
         def reset(self) -> None:
             super().reset()
-            self._need = 0
             single = getattr(self, "_single", None)
             if single is not None:
                 single.reset()

@@ -278,13 +278,16 @@ class SparkCpu:
             f = rest.split()
             stats[int(entry.name)] = (int(f[1]), head.partition("(")[2],
                                       (int(f[11]) + int(f[12])) / self.tick, (int(f[13]) + int(f[14])) / self.tick)
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, *_) in stats.items():
+            children.setdefault(ppid, []).append(pid)
         tree, frontier = [], [self.root]
         while frontier:
             pid = frontier.pop()
             if pid in stats:
                 _, comm, own, reaped = stats[pid]
                 tree.append((pid, comm == "java", own, reaped))
-                frontier += [c for c, (ppid, *_) in stats.items() if ppid == pid]
+                frontier += children.get(pid, [])
         return tree
 
     def sample(self) -> tuple[float, float] | None:

@@ -1,6 +1,7 @@
-"""Bulk delivery (``jsspark.live.wire``) on a real nats-server: a routed subscription gets every
+"""Bulk delivery (``jsspark.live.wire``): on a real nats-server, a routed subscription gets every
 frame exactly as sent, in order, while the same connection keeps serving nats-py callbacks,
-requests and PINGs."""
+requests and PINGs; on bytes alone, the bulk parser reads what nats-py's own parser reads, however
+the socket cuts them, and refuses malformed frame lines as it does."""
 
 from __future__ import annotations
 

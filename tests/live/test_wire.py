@@ -151,33 +151,106 @@ def _frames() -> bytes:
     return b"".join(out)
 
 
+def _clean_frames(n: int = 3000) -> bytes:
+    """A backlog as a server delivers it: runs of sid 1 deliveries (some with headers, a few
+    with empty payloads), a heartbeat and a flow-control request of sid 1, an API reply of
+    sid 2, and PINGs between."""
+    out = []
+    for i in range(n):
+        reply = f"$JS.ACK.S.C.1.{i + 1}.{i + 1}.17{i:017d}.{n - i}"
+        data = b"" if i % 500 == 7 else b"x" * (i % 150)
+        if i % 10 == 3:
+            hdr = f"NATS/1.0\r\nNats-Msg-Id: {i}\r\n\r\n".encode()
+            out.append(f"HMSG s.{i % 16} 1 {reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode() + hdr + data + b"\r\n")
+        else:
+            out.append(f"MSG s.{i % 16} 1 {reply} {len(data)}\r\n".encode() + data + b"\r\n")
+        if i % 1000 == 999:
+            out.append(b"PING\r\n")
+        if i % 700 == 350:
+            hb = b"NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: 1\r\nNats-Last-Stream: 1\r\n\r\n"
+            out.append(b"HMSG _INBOX.d 1  %d %d\r\n%s\r\n" % (len(hb), len(hb), hb))
+            fc = b"NATS/1.0 100 FlowControl Request\r\n\r\n"
+            out.append(b"HMSG _INBOX.d 1 $JS.FC.S.C.%d %d %d\r\n%s\r\n" % (i, len(fc), len(fc), fc))
+        if i % 900 == 450:
+            out.append(b'MSG _INBOX.r 2  11\r\n{"ok":true}\r\n')
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("columns", [False, True], ids=["lists", "columns"])
+@pytest.mark.parametrize("shape", ["tricky", "backlog"])
 @pytest.mark.parametrize("read_size", [1, 2, 7, 64, 1000, 32768, 1 << 21])
-def test_bulk_frames_equal_nats_py_parse_at_every_read_size(read_size: int) -> None:
+def test_bulk_frames_equal_nats_py_parse_at_every_read_size(read_size: int, shape: str, columns: bool) -> None:
     """The bulk parser and nats-py's own parser read the same bytes into the same messages,
-    however the socket cuts them: routed frames come in runs, the rest reach the client."""
+    however the socket cuts them, whether frames are scanned as columns or walked one by one:
+    routed frames come in runs, the rest reach the client. "tricky" has payloads holding
+    frame-like bytes, replies empty or written with two blanks, a payload of many reads;
+    "backlog" is what a consumer's backlog looks like, which the scan takes nearly whole."""
     from nats.protocol.parser import Parser
 
-    stream = _frames()
+    stream = _frames() if shape == "tricky" else _clean_frames()
     reference = _Recorder()
     bulk = _Recorder()
     routed: list[tuple[int, str, str, bytes, bytes | None]] = []
+    scanned = [0]
 
     def on_run(subjects: list[bytes], replies: list[bytes], hdrs: list[bytes | None], data: list[bytes]) -> None:
         routed.extend((1, s.decode(), r.decode(), d, h) for s, r, h, d in zip(subjects, replies, hdrs, data, strict=True))
 
+    def on_frames(frames: wire.Frames) -> None:
+        assert frames.sid == b"1"
+        scanned[0] += len(frames)
+        on_run(*frames.to_lists())
+
     async def feed() -> None:
         await Parser(reference).parse(stream)
         parser = wire.bulk_parser_class()(bulk)
-        parser.route(1, on_run)
+        parser.route(1, on_run, on_frames if columns else None)
         for at in range(0, len(stream), read_size):
             await parser.parse(stream[at:at + read_size])
         assert bytes(parser.buf) == b""
 
     asyncio.run(feed())
-    assert len(reference.msgs) == 61 and reference.pings == 5
+    if shape == "tricky":
+        assert len(reference.msgs) == 61 and reference.pings == 5
+    else:
+        assert len(reference.msgs) == 3000 + 4 * 2 + 3 and reference.pings == 3
     assert routed == [m for m in reference.msgs if m[0] == 1]
     assert bulk.msgs == [m for m in reference.msgs if m[0] == 2]
     assert bulk.pings == reference.pings
+    if columns and shape == "backlog" and read_size >= wire.BULK_MIN:
+        assert scanned[0] > 0.9 * len(routed)  # the scan took nearly all of it
+
+
+def test_scan_takes_the_frames_it_can_prove_and_stops_before_anything_else() -> None:
+    def msg(i: int, sid: int = 1, data: bytes = b"abc") -> bytes:
+        return f"MSG s.{i} {sid} r.{i} {len(data)}\r\n".encode() + data + b"\r\n"
+
+    def hmsg(i: int, hdr: bytes, data: bytes = b"d") -> bytes:
+        return f"HMSG s.{i} 1  {len(hdr)} {len(hdr) + len(data)}\r\n".encode() + hdr + data + b"\r\n"
+
+    def scan(data: bytes, routed: bool = True) -> tuple[list[Any], int] | None:
+        found = wire.scan_frames(data, lambda sid: routed)
+        if found is None:
+            return None
+        frames, taken = found
+        return list(zip(*frames.to_lists(), strict=True)), taken
+
+    head = msg(0) + hmsg(1, b"NATS/1.0\r\nK: v\r\n\r\n") + msg(2, data=b"")
+    rows = [(b"s.0", b"r.0", None, b"abc"), (b"s.1", b"", b"NATS/1.0\r\nK: v\r\n\r\n", b"d"), (b"s.2", b"r.2", None, b"")]
+    assert scan(head) == (rows, len(head))
+    assert scan(head + b"PING\r\n" + msg(3)) == (rows, len(head))  # another operation
+    assert scan(head + msg(3, sid=22)) == (rows, len(head))  # another subscription
+    assert scan(head + msg(3)[:-3]) == (rows, len(head))  # a frame not all here
+    assert scan(head, routed=False) is None
+    assert scan(b"PING\r\n" + head) is None
+    # payload bytes that look like a frame line end the proof at the frame holding them
+    fake = msg(3, data=b"x\r\nMSG s.9 1 r.9 1\r\ny")
+    assert scan(head + fake + msg(4)) == ([*rows, (b"s.3", b"r.3", None, b"x\r\nMSG s.9 1 r.9 1\r\ny")],
+                                          len(head + fake))
+    # lines the frame-by-frame parser has to judge: a size that is no number, a blank too many
+    assert scan(head + b"MSG s.3 1 r.3 x\r\nabc\r\n") == (rows, len(head))
+    assert scan(head + b"MSG s.3 1 r.3 q 3\r\nabc\r\n") == (rows, len(head))
+    assert scan(head + b"HMSG s.3 1 r.3 9 3\r\nabc\r\n") == (rows, len(head))  # headers longer than the frame
 
 
 @pytest.mark.parametrize("line", [b"MSG s 1 r x\r\n", b"MSG s 1 a b 5\r\n", b"HMSG s 1 r 5\r\n", b"HMSG s 1 r x 5\r\n"])

@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jsspark.datasource.redaction import redact_storage
 from jsspark.engine.headers import decode as decode_headers
@@ -69,6 +70,7 @@ from jsspark.live.spill import (
     SpillDir,
     SpillPartition,
     describe,
+    header_cells,
     make_spill_dir,
     put_chunk,
     write_chunk,
@@ -250,7 +252,7 @@ class Ingestor:
         self._sub = await self._nc.subscribe(self._deliver, cb=_ignore if self._bulk else self._on_msg,
                                              pending_msgs_limit=-1, pending_bytes_limit=-1)
         if self._bulk:
-            wire.route(self._nc, self._sub, self._on_run)
+            wire.route(self._nc, self._sub, self._on_run, self._on_frames)
         info = await self._restart_delivery(raise_errors=True)
         if from_consumer:
             key = "delivered" if self.opts.mode == "ordered" else "ack_floor"
@@ -358,6 +360,76 @@ class Ingestor:
             # anything else without a $JS.ACK reply is not a delivery of ours: ignored
         if i < n:
             self._take_run(subjects[i:], replies[i:], hdrs[i:], payloads[i:])
+
+    def _on_frames(self, frames: wire.Frames) -> None:
+        """Deliveries scanned as columns (``wire.scan_frames``): runs of data messages taken as
+        they are; control messages in between, and whatever ``_take_frames`` does not take, as
+        lists through ``_on_run``."""
+        self._last_heard = time.monotonic()
+        replies = frames.replies
+        is_ack = pc.starts_with(replies, pattern=ACK_PREFIX.decode())
+        n = len(frames)
+        segments, prev = [], 0  # [lo, hi): runs of deliveries, and each other message alone
+        if is_ack.true_count != n:
+            for k in np.flatnonzero(~is_ack.to_numpy(zero_copy_only=False)).tolist():
+                segments += [(prev, k), (k, k + 1)] if k > prev else [(k, k + 1)]
+                prev = k + 1
+        if prev < n:
+            segments.append((prev, n))
+        for lo, hi in segments:
+            part = wire.Frames(frames.sid, *(c.slice(lo, hi - lo) for c in (
+                frames.subjects, replies, frames.headers, frames.payloads)))
+            if not (is_ack[lo].as_py() and self._take_frames(part)):
+                self._on_run(*part.to_lists())
+
+    def _take_frames(self, f: wire.Frames) -> bool:
+        """``_take_run``'s common case for columns: ``$JS.ACK`` replies of one shape, delivery
+        seqs exactly last+1, last+2, ... of the current generation. False (nothing taken) for
+        anything else, which the caller hands to ``_on_run``."""
+        k = len(f)
+        tokens = pc.split_pattern(f.replies, pattern=".")
+        widths = pc.list_value_length(tokens)
+        span = pc.min_max(widths)
+        width = span["min"].as_py()
+        if not (width == 9 or width >= 11) or span["max"].as_py() != width:
+            return False
+        at = 4 if width == 9 else 6
+        # stream seq, delivery seq, timestamp, pending: each a column of k
+        picks = (np.arange(at + 1, at + 5)[:, None] + np.arange(k, dtype=np.int64) * width).ravel()
+        try:  # everything that can fail, before any state changes
+            numbers = pc.list_flatten(tokens).take(picks).cast(pa.string()).cast(pa.int64())
+            subjects = f.subjects.cast(pa.string())
+            headers = header_cells(f.headers)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError):
+            return False
+        sseqs, dseqs, ts, pend = numbers.to_numpy().reshape(4, k)
+        with self._cv:
+            last = self._last_dseq
+            if self._awaiting or dseqs[0] != last + 1 or dseqs[-1] != last + k or (
+                    k > 2 and not np.array_equal(dseqs, np.arange(last + 1, last + k + 1, dtype=np.int64))):
+                return False
+            self._last_dseq = last + k
+            self._gen_pairs.append((sseqs, last + 1))
+            self._gen_count += k
+            # each origin seq once: only what is above everything held (a reset back re-delivers what we have)
+            prior = np.maximum.accumulate(np.concatenate(([self._highest], sseqs[:-1])))
+            keep = sseqs > prior
+            if keep.any():
+                payloads = f.payloads
+                if not keep.all():
+                    mask = pa.array(keep)
+                    subjects, headers, payloads = subjects.filter(mask), headers.filter(mask), payloads.filter(mask)
+                    sseqs, ts, dseqs, pend = sseqs[keep], ts[keep], dseqs[keep], pend[keep]
+                self._rows.add_part(subjects, sseqs, ts, headers, payloads, dseqs, pend)
+                seqs = sseqs.tolist()
+                self._seqs += seqs
+                self._highest = seqs[-1]
+                self._last_msg = self._last_heard
+                if len(self._rows) >= self.opts.chunk_rows:
+                    self._spill_full()
+                    self._last_msg = time.monotonic()  # a spill is no pause in delivery
+                self._cv.notify_all()
+        return True
 
     def _take_run(self, subjects: list[bytes], replies: list[bytes], hdrs: list[bytes | None],
                   payloads: list[bytes]) -> None:

@@ -44,7 +44,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
@@ -55,21 +55,28 @@ from jsspark.datasource.redaction import redact_storage
 from jsspark.datasource.schema import ARROW_SCHEMA, HEADERS_ARROW
 from jsspark.engine.headers import decode
 
+if TYPE_CHECKING:
+    import numpy as np
+
 log = logging.getLogger(__name__)
 
 Row = tuple[str, int, int, list[tuple[str, str]] | None, bytes, int, int]  # subject, sseq, ts_ns, hdrs, data, dseq, pending
 
 
 class Pending:
-    """Delivered rows not spilled yet, as columns (a delivery run appends to each at once).
+    """Delivered rows not spilled yet, in delivery order: parts already in columns (a run of
+    deliveries cut out of the wire as Arrow arrays, ``add_part``), and rows appended one at a
+    time (``append``), sealed into a part whenever a part follows them.
 
-    ``subjects`` and ``data`` are the wire bytes, ``headers`` the raw header blocks (``None``
-    without headers): nothing is decoded per message until the rows become a record batch.
+    Appended ``subjects`` and ``data`` are the wire bytes, ``headers`` the raw header blocks
+    (``None`` without headers): nothing is decoded per message until the rows become a part.
     Rows read some other way (a ``Row``) may give ``str`` subjects and header pairs."""
 
-    __slots__ = ("data", "dseqs", "headers", "pending", "seqs", "subjects", "ts")
+    __slots__ = ("_parts", "_sealed", "data", "dseqs", "headers", "pending", "seqs", "subjects", "ts")
 
     def __init__(self) -> None:
+        self._parts: list[list[pa.Array]] = []  # the columns of SOURCE_COLUMNS, one list per part
+        self._sealed = 0  # rows in _parts
         self.subjects: list[bytes | str] = []
         self.seqs: list[int] = []
         self.ts: list[int] = []
@@ -79,7 +86,7 @@ class Pending:
         self.pending: list[int | None] = []
 
     def __len__(self) -> int:
-        return len(self.seqs)
+        return self._sealed + len(self.seqs)
 
     def append(self, subject: bytes | str, seq: int, ts: int, headers: bytes | list[tuple[str, str]] | None,
                data: bytes, dseq: int | None, pending: int | None) -> None:
@@ -91,25 +98,53 @@ class Pending:
         self.dseqs.append(dseq)
         self.pending.append(pending)
 
-    def to_batch(self, stream: str, consumer: str | None) -> pa.RecordBatch:
-        """The rows as one record batch of the source schema (``time`` is ``ts_ns`` truncated to µs)."""
+    def add_part(self, subjects: pa.Array, seqs: np.ndarray, ts: np.ndarray, headers: pa.Array,
+                 data: pa.Array, dseqs: np.ndarray, pending: np.ndarray) -> None:
+        """Rows already in columns, after those held: ``subjects`` as strings, ``headers`` as
+        the column's cells (``header_cells``), ``data`` as binary, the numbers as int64 arrays."""
+        self._seal()
+        self._parts.append([subjects, pa.array(seqs, pa.int64()), pa.array(ts, pa.int64()), headers, data,
+                            pa.array(dseqs, pa.int64()), pa.array(pending, pa.int64())])
+        self._sealed += len(seqs)
+
+    def _seal(self) -> None:
+        """The appended rows as a part."""
         n = len(self.seqs)
-        ts_arr = pa.array(self.ts, pa.int64())
+        if not n:
+            return
         if any(h is not None for h in self.headers):
             headers = pa.array([_header_cells(h) for h in self.headers], type=HEADERS_ARROW)
         else:
             headers = pa.nulls(n, HEADERS_ARROW)
+        self._parts.append([pa.array(self.subjects, pa.binary()).cast(pa.string()), pa.array(self.seqs, pa.int64()),
+                            pa.array(self.ts, pa.int64()), headers, pa.array(self.data, pa.binary()),
+                            pa.array(self.dseqs, pa.int64()), pa.array(self.pending, pa.int64())])
+        self._sealed += n
+        for column in (self.subjects, self.seqs, self.ts, self.headers, self.data, self.dseqs, self.pending):
+            column.clear()
+
+    def to_batch(self, stream: str, consumer: str | None) -> pa.RecordBatch:
+        """The rows as one record batch of the source schema (``time`` is ``ts_ns`` truncated to µs)."""
+        self._seal()
+        n = self._sealed
+        if len(self._parts) == 1:
+            subjects, seqs, ts_arr, headers, data, dseqs, pending = self._parts[0]
+        else:
+            subjects, seqs, ts_arr, headers, data, dseqs, pending = (
+                pa.concat_arrays([part[i] for part in self._parts]) if self._parts else pa.array([], t)
+                for i, t in enumerate((pa.string(), pa.int64(), pa.int64(), HEADERS_ARROW, pa.binary(), pa.int64(),
+                                       pa.int64())))
         cols = [
-            pa.array([stream] * n, pa.string()),
-            pa.array(self.subjects, pa.binary()).cast(pa.string()),
-            pa.array(self.seqs, pa.int64()),
+            pa.repeat(pa.scalar(stream, pa.string()), n),
+            subjects,
+            seqs,
             pc.divide(ts_arr, 1000).cast(pa.timestamp("us", tz="UTC")),
             ts_arr,
             headers,
-            pa.array(self.data, pa.binary()),
-            pa.array([consumer] * n, pa.string()),
-            pa.array(self.dseqs, pa.int64()),
-            pa.array(self.pending, pa.int64()),
+            data,
+            pa.repeat(pa.scalar(consumer, pa.string()), n),
+            dseqs,
+            pending,
         ]
         return pa.RecordBatch.from_arrays(cols, schema=ARROW_SCHEMA)
 
@@ -121,6 +156,13 @@ def _header_cells(block: bytes | list[tuple[str, str]] | None) -> list[dict[str,
         return None
     pairs = decode(block)[0] if isinstance(block, bytes | bytearray) else block
     return [{"name": k, "value": v} for k, v in pairs] or None
+
+
+def header_cells(blocks: pa.Array) -> pa.Array:
+    """Raw header blocks (binary, null without) as the ``headers`` column."""
+    if blocks.null_count == len(blocks):
+        return pa.nulls(len(blocks), HEADERS_ARROW)
+    return pa.array([_header_cells(h) for h in blocks.to_pylist()], type=HEADERS_ARROW)
 
 
 def rows_to_batch(stream: str, consumer: str | None, rows: list[Row]) -> pa.RecordBatch:

@@ -74,17 +74,18 @@ class Frames:
 
 
 _DIGITS = 10  # a size field longer than this is not scanned (the loop reads, or refuses, it)
-_POW10 = 10 ** np.arange(_DIGITS - 1, -1, -1, dtype=np.int64)
 
 
 def _decimals(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The decimal numbers ``a[lo:hi]`` of each row, and which rows are 1 to ``_DIGITS`` digits."""
-    idx = hi[:, None] - _DIGITS + np.arange(_DIGITS)
-    inside = idx >= lo[:, None]
+    """The decimal numbers ``a[lo:hi]`` of each row, and which rows are 1 to ``_DIGITS`` digits
+    (one column of digits per place, as many as the longest number has)."""
+    width = hi - lo
+    places = min(int(width.max()), _DIGITS)
+    idx = hi[:, None] - places + np.arange(places)
     digits = a[np.clip(idx, 0, len(a) - 1)].astype(np.int64) - 48
-    digits = np.where(inside, digits, 0)
-    ok = ((digits >= 0) & (digits <= 9)).all(axis=1) & (hi > lo) & (hi - lo <= _DIGITS)
-    return (digits * _POW10).sum(axis=1), ok
+    digits[idx < lo[:, None]] = 0
+    ok = ((digits >= 0) & (digits <= 9)).all(axis=1) & (width > 0) & (width <= _DIGITS)
+    return digits @ (10 ** np.arange(places - 1, -1, -1, dtype=np.int64)), ok
 
 
 def scan_frames(data: bytes, routed: Callable[[bytes], bool]) -> tuple[Frames, int] | None:
@@ -147,10 +148,13 @@ def scan_frames(data: bytes, routed: Callable[[bytes], bool]) -> tuple[Frames, i
     cut = pa.Array.from_buffers(pa.binary(), 8 * n - 1,
                                 [None, pa.py_buffer(bounds.astype(np.int32).ravel()), pa.py_buffer(data)])
     every = np.arange(0, 8 * n, 8)
-    headers = cut.take(every + 4)
     with_headers = hm & (hbytes > 0)
-    if not with_headers.all():
-        headers = pc.if_else(pa.array(with_headers), headers, pa.scalar(None, pa.binary()))
+    if not with_headers.any():
+        headers = pa.nulls(n, pa.binary())
+    elif with_headers.all():
+        headers = cut.take(every + 4)
+    else:
+        headers = pc.if_else(pa.array(with_headers), cut.take(every + 4), pa.scalar(None, pa.binary()))
     frames = Frames(sid=sid, subjects=cut.take(every), replies=cut.take(every + 2), headers=headers,
                     payloads=cut.take(every + 6))
     return frames, int(end[n - 1])

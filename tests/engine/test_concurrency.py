@@ -55,3 +55,33 @@ def test_two_processes_publish_union_with_contiguous_sequences(tmp_path: Path) -
         order = [x.decode() for x in mine["data"].to_pylist()]
         expect = [m for b in range(batches) for m in [*(f"{t}-{b}-{i}" for i in range(size)), f"{t}-single-{b}"]]
         assert order == expect
+
+
+def test_a_kept_lake_sees_a_stream_deleted_and_created_again_by_another(tmp_path: Path) -> None:
+    """A long-lived ``Lake`` (a job's driver, the sink's commit worker) keeps each stream's
+    engine and index. Another process deleting the stream and creating one of the same name
+    must not leave it on the old stream's index, even where the new table has reached the same
+    Delta version."""
+    from jsspark.sink.lake_sink import commit_lake
+
+    kept = commit_lake(str(tmp_path), None)
+    assert commit_lake(str(tmp_path) + "/", None) is kept  # one per location
+    kept.add_stream(name="S", subjects=["s.>"])
+    for i in range(3):
+        kept.publish("s.a", b"old%d" % i)
+    assert kept.stream_info("S").state.messages == 3
+    version = kept.stream("S").table.snapshot().version
+
+    other = jsspark.connect(str(tmp_path))
+    other.delete_stream("S")
+    other.add_stream(name="S", subjects=["s.>"])
+    while other.stream("S").table.snapshot().version < version:
+        other.publish("s.b", b"new")
+    assert other.stream("S").table.snapshot().version == version
+    expected = other.stream_info("S").state
+
+    state = kept.stream_info("S").state
+    assert (state.messages, state.first_seq, state.last_seq) == (expected.messages, expected.first_seq, expected.last_seq)
+    ack = kept.publish("s.c", b"after")
+    assert ack.seq == expected.last_seq + 1
+    assert kept.get_msg("S", 1).data == b"new"

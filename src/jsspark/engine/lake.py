@@ -152,7 +152,7 @@ class Lake:
         if cached and cached[0] == rec.rev:
             return cached[1]
         cfg = StreamConfig.from_json(rec.body["config"])
-        if cached:
+        if cached and cached[1].created_ns == rec.body["created_ns"]:  # not deleted and created again since
             engine = cached[1]
             engine.config = cfg
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +45,26 @@ def test_spark_python_workers_import_pyspark_from_site_packages(spark: Any) -> N
     """Under ``dev.py`` (the README's test command) a worker's pyspark is the compiled one."""
     files = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("pyspark").__file__).collect()
     assert len(files) == 1 and ".zip" not in files[0] and files[0].endswith("site-packages/pyspark/__init__.py")
+
+
+def test_sources_are_compiled_even_where_python_writes_no_bytecode(tmp_path: Path) -> None:
+    """``compile_sources`` leaves a current .pyc for every module under ``src``, which a
+    process with PYTHONDONTWRITEBYTECODE set then imports instead of compiling the source."""
+    dev = _dev()
+    dev.ROOT = tmp_path
+    module = tmp_path / "src" / "pkg" / "mod.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("VALUE = 1\n")
+    dev.compile_sources()
+    cached = Path(importlib.util.cache_from_source(str(module)))
+    assert cached.exists()
+    module.write_text("VALUE = 22\n")  # a source changed since is compiled again
+    later = module.stat().st_mtime + 10
+    os.utime(module, (later, later))
+    dev.compile_sources()
+    header = cached.read_bytes()[:16]  # magic, flags, source mtime, source size: what an import checks
+    assert header[:4] == importlib.util.MAGIC_NUMBER
+    assert (int.from_bytes(header[8:12], "little"), int.from_bytes(header[12:16], "little")) == (int(later), 11)
+    probe = f"import sys; sys.path.insert(0, {str(tmp_path / 'src')!r}); import pkg.mod; print(pkg.mod.VALUE)"
+    out = subprocess.run([sys.executable, "-B", "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["22"]

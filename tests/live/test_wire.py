@@ -129,6 +129,13 @@ class _Recorder:
         pass
 
 
+def _frame(subject: str, sid: int, reply: str, hdr: bytes | None, data: bytes) -> bytes:
+    """One MSG (``hdr`` None) or HMSG frame; ``reply`` as written after the sid, blank included."""
+    if hdr is None:
+        return f"MSG {subject} {sid}{reply} {len(data)}\r\n".encode() + data + b"\r\n"
+    return f"HMSG {subject} {sid}{reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode() + hdr + data + b"\r\n"
+
+
 def _frames() -> bytes:
     """Deliveries as a server writes them: sid 1 (routed) with and without reply and headers,
     sid 2 (not routed), payloads holding frame-like bytes, empty payloads, PINGs between."""
@@ -138,11 +145,7 @@ def _frames() -> bytes:
         # no reply: one blank or two (the server writes an empty reply field so)
         reply = f" $JS.ACK.S.C.1.{i}.{i}.17{i:017d}.{60 - i}" if i % 4 else " " * (i % 8 // 4)
         data = b"" if i % 7 == 0 else f"m{i}\r\nMSG x 1 2\r\nHMSG y 1 2 3\r\n".encode()
-        if i % 3 == 0:
-            hdr = f"NATS/1.0\r\nK: v{i}\r\n\r\n".encode()
-            out.append(f"HMSG s.{i} {sid}{reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode() + hdr + data + b"\r\n")
-        else:
-            out.append(f"MSG s.{i} {sid}{reply} {len(data)}\r\n".encode() + data + b"\r\n")
+        out.append(_frame(f"s.{i}", sid, reply, f"NATS/1.0\r\nK: v{i}\r\n\r\n".encode() if i % 3 == 0 else None, data))
         if i % 13 == 0:
             out.append(b"PING\r\n")
         if i == 30:  # a payload many socket reads long
@@ -159,11 +162,8 @@ def _clean_frames(n: int = 3000) -> bytes:
     for i in range(n):
         reply = f"$JS.ACK.S.C.1.{i + 1}.{i + 1}.17{i:017d}.{n - i}"
         data = b"" if i % 500 == 7 else b"x" * (i % 150)
-        if i % 10 == 3:
-            hdr = f"NATS/1.0\r\nNats-Msg-Id: {i}\r\n\r\n".encode()
-            out.append(f"HMSG s.{i % 16} 1 {reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode() + hdr + data + b"\r\n")
-        else:
-            out.append(f"MSG s.{i % 16} 1 {reply} {len(data)}\r\n".encode() + data + b"\r\n")
+        out.append(_frame(f"s.{i % 16}", 1, f" {reply}", f"NATS/1.0\r\nNats-Msg-Id: {i}\r\n\r\n".encode() if i % 10 == 3 else None,
+                          data))
         if i % 1000 == 999:
             out.append(b"PING\r\n")
         if i % 700 == 350:

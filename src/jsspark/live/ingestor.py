@@ -339,32 +339,14 @@ class Ingestor:
 
     def _on_run(self, subjects: list[bytes], replies: list[bytes], hdrs: list[bytes | None],
                 payloads: list[bytes]) -> None:
-        """One read's deliveries, in wire order (``wire``): runs of data messages are taken
-        whole; control messages (heartbeats, flow control) in between, one by one."""
-        self._last_heard = time.monotonic()
-        n = len(replies)
-        if b"\n".join(replies).count(ACK_PREFIX) == n and all(r.startswith(ACK_PREFIX) for r in (replies[0], replies[-1])):
-            self._take_run(subjects, replies, hdrs, payloads)
-            return
-        i = 0
-        for k, reply in enumerate(replies):
-            if reply.startswith(ACK_PREFIX):
-                continue
-            if k > i:
-                self._take_run(subjects[i:k], replies[i:k], hdrs[i:k], payloads[i:k])
-            i = k + 1
-            hdr = hdrs[k]
-            if not payloads[k] and hdr and hdr.startswith(CONTROL_STATUS):
-                self.controls_seen += 1
-                self._on_control(reply, hdr)
-            # anything else without a $JS.ACK reply is not a delivery of ours: ignored
-        if i < n:
-            self._take_run(subjects[i:], replies[i:], hdrs[i:], payloads[i:])
+        """Deliveries walked frame by frame (``wire``), or one from nats-py's callback: taken as
+        columns, like scanned ones."""
+        self._on_frames(wire.Frames(b"", *(pa.array(c, pa.binary()) for c in (subjects, replies, hdrs, payloads))))
 
     def _on_frames(self, frames: wire.Frames) -> None:
-        """Deliveries scanned as columns (``wire.scan_frames``): runs of data messages taken as
-        they are; control messages in between, and whatever ``_take_frames`` does not take, as
-        lists through ``_on_run``."""
+        """One read's deliveries, in wire order (``wire``): runs of data messages are taken
+        whole (``_take_frames``, or one by one where it cannot); control messages (heartbeats,
+        flow control) in between, one by one."""
         self._last_heard = time.monotonic()
         replies = frames.replies
         is_ack = pc.starts_with(replies, pattern=ACK_PREFIX.decode())
@@ -379,13 +361,22 @@ class Ingestor:
         for lo, hi in segments:
             part = wire.Frames(frames.sid, *(c.slice(lo, hi - lo) for c in (
                 frames.subjects, replies, frames.headers, frames.payloads)))
-            if not (is_ack[lo].as_py() and self._take_frames(part)):
-                self._on_run(*part.to_lists())
+            if is_ack[lo].as_py():
+                if not self._take_frames(part):
+                    for subject, reply, hdr, payload in zip(*part.to_lists(), strict=True):
+                        self._take_one(subject, reply, hdr, payload)
+                continue
+            reply, hdr, payload = part.replies[0].as_py(), part.headers[0].as_py(), part.payloads[0].as_py()
+            if not payload and hdr and hdr.startswith(CONTROL_STATUS):
+                self.controls_seen += 1
+                self._on_control(reply, hdr)
+            # anything else without a $JS.ACK reply is not a delivery of ours: ignored
 
     def _take_frames(self, f: wire.Frames) -> bool:
-        """``_take_run``'s common case for columns: ``$JS.ACK`` replies of one shape, delivery
-        seqs exactly last+1, last+2, ... of the current generation. False (nothing taken) for
-        anything else, which the caller hands to ``_on_run``."""
+        """Deliveries with ``$JS.ACK`` replies, in the common case: replies of one shape,
+        delivery seqs exactly last+1, last+2, ... of the current generation, taken as columns.
+        False (nothing taken) for anything else (a reset's dseq 1, a gap, a reply it cannot
+        read), which the caller takes message by message."""
         k = len(f)
         tokens = pc.split_pattern(f.replies, pattern=".")
         widths = pc.list_value_length(tokens)
@@ -430,69 +421,6 @@ class Ingestor:
                     self._last_msg = time.monotonic()  # a spill is no pause in delivery
                 self._cv.notify_all()
         return True
-
-    def _take_run(self, subjects: list[bytes], replies: list[bytes], hdrs: list[bytes | None],
-                  payloads: list[bytes]) -> None:
-        """Deliveries with ``$JS.ACK`` replies. The common case, delivery seqs exactly
-        last+1, last+2, ... of the current generation, is taken as columns; anything else
-        (a reset's dseq 1, a gap, a reply of another shape) goes message by message."""
-        k = len(replies)
-        toks = b".".join(replies).split(b".")
-        width = len(toks) // k
-        if width * k != len(toks) or not (width == 9 or width >= 11):
-            for m in range(k):
-                self._take_one(subjects[m], replies[m], hdrs[m], payloads[m])
-            return
-        at = 4 if width == 9 else 6  # v1: $JS.ACK.<stream>.<consumer>.<dc>...; v2 adds domain, account
-        dseqs = np.fromiter(map(int, toks[at + 2::width]), np.int64, k)
-        with self._cv:
-            last = self._last_dseq
-            if self._awaiting or dseqs[0] != last + 1 or dseqs[-1] != last + k or (
-                    k > 2 and not np.array_equal(dseqs, np.arange(last + 1, last + k + 1, dtype=np.int64))):
-                slow = True
-            else:
-                slow = False
-                sseqs = np.fromiter(map(int, toks[at + 1::width]), np.int64, k)
-                self._last_dseq = last + k
-                self._gen_pairs.append((sseqs, last + 1))
-                self._gen_count += k
-                # each origin seq once: only what is above everything held (a reset back
-                # re-delivers what we have)
-                prior = np.maximum.accumulate(np.concatenate(([self._highest], sseqs[:-1])))
-                keep = sseqs > prior
-                if keep.any():
-                    every = bool(keep.all())
-                    ts = list(map(int, toks[at + 3::width]))
-                    pend = list(map(int, toks[at + 4::width]))
-                    kept = sseqs if every else sseqs[keep]
-                    seqs = kept.tolist()
-                    rows = self._rows
-                    if every:
-                        rows.subjects += subjects
-                        rows.ts += ts
-                        rows.headers += hdrs
-                        rows.data += payloads
-                        rows.dseqs += dseqs.tolist()
-                        rows.pending += pend
-                    else:
-                        idx = np.flatnonzero(keep).tolist()
-                        rows.subjects += [subjects[i] for i in idx]
-                        rows.ts += [ts[i] for i in idx]
-                        rows.headers += [hdrs[i] for i in idx]
-                        rows.data += [payloads[i] for i in idx]
-                        rows.dseqs += dseqs[keep].tolist()
-                        rows.pending += [pend[i] for i in idx]
-                    rows.seqs += seqs
-                    self._seqs += seqs
-                    self._highest = seqs[-1]
-                    self._last_msg = self._last_heard
-                    if len(rows) >= self.opts.chunk_rows:
-                        self._spill_full()
-                        self._last_msg = time.monotonic()  # a spill is no pause in delivery
-                    self._cv.notify_all()
-        if slow:
-            for m in range(k):
-                self._take_one(subjects[m], replies[m], hdrs[m], payloads[m])
 
     def _take_one(self, subject: bytes, reply: bytes, hdr: bytes | None, payload: bytes) -> None:
         try:

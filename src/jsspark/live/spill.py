@@ -75,7 +75,7 @@ class Pending:
     __slots__ = ("_parts", "_sealed", "data", "dseqs", "headers", "pending", "seqs", "subjects", "ts")
 
     def __init__(self) -> None:
-        self._parts: list[list[pa.Array]] = []  # the columns of SOURCE_COLUMNS, one list per part
+        self._parts: list[list[pa.Array]] = []  # per part: subject, seq, ts_ns, headers, data, dseq, pending
         self._sealed = 0  # rows in _parts
         self.subjects: list[bytes | str] = []
         self.seqs: list[int] = []

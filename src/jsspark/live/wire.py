@@ -24,7 +24,9 @@ one scan covers many 32 KiB socket reads.
 This is the one module that touches nats-py internals: ``Client._ps`` (the parser),
 ``Parser.buf``/``reset``, ``Client._process_msg`` and ``Subscription._id``, all present and
 unchanged through nats-py 2.x. ``check_client`` refuses any other client version with an
-error that says so, rather than misparsing the wire.
+error that says so, rather than misparsing the wire. Deferring a parse also looks at the
+client's ``_transport._io_reader._buffer`` (asyncio's ``StreamReader``); where that is not
+there, each read is parsed at once, as before.
 """
 
 from __future__ import annotations

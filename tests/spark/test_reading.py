@@ -180,3 +180,44 @@ def test_filtered_cursor_moves_past_unwanted_tail(tmp_path: Path) -> None:
     assert end.to_offset() == {"seq": 3, "dseq": 1}
     part = replace(planner.partitions(Cursor(0), end)[0])
     assert (part.lo, part.hi, part.expected) == (0, 1, 1)
+
+
+@pytest.mark.parametrize("subjects", [["s.a"], ["s.a", "s.b", "s.c"]], ids=["files-in-order", "files-interleaved"])
+def test_rows_leave_in_sequence_order_sliced_or_taken(tmp_path: Path, subjects: list[str]) -> None:
+    """One subject: each commit's one file is already in sequence order and the output slices
+    are cut from it without a copy (``rows_at``). Three subjects: files of one commit interleave
+    and the rows are taken in order. Both with a filter that leaves holes, and both the same rows."""
+    from jsspark.datasource import reading
+
+    loc, lake = _lake(tmp_path)
+    n = len(subjects) * 40
+    for _ in range(2):
+        lake.publish_batch("S", pa.table({"subject": subjects * (n // len(subjects)), "data": [b"%d" % i for i in range(n)]}))
+    planner = _planner(loc)
+    whole = planner.partitions(Cursor(0), None)
+    _, idx = reading.load_rows(whole[0])
+    in_order = bool(np.all(np.diff(idx) == 1))
+    assert in_order == (len(subjects) == 1)
+    got = [r for p in whole for b in read_partition(p) for r in b.to_pylist()]
+    assert [r["seq"] for r in got] == list(range(1, 2 * n + 1))
+    assert [r["delivery_seq"] for r in got] == list(range(1, 2 * n + 1))
+    assert [r["data"] for r in got] == [b"%d" % i for i in range(n)] * 2
+    # a filter: the delivered rows are a subsequence, still in order and numbered 1..k
+    filtered = _planner(loc, filter_subject="s.a").partitions(Cursor(0), None)
+    got = [r for p in filtered for b in read_partition(p) for r in b.to_pylist()]
+    want = [s for s in range(1, 2 * n + 1) if subjects[(s - 1) % len(subjects)] == "s.a"]
+    assert [r["seq"] for r in got] == want
+    assert [r["delivery_seq"] for r in got] == list(range(1, len(want) + 1))
+    assert [r["num_pending"] for r in got] == list(range(len(want) - 1, -1, -1))
+
+
+def test_rows_at_slices_runs_and_takes_the_rest() -> None:
+    from jsspark.datasource.reading import rows_at
+
+    rows = pa.table({"seq": pa.array(range(10), pa.int64()), "data": pa.array([b"%d" % i for i in range(10)])})
+    run = rows_at(rows, np.arange(3, 7))
+    assert run.column("seq").to_pylist() == [3, 4, 5, 6]
+    assert run.column("data").chunk(0).buffers()[2].address == rows.column("data").chunk(0).buffers()[2].address
+    taken = rows_at(rows, np.array([7, 2, 3]))
+    assert taken.column("seq").to_pylist() == [7, 2, 3] and taken.column("data").num_chunks == 1
+    assert rows_at(rows, np.array([], np.int64)).num_rows == 0

@@ -633,6 +633,10 @@ class Planner:
             (p, 0 if a is None else int(a), big if b is None else int(b), -1 if z is None else int(z))
             for p, a, b, z in zip(paths, lo, hi, size, strict=True)
         ]
+        # in sequence order: a task reading files that do not interleave (one per commit, as a
+        # one-subject stream or a mirror's landing writes them) then holds its rows in stream
+        # order, and cuts its output from them instead of sorting (``reading.rows_at``)
+        files.sort(key=lambda f: (f[1], f[2]))
         fragments = {f.path for f in self.table().dataset(snap).get_fragments()}
         direct = all(f[3] >= 0 and f[0] in fragments for f in files) and len(fragments) == len(files)
         return files, direct

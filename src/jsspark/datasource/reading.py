@@ -21,6 +21,7 @@ import pyarrow.dataset as ds
 from jsspark.datasource.partition import DataLossError, ReadPartition, delivery_mask
 from jsspark.datasource.schema import ARROW_SCHEMA, HEADERS_ARROW
 from jsspark.engine import headers as H
+from jsspark.engine.arrays import one_chunk
 from jsspark.engine.schema import stored_size
 
 MAX_BATCH_ROWS = 10_000  # paced reads: rows released at once at most
@@ -86,16 +87,19 @@ def load_rows(p: ReadPartition) -> tuple[pa.Table, np.ndarray]:
     """The partition's stored rows (row groups pruned by their ``seq`` statistics, in file
     order) and the indices of the wanted messages among them, in sequence order.
 
-    One ``take`` per column later replaces a sort, a filter and a concatenation (each of
-    which copied every column, payloads included)."""
+    Rows are moved once: ``rows_at`` later slices (no copy) or takes each output slice,
+    instead of a sort, a filter and a concatenation that each copied every column."""
     # one contiguous chunk per column: ``take`` on a many-chunk column concatenates it first,
     # which for the output slices below would copy the payloads once per slice
     dataset, exact = _dataset(p)
     rows = dataset.to_table(columns=_stored_columns(p), filter=_seq_filter(p, exact)).combine_chunks()
     seqs = rows["seq"].to_numpy()
     mask = delivery_mask(seqs, rows["subject"], p.filters, p.skip, p.resume)  # per row: order-free
-    order = np.argsort(seqs, kind="stable")  # a few sorted runs (one per file): near linear
-    idx = order[mask[order]]
+    if bool(np.all(seqs[1:] > seqs[:-1])):  # files read in sequence order: the usual case
+        idx = np.flatnonzero(mask)
+    else:
+        order = np.argsort(seqs, kind="stable")  # a few sorted runs (one per file): near linear
+        idx = order[mask[order]]
     if len(idx) < p.expected and p.fail_on_data_loss:
         raise DataLossError(
             f"jetstream source: stream {p.stream}: sequences {p.lo + 1}..{p.hi} of version {p.version} hold "
@@ -108,10 +112,18 @@ def load_rows(p: ReadPartition) -> tuple[pa.Table, np.ndarray]:
 def load_messages(p: ReadPartition) -> pa.Table:
     """The partition's wanted messages in sequence order (stored columns)."""
     rows, idx = load_rows(p)
-    return _take(rows, idx)
+    return rows_at(rows, idx)
 
 
-def _take(rows: pa.Table, idx: np.ndarray) -> pa.Table:
+def rows_at(rows: pa.Table, idx: np.ndarray) -> pa.Table:
+    """``rows`` at ``idx``, one chunk per column: a zero-copy slice when ``idx`` is a run of
+    consecutive rows (every message of files read in order), else a ``take``."""
+    n = len(idx)
+    if n == 0 or (idx[-1] - idx[0] == n - 1 and bool(np.all(idx[1:] > idx[:-1]))):
+        first = int(idx[0]) if n else 0
+        return pa.Table.from_arrays(
+            [one_chunk(col.slice(first, n)) for col in rows.columns], schema=rows.schema
+        )
     return rows.take(pa.array(idx, pa.int64())).combine_chunks()
 
 
@@ -139,7 +151,7 @@ def _payload_sizes(rows: pa.Table) -> np.ndarray:
     """Payload lengths from the stored ``size`` (no payload read): size minus the file store's
     overhead, subject and header block."""
     subj = pc.binary_length(rows["subject"].cast(pa.binary())).to_numpy(zero_copy_only=False).astype(np.int64)
-    hlen = H.column_encoded_len(rows["headers"].combine_chunks())
+    hlen = H.column_encoded_len(rows["headers"])
     size = rows["size"].to_numpy().astype(np.int64)
     return size - stored_size("", 0, 0) - subj - np.where(hlen > 0, hlen + 4, 0)
 
@@ -149,20 +161,20 @@ def to_output(p: ReadPartition, rows: pa.Table, first: int = 0, total: int | Non
     are the partition's wanted messages ``first..first + len`` of ``total``."""
     n = rows.num_rows
     after = (n if total is None else total) - first - n  # the partition's messages after these
-    headers = rows["headers"].combine_chunks()
-    ts_ns = rows["ts_ns"].combine_chunks()
+    headers = one_chunk(rows["headers"])
+    ts_ns = one_chunk(rows["ts_ns"])
     if p.headers_only:
         headers = _with_size_header(headers, _payload_sizes(rows))
         data = pa.array([b""] * n, pa.binary())
     else:
-        data = rows["data"].combine_chunks()
+        data = one_chunk(rows["data"])
     dseq = p.dseq_base + first + np.arange(1, n + 1, dtype=np.int64)
     pending = p.pending_after + after + np.arange(n - 1, -1, -1, dtype=np.int64)
     return pa.Table.from_arrays(
         [
             pa.repeat(pa.scalar(p.stream, pa.string()), n),
-            _as(rows["subject"].combine_chunks(), pa.string()),
-            rows["seq"].combine_chunks(),
+            _as(one_chunk(rows["subject"]), pa.string()),
+            one_chunk(rows["seq"]),
             pc.divide(ts_ns, 1000).cast(pa.timestamp("us", tz="UTC")),
             ts_ns,
             _as(headers, HEADERS_ARROW),
@@ -229,7 +241,7 @@ def read_partition(
     n = len(idx)
     step = _slice_rows(rows)
     for i in range(0, n, step):
-        yield from to_output(p, _take(rows, idx[i : i + step]), i, n).to_batches(max_chunksize=step)
+        yield from to_output(p, rows_at(rows, idx[i : i + step]), i, n).to_batches(max_chunksize=step)
 
 
 def _slice_rows(rows: pa.Table) -> int:

@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jsspark.engine.arrays import one_chunk
+
 HEADER_LINE = b"NATS/1.0"
 HeaderPairs = list[tuple[str, str]]
 HeadersLike = Mapping[str, str | Sequence[str]] | Iterable[tuple[str, str]] | bytes | None
@@ -120,7 +122,7 @@ def from_arrow(value: Sequence[Mapping[str, str]] | None) -> HeaderPairs | None:
 def column_encoded_len(headers: pa.Array) -> np.ndarray:
     """Vectorised ``encoded_len`` over a headers column (int64 per row, 0 for null); read-only
     (a zero view, no memory) when no row has headers."""
-    headers = _flat_chunks(headers)
+    headers = one_chunk(headers)
     n = len(headers)
     if n == 0 or headers.null_count == n:
         return np.broadcast_to(np.int64(0), (n,))
@@ -140,7 +142,7 @@ def column_encoded_len(headers: pa.Array) -> np.ndarray:
 
 def column_lookup(headers: pa.Array, key: str) -> pa.Array:
     """Vectorised ``get``: the first value of ``key`` per row (null where absent)."""
-    headers = _flat_chunks(headers)
+    headers = one_chunk(headers)
     n = len(headers)
     if n == 0 or headers.null_count == n:
         return pa.nulls(n, pa.string())
@@ -163,7 +165,7 @@ def column_lookup(headers: pa.Array, key: str) -> pa.Array:
 
 def column_has_prefix(headers: pa.Array, prefix: str) -> np.ndarray:
     """Per row: does any header key start with ``prefix``?"""
-    headers = _flat_chunks(headers)
+    headers = one_chunk(headers)
     n = len(headers)
     out = np.zeros(n, dtype=bool)
     if n == 0 or headers.null_count == n:
@@ -181,12 +183,8 @@ def column_has_prefix(headers: pa.Array, prefix: str) -> np.ndarray:
 def any_has_prefix(headers: pa.Array, prefix: str) -> bool:
     """Does any row have a header key starting with ``prefix``? (``column_has_prefix(...).any()``
     without a per-row array.)"""
-    headers = _flat_chunks(headers)
+    headers = one_chunk(headers)
     if len(headers) == 0 or headers.null_count == len(headers):
         return False
     entries = pc.list_flatten(headers)
     return len(entries) > 0 and bool(pc.any(pc.starts_with(pc.struct_field(entries, "name"), prefix)).as_py())
-
-
-def _flat_chunks(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr

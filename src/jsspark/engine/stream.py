@@ -26,6 +26,7 @@ from deltalake import Transaction
 
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, SourceInfo, StreamState
+from jsspark.engine.arrays import one_chunk
 from jsspark.engine.dedup import DedupWindow, KnownIds
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.index_store import IndexStore
@@ -108,10 +109,7 @@ class Incoming:
 
 
 def _col(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
-    col = table.column(name)
-    if isinstance(col, pa.ChunkedArray):
-        return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-    return col
+    return one_chunk(table.column(name))
 
 
 @dataclass

@@ -41,6 +41,23 @@ def test_mirror_keeps_origin_seq_and_time_and_records_skips(tmp_path: Path) -> N
     assert (st.last_seq, st.messages, st.num_deleted) == (20, 6, 10)
 
 
+def test_mirror_of_rows_in_many_chunks_stores_what_one_chunk_stores(tmp_path: Path) -> None:
+    """A landing batch read from many spill files comes in one chunk per file; its payloads
+    stay in those chunks up to the Parquet write, and the stored rows and sizes are the same."""
+    lake = jsspark.connect(str(tmp_path))
+    for name in ("ONE", "MANY"):
+        lake.add_stream(name=name, subjects=[f"{name.lower()}.>"], mirror=None)
+    whole = origin_rows(list(range(1, 10)))
+    chunked = pa.concat_tables([whole.slice(0, 2), whole.slice(2, 4), whole.slice(6)])
+    assert chunked.column("data").num_chunks == 3
+    store_mirrored(lake, "ONE", whole, mirror="O")
+    store_mirrored(lake, "MANY", chunked, mirror="O")
+    one, many = (lake.stream(n).read().sort_by("seq") for n in ("ONE", "MANY"))
+    for col in ("seq", "ts_ns", "subject", "data", "headers", "size"):
+        assert many.column(col).to_pylist() == one.column(col).to_pylist(), col
+    assert lake.stream_info("MANY").state.bytes == lake.stream_info("ONE").state.bytes
+
+
 def test_source_assigns_new_seqs_with_stream_source_header(tmp_path: Path) -> None:
     lake = jsspark.connect(str(tmp_path))
     lake.add_stream(name="S", subjects=["o.>"])

@@ -51,6 +51,15 @@ def test_references_land_the_same_rows_as_the_rows_themselves(tmp_path: Path) ->
     assert landed.column("headers").to_pylist()[1] == [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]
 
 
+@pytest.mark.parametrize("lo,hi", [(0, 5), (0, 10), (1, 5), (0, 3), (2, 3), (5, 9), (6, 9)])
+def test_read_spill_keeps_exactly_the_partition_range(tmp_path: Path, lo: int, hi: int) -> None:
+    """A file wholly inside the range is read as it is (no per-row filter); one the range cuts
+    keeps only ``lo < seq <= hi``."""
+    part = SpillPartition((_chunk(tmp_path, [1, 2, 3, 5]),), lo, hi)
+    got = [s for b in read_spill(part) for s in b.column("seq").to_pylist()]
+    assert got == [s for s in (1, 2, 3, 5) if lo < s <= hi]
+
+
 def test_a_spill_that_no_longer_holds_the_rows_fails_and_names_it(tmp_path: Path) -> None:
     a = _chunk(tmp_path, [1, 2, 3])
     msg = collect_task([reference_batch(SpillPartition((a,), 0, 3, (1, 2, 3)))], str(tmp_path), "t", form="mirror")

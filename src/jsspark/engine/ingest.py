@@ -35,6 +35,7 @@ from deltalake import Transaction
 
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
+from jsspark.engine.arrays import one_chunk
 from jsspark.engine.lake import Lake
 from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, column_stored_size
 from jsspark.engine.sourcing import Origin, identity_number
@@ -58,7 +59,7 @@ def _clean_headers(headers: pa.Array, extra: list[list[tuple[str, str]]] | None 
     ``Nats-Batch-*``, an empty list as no headers, ``extra`` pairs appended per row. Rows are
     touched one by one only when something is appended or dropped; otherwise (no headers at
     all, or none to drop) the column is kept as it is."""
-    headers = _col_array(headers)
+    headers = one_chunk(headers)
     n = len(headers)
     if extra is None:
         has = pc.fill_null(pc.greater(pc.list_value_length(headers), 0), False)
@@ -80,12 +81,8 @@ def _clean_headers(headers: pa.Array, extra: list[list[tuple[str, str]]] | None 
     return H.to_arrow(rows)
 
 
-def _col_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-
-
 def _col(table: pa.Table, name: str) -> pa.Array:
-    return _col_array(table.column(name))
+    return one_chunk(table.column(name))
 
 
 def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: Any = None,
@@ -122,7 +119,7 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: A
 
 
 def _message_rows(ls: LakeStream, seqs: pa.Array, ts_ns: pa.Array, subjects: pa.Array, headers: pa.Array,
-                  data: pa.Array) -> pa.Table:
+                  data: pa.Array | pa.ChunkedArray) -> pa.Table:
     subjects = subjects.cast(pa.string())
     return pa.Table.from_arrays(
         [
@@ -146,9 +143,11 @@ def _headers_of(rows: pa.Table) -> pa.Array:
     return headers.cast(H.HEADER_TYPE) if headers.type != H.HEADER_TYPE else headers
 
 
-def _data_of(rows: pa.Table) -> pa.Array:
+def _data_of(rows: pa.Table) -> pa.Array | pa.ChunkedArray:
+    """The payloads, left in their chunks (a batch read from many spill files has one per
+    file): only their lengths are needed before the Parquet write, which takes chunks."""
     n = rows.num_rows
-    return _col(rows, "data").cast(pa.binary()) if "data" in rows.column_names else pa.array([b""] * n, pa.binary())
+    return rows.column("data").cast(pa.binary()) if "data" in rows.column_names else pa.array([b""] * n, pa.binary())
 
 
 def _origin_order(rows: pa.Table) -> tuple[pa.Table, np.ndarray]:

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jsspark.engine.arrays import one_chunk
 from jsspark.engine.headers import HEADER_TYPE, column_encoded_len
 
 MESSAGE_SCHEMA = pa.schema(
@@ -64,9 +65,11 @@ def stored_size(subject: str, hdr_len: int, data_len: int) -> int:
 
 def value_lengths(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Byte length per row of a string/binary (or dictionary of them) array, 0 for null, as
-    int64; from the offsets, without a kernel, where it can."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
+    int64; from the offsets, without a kernel, where it can. A chunked column is measured
+    chunk by chunk: combining it would copy every value (payloads) just to read lengths."""
+    if isinstance(arr, pa.ChunkedArray) and arr.num_chunks > 1:
+        return np.concatenate([value_lengths(c) for c in arr.chunks])
+    arr = one_chunk(arr)
     if pa.types.is_dictionary(arr.type):
         if arr.null_count:
             return value_lengths(arr.cast(arr.type.value_type))

@@ -503,8 +503,10 @@ def read_spill(part: SpillPartition) -> Iterator[pa.RecordBatch]:
             with pa.memory_map(path) as source:
                 table = pa.ipc.open_file(source).read_all()
         seq = table.column("seq")
-        mask = pc.and_(pc.greater(seq, part.lo), pc.less_equal(seq, part.hi))
-        table = table.filter(mask)
+        bounds = pc.min_max(seq)
+        if not (part.lo < (bounds["min"].as_py() or 0) and (bounds["max"].as_py() or 0) <= part.hi):
+            # a file the range cuts (a filter copies every column, payloads too: not for whole files)
+            table = table.filter(pc.and_(pc.greater(seq, part.lo), pc.less_equal(seq, part.hi)))
         for batch in table.to_batches():
             if batch.num_rows:
                 yield batch

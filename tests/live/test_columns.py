@@ -1,5 +1,5 @@
-"""Deliveries scanned as columns (``wire.scan_frames`` -> ``Ingestor._on_frames``) buffer exactly
-what the same bytes walked frame by frame (``_on_run`` with lists) buffer: rows, their order,
+"""Deliveries scanned as columns (``wire.scan_frames``) buffer exactly what the same bytes walked
+frame by frame (the parser's loop, ``Frames.of_lists``) buffer: rows, their order,
 the delivery generation, the controls seen, the restarts asked for. No server, no Spark."""
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from jsspark.live import wire
 from jsspark.live.ingestor import Ingestor
 from jsspark.live.options import parse_live_read_options
 from jsspark.live.spill import Pending, header_cells, rows_to_batch
+
+_SCAN = wire.scan_frames
 
 
 def _delivery(sseq: int, dseq: int, pending: int) -> bytes:
@@ -42,7 +44,7 @@ def _wire() -> list[bytes]:
     return [b"".join(first), b"".join(back), b"".join(on), b"".join(gap)]
 
 
-def _take(columns: bool) -> tuple[Ingestor, list[str], int, int]:
+def _take(scan: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Ingestor, list[str], int, int]:
     ing = Ingestor(parse_live_read_options({"servers": "nats://127.0.0.1:1", "stream": "O", "consumerMode": "ordered",
                                             "chunkRows": "1000000"}))
     answered: list[str] = []
@@ -61,13 +63,17 @@ def _take(columns: bool) -> tuple[Ingestor, list[str], int, int]:
 
     scanned = [0]
 
-    def on_frames(frames: wire.Frames) -> None:
-        scanned[0] += len(frames)
-        ing._on_frames(frames)
+    def counted(data: bytes, routed: Any) -> Any:
+        found = _SCAN(data, routed)
+        scanned[0] += len(found[0]) if found else 0
+        return found
+
+    monkeypatch.setattr(wire, "scan_frames", counted)
+    monkeypatch.setattr(wire, "BULK_MIN", 4096 if scan else 1 << 40)
 
     async def feed() -> None:
         parser = wire.bulk_parser_class()(None)
-        parser.route(1, ing._on_run, on_frames if columns else None)
+        parser.route(1, ing._on_frames)
         for read in _wire():
             await parser.parse(read)
             assert bytes(parser.buf) == b""
@@ -77,10 +83,10 @@ def _take(columns: bool) -> tuple[Ingestor, list[str], int, int]:
     return ing, answered, restarts[0], scanned[0]
 
 
-def test_columns_buffer_what_lists_buffer() -> None:
-    cols, answered, restarts, scanned = _take(columns=True)
-    lists, answered_lists, restarts_lists, _ = _take(columns=False)
-    assert scanned > 4000  # the scan took nearly every frame; the other way walked them one by one
+def test_scanned_frames_buffer_what_walked_frames_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    cols, answered, restarts, scanned = _take(True, monkeypatch)
+    lists, answered_lists, restarts_lists, walked_scanned = _take(False, monkeypatch)
+    assert scanned > 4000 and walked_scanned == 0  # the scan took nearly every frame; the other way walked them
     batch = cols._rows.to_batch("O", "c")
     assert batch.equals(lists._rows.to_batch("O", "c"))
     assert batch.column("seq").to_pylist() == list(range(1, 3501))  # the reset's re-deliveries not twice
@@ -116,7 +122,7 @@ def test_pending_keeps_delivery_order_across_parts_and_appended_rows() -> None:
 @pytest.mark.parametrize("reply", [b"$JS.ACK.O.c.1.x.2.3.0", b"$JS.ACK.O.c.1.2.3"])
 def test_replies_columns_cannot_read_go_frame_by_frame(reply: bytes) -> None:
     """A reply that is not a well-formed ack subject is not taken as columns: the run goes to
-    ``_on_run``, which skips what it cannot read, and the good deliveries around it land."""
+    ``_take_one``, which skips what it cannot read, and the good deliveries around it land."""
     ing = Ingestor(parse_live_read_options({"servers": "nats://127.0.0.1:1", "stream": "O", "consumerMode": "ordered"}))
     ing._awaiting = False
     good = [_delivery(s, s, 0) for s in range(1, 300)]

@@ -28,6 +28,7 @@ import pytest
 import jsspark
 from jsspark.datasource.options import OptionError, prefixed_storage_options
 from jsspark.live import spill as S
+from jsspark.live import wire
 from jsspark.live.ingestor import Ingestor, LiveSourceError
 from jsspark.live.options import parse_live_read_options
 from jsspark.live.spill import (
@@ -217,10 +218,11 @@ def _planned_rows(ing: Ingestor, end: int) -> list[int]:
 
 
 def _deliver_run(ing: Ingestor, seqs: range) -> None:
-    """``seqs`` as one read's deliveries (dseq = seq), the run ``_on_run`` takes as columns."""
+    """``seqs`` as one read's deliveries (dseq = seq), the run ``_on_frames`` takes as columns."""
     ing._awaiting = False
-    ing._on_run([b"o.%d" % s for s in seqs], [b"$JS.ACK.O.c.1.%d.%d.%d.0" % (s, s, 10**18 + s) for s in seqs],
-                [None] * len(seqs), [b"d%d" % s for s in seqs])
+    ing._on_frames(wire.Frames.of_lists(
+        b"1", [b"o.%d" % s for s in seqs], [b"$JS.ACK.O.c.1.%d.%d.%d.0" % (s, s, 10**18 + s) for s in seqs],
+        [None] * len(seqs), [b"d%d" % s for s in seqs]))
 
 
 @pytest.mark.parametrize("store", ["local", "s3"])

@@ -24,10 +24,10 @@ def test_routed_subscription_gets_every_frame_in_order_and_the_rest_still_works(
         got: list[tuple[bytes, bytes, bytes | None, bytes]] = []
         runs = 0
 
-        def on_run(subjects: list[bytes], replies: list[bytes], hdrs: list[bytes | None], data: list[bytes]) -> None:
+        def on_frames(frames: wire.Frames) -> None:
             nonlocal runs
             runs += 1
-            got.extend(zip(subjects, replies, hdrs, data, strict=True))
+            got.extend(zip(*frames.to_lists(), strict=True))
 
         plain: list[bytes] = []
 
@@ -40,7 +40,7 @@ def test_routed_subscription_gets_every_frame_in_order_and_the_rest_still_works(
             stray.append(msg)
 
         sub = await nc.subscribe("bulk.>", cb=unrouted)
-        wire.route(nc, sub, on_run)
+        wire.route(nc, sub, on_frames)
         await nc.subscribe("plain", cb=on_plain)
 
         async def echo(msg: Any) -> None:
@@ -176,12 +176,14 @@ def _clean_frames(n: int = 3000) -> bytes:
     return b"".join(out)
 
 
-@pytest.mark.parametrize("columns", [False, True], ids=["lists", "columns"])
+@pytest.mark.parametrize("scan", [False, True], ids=["walked", "scanned"])
 @pytest.mark.parametrize("shape", ["tricky", "backlog"])
 @pytest.mark.parametrize("read_size", [1, 2, 7, 64, 1000, 32768, 1 << 21])
-def test_bulk_frames_equal_nats_py_parse_at_every_read_size(read_size: int, shape: str, columns: bool) -> None:
+def test_bulk_frames_equal_nats_py_parse_at_every_read_size(read_size: int, shape: str, scan: bool,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The bulk parser and nats-py's own parser read the same bytes into the same messages,
-    however the socket cuts them, whether frames are scanned as columns or walked one by one:
+    however the socket cuts them, whether frames are scanned or walked one by one (no read is
+    scanned when ``BULK_MIN`` exceeds them all):
     routed frames come in runs, the rest reach the client. "tricky" has payloads holding
     frame-like bytes, replies empty or written with two blanks, a payload of many reads;
     "backlog" is what a consumer's backlog looks like, which the scan takes nearly whole."""
@@ -192,19 +194,25 @@ def test_bulk_frames_equal_nats_py_parse_at_every_read_size(read_size: int, shap
     bulk = _Recorder()
     routed: list[tuple[int, str, str, bytes, bytes | None]] = []
     scanned = [0]
+    scan_frames = wire.scan_frames
 
-    def on_run(subjects: list[bytes], replies: list[bytes], hdrs: list[bytes | None], data: list[bytes]) -> None:
-        routed.extend((1, s.decode(), r.decode(), d, h) for s, r, h, d in zip(subjects, replies, hdrs, data, strict=True))
+    def counted(data: bytes, is_routed: Any) -> Any:
+        found = scan_frames(data, is_routed)
+        scanned[0] += len(found[0]) if found else 0
+        return found
+
+    monkeypatch.setattr(wire, "scan_frames", counted)
+    if not scan:
+        monkeypatch.setattr(wire, "BULK_MIN", 1 << 40)
 
     def on_frames(frames: wire.Frames) -> None:
         assert frames.sid == b"1"
-        scanned[0] += len(frames)
-        on_run(*frames.to_lists())
+        routed.extend((1, s.decode(), r.decode(), d, h) for s, r, h, d in zip(*frames.to_lists(), strict=True))
 
     async def feed() -> None:
         await Parser(reference).parse(stream)
         parser = wire.bulk_parser_class()(bulk)
-        parser.route(1, on_run, on_frames if columns else None)
+        parser.route(1, on_frames)
         for at in range(0, len(stream), read_size):
             await parser.parse(stream[at:at + read_size])
         assert bytes(parser.buf) == b""
@@ -217,8 +225,10 @@ def test_bulk_frames_equal_nats_py_parse_at_every_read_size(read_size: int, shap
     assert routed == [m for m in reference.msgs if m[0] == 1]
     assert bulk.msgs == [m for m in reference.msgs if m[0] == 2]
     assert bulk.pings == reference.pings
-    if columns and shape == "backlog" and read_size >= wire.BULK_MIN:
+    if scan and shape == "backlog" and read_size >= wire.BULK_MIN:
         assert scanned[0] > 0.9 * len(routed)  # the scan took nearly all of it
+    if not scan:
+        assert scanned[0] == 0
 
 
 def test_scan_takes_the_frames_it_can_prove_and_stops_before_anything_else() -> None:
@@ -259,7 +269,7 @@ def test_a_malformed_frame_line_is_a_protocol_error(line: bytes) -> None:
 
     async def feed() -> None:
         parser = wire.bulk_parser_class()(_Recorder())
-        parser.route(1, lambda *run: None)
+        parser.route(1, lambda frames: None)
         await parser.parse(b"MSG ok 1 2\r\nhi\r\n" + line + b"hello\r\n")
 
     with pytest.raises(ProtocolError) as raised:

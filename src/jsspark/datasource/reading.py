@@ -188,7 +188,8 @@ def to_output(p: ReadPartition, rows: pa.Table, first: int = 0, total: int | Non
 
 
 def _as(column: pa.Array, type_: pa.DataType) -> pa.Array:
-    """``column`` as ``type_``: a cast to the type it has already copies the column."""
+    """``column`` as ``type_``, with no cast where it already is one (pyarrow 26 makes such a
+    cast zero-copy; the versions ``pyarrow>=16`` admits are not all checked)."""
     return column if column.type == type_ else column.cast(type_)
 
 

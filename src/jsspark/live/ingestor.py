@@ -247,12 +247,12 @@ class Ingestor:
             self._deliver = self._nc.new_inbox()
         else:
             self._deliver = C.deliver_subject_for(self.opts)
-        # Deliveries reach _on_run in bulk (wire); nats-py's callback only sees what arrived
+        # Deliveries reach _on_frames in bulk (wire); nats-py's callback only sees what arrived
         # before the route was set, all of it from before our reset below, so dropped anyway.
         self._sub = await self._nc.subscribe(self._deliver, cb=_ignore if self._bulk else self._on_msg,
                                              pending_msgs_limit=-1, pending_bytes_limit=-1)
         if self._bulk:
-            wire.route(self._nc, self._sub, self._on_run, self._on_frames)
+            wire.route(self._nc, self._sub, self._on_frames)
         info = await self._restart_delivery(raise_errors=True)
         if from_consumer:
             key = "delivered" if self.opts.mode == "ordered" else "ack_floor"
@@ -335,13 +335,8 @@ class Ingestor:
     async def _on_msg(self, msg: Any) -> None:
         """One delivery through nats-py's callback (``_bulk`` False): handled as a run of one."""
         raw = getattr(msg.headers, "raw", b"") if msg.headers else b""
-        self._on_run([msg.subject.encode()], [(msg.reply or "").encode()], [raw or None], [bytes(msg.data)])
-
-    def _on_run(self, subjects: list[bytes], replies: list[bytes], hdrs: list[bytes | None],
-                payloads: list[bytes]) -> None:
-        """Deliveries walked frame by frame (``wire``), or one from nats-py's callback: taken as
-        columns, like scanned ones."""
-        self._on_frames(wire.Frames(b"", *(pa.array(c, pa.binary()) for c in (subjects, replies, hdrs, payloads))))
+        self._on_frames(wire.Frames.of_lists(b"", [msg.subject.encode()], [(msg.reply or "").encode()],
+                                             [raw or None], [bytes(msg.data)]))
 
     def _on_frames(self, frames: wire.Frames) -> None:
         """One read's deliveries, in wire order (``wire``): runs of data messages are taken

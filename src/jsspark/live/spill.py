@@ -40,7 +40,7 @@ import shutil
 import socket
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,10 +112,7 @@ class Pending:
         n = len(self.seqs)
         if not n:
             return
-        if any(h is not None for h in self.headers):
-            headers = pa.array([_header_cells(h) for h in self.headers], type=HEADERS_ARROW)
-        else:
-            headers = pa.nulls(n, HEADERS_ARROW)
+        headers = header_cells(self.headers)
         self._parts.append([pa.array(self.subjects, pa.binary()).cast(pa.string()), pa.array(self.seqs, pa.int64()),
                             pa.array(self.ts, pa.int64()), headers, pa.array(self.data, pa.binary()),
                             pa.array(self.dseqs, pa.int64()), pa.array(self.pending, pa.int64())])
@@ -158,11 +155,16 @@ def _header_cells(block: bytes | list[tuple[str, str]] | None) -> list[dict[str,
     return [{"name": k, "value": v} for k, v in pairs] or None
 
 
-def header_cells(blocks: pa.Array) -> pa.Array:
-    """Raw header blocks (binary, null without) as the ``headers`` column."""
-    if blocks.null_count == len(blocks):
+def header_cells(blocks: pa.Array | Sequence[bytes | list[tuple[str, str]] | None]) -> pa.Array:
+    """Header blocks as the ``headers`` column: raw blocks (binary, null without), or a list
+    that may also hold (name, value) pairs."""
+    if isinstance(blocks, pa.Array):
+        if blocks.null_count == len(blocks):
+            return pa.nulls(len(blocks), HEADERS_ARROW)
+        blocks = blocks.to_pylist()
+    elif all(h is None for h in blocks):
         return pa.nulls(len(blocks), HEADERS_ARROW)
-    return pa.array([_header_cells(h) for h in blocks.to_pylist()], type=HEADERS_ARROW)
+    return pa.array([_header_cells(h) for h in blocks], type=HEADERS_ARROW)
 
 
 def rows_to_batch(stream: str, consumer: str | None, rows: list[Row]) -> pa.RecordBatch:

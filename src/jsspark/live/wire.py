@@ -5,10 +5,10 @@ a callback coroutine — about 10 µs of Python per message, so a client tops ou
 msg/s on one core, well below what one nats-server delivers. The live source needs none of
 that per message: it wants each delivery's subject, reply (the ``$JS.ACK`` metadata), raw
 header block and payload, in wire order. ``BulkParser`` takes the client's protocol parser
-place: for a *routed* subscription, each read's MSG/HMSG frames become four lists handed to
-one handler call; every other frame (other subscriptions, requests, PING/PONG, INFO, -ERR,
-+OK) goes through nats-py's own code unchanged. The connection itself (TLS, auth, creds,
-reconnects and resubscribes, requests, publishes) stays nats-py's.
+place: for a *routed* subscription, each read's MSG/HMSG frames become columns (``Frames``)
+handed to one handler call; every other frame (other subscriptions, requests, PING/PONG,
+INFO, -ERR, +OK) goes through nats-py's own code unchanged. The connection itself (TLS, auth,
+creds, reconnects and resubscribes, requests, publishes) stays nats-py's.
 
 A read's frames are found in one of two ways. ``scan_frames`` finds them with numpy over the
 whole buffer: CRLFs, blanks and size fields for every line at once. Frames are cut out with
@@ -41,9 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-# subjects, replies, raw header blocks (None without headers), payloads: one read's deliveries
-RunHandler = Callable[[list[bytes], list[bytes], list[bytes | None], list[bytes]], None]
-FramesHandler = Callable[["Frames"], None]  # the same, as columns (``scan_frames``)
+FramesHandler = Callable[["Frames"], None]  # a routed subscription's deliveries, a run at a time
 
 SUPPORTED_MAJOR = 2
 log = logging.getLogger(__name__)
@@ -66,11 +64,17 @@ class Frames:
     headers: pa.Array
     payloads: pa.Array
 
+    @classmethod
+    def of_lists(cls, sid: bytes, subjects: list[bytes], replies: list[bytes], headers: list[bytes | None],
+                 payloads: list[bytes]) -> Frames:
+        """Frames walked one at a time (the parser's loop, or one nats-py ``Msg``) as columns."""
+        return cls(sid, *(pa.array(c, pa.binary()) for c in (subjects, replies, headers, payloads)))
+
     def __len__(self) -> int:
         return len(self.replies)
 
     def to_lists(self) -> tuple[list[bytes], list[bytes], list[bytes | None], list[bytes]]:
-        """The ``RunHandler`` arguments for these frames."""
+        """Subjects, replies, header blocks (``None`` without) and payloads, as Python lists."""
         return (self.subjects.to_pylist(), self.replies.to_pylist(), self.headers.to_pylist(),
                 self.payloads.to_pylist())
 
@@ -192,22 +196,16 @@ def bulk_parser_class() -> type:
 
         def __init__(self, nc: Any = None) -> None:
             super().__init__(nc)
-            self._routes: dict[bytes, RunHandler] = {}  # sid as on the wire -> handler
-            self._columns: dict[bytes, FramesHandler] = {}  # sid -> handler of scanned frames, if it has one
+            self._routes: dict[bytes, FramesHandler] = {}  # sid as on the wire -> handler
             self._single = Parser(nc)  # nats-py's parser, fed one complete non-MSG line at a time
             self._need = 0  # bytes the buffer's first frame takes, while its payload is arriving
 
-        def route(self, sid: int, handler: RunHandler | None, frames: FramesHandler | None = None) -> None:
+        def route(self, sid: int, handler: FramesHandler | None) -> None:
             key = str(sid).encode()
             if handler is None:
                 self._routes.pop(key, None)
-                self._columns.pop(key, None)
-                return
-            self._routes[key] = handler
-            if frames is None:
-                self._columns.pop(key, None)
             else:
-                self._columns[key] = frames
+                self._routes[key] = handler
 
         def _more_buffered(self) -> bool:
             """The client's reader already holds more bytes (the read loop gets them at once)."""
@@ -238,7 +236,7 @@ def bulk_parser_class() -> type:
                             if runs:
                                 self._deliver(runs)
                                 runs = {}
-                            self._deliver_frames(frames)
+                            self._hand(routes[frames.sid], frames)
                             pos += taken
                             continue
                     eol = find(_CRLF, pos)
@@ -308,21 +306,15 @@ def bulk_parser_class() -> type:
                 self._deliver(runs)
 
         def _deliver(self, runs: dict[bytes, Any]) -> None:
+            """Frames the loop walked, per subscription, as columns."""
             for sid, run in runs.items():
                 handler = self._routes.get(sid)
                 if handler is not None:
-                    self._hand(handler, run)
+                    self._hand(handler, Frames.of_lists(sid, *run))
 
-        def _deliver_frames(self, frames: Frames) -> None:
-            handler = self._columns.get(frames.sid)
-            if handler is not None:
-                self._hand(handler, (frames,))
-            else:
-                self._hand(self._routes[frames.sid], frames.to_lists())
-
-        def _hand(self, handler: Callable[..., None], args: tuple[Any, ...]) -> None:
+        def _hand(self, handler: FramesHandler, frames: Frames) -> None:
             try:
-                handler(*args)
+                handler(frames)
             except Exception as e:  # never let it stop the read loop: the client's error callback hears it
                 log.exception("jetstream (live): bulk delivery handler failed")
                 cb = getattr(self.nc, "_error_cb", None)
@@ -355,10 +347,9 @@ def client_class(base: type) -> type:
     return BulkClient
 
 
-def route(nc: Any, sub: Any, handler: RunHandler | None, frames: FramesHandler | None = None) -> None:
-    """From now on, deliver ``sub``'s messages to ``handler`` in bulk (``None``: stop); frames
-    found by ``scan_frames`` go to ``frames`` as columns, if given, else to ``handler``."""
+def route(nc: Any, sub: Any, handler: FramesHandler | None) -> None:
+    """From now on, deliver ``sub``'s messages to ``handler`` in bulk, as ``Frames`` (``None``: stop)."""
     ps = getattr(nc, "_ps", None)
     if not hasattr(ps, "route"):
         raise BulkDeliveryUnsupported("jetstream (live): this client was not set up for bulk delivery (wire.client_class)")
-    ps.route(sub._id, handler, frames)
+    ps.route(sub._id, handler)

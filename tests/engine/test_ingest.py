@@ -68,3 +68,33 @@ def test_source_assigns_new_seqs_with_stream_source_header(tmp_path: Path) -> No
     assert [(h["name"], h["value"]) for h in rows[1]["headers"]] == [
         ("X", "9"), ("X", "again"), ("Nats-Stream-Source", "ORDERS 9 > > o.9")]
     assert source_header("O2", 1, "o2.a", "o2.a") == "O2 1 o2.a > o2.a"  # the server's observed form
+
+
+def test_landed_rows_get_the_partition_and_subject_counts_a_publish_gives(tmp_path: Path) -> None:
+    """Mirror and source landings take each row's ``part`` and the subject counts from one
+    encoding against the stream's subject stats (subjects known and new, a later commit, a lake
+    opened again): the same values a per-row hash and a fresh count give."""
+    from collections import Counter
+
+    from jsspark.engine.partitioning import PartitionKey
+
+    def batch(seqs: list[int], subjects: list[str]) -> pa.Table:
+        return origin_rows(seqs).set_column(2, "subject", pa.array(subjects))
+
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="M", mirror={"name": "O"})
+    lake.add_stream(name="S", sources=[{"name": "O"}])
+    store_mirrored(lake, "M", batch([1, 2, 3, 4], ["o.a", "o.b", "o.a", "o.long.subject.name"]), mirror="O")
+    store_sourced(lake, "S", batch([1, 2], ["o.a", "p.x"]), origin="O")
+    lake = jsspark.connect(str(tmp_path))  # stats loaded from the table, then kept current
+    store_mirrored(lake, "M", batch([5, 6, 7], ["o.c", "o.a", "o.b"]), mirror="O")
+    store_sourced(lake, "S", batch([3, 4, 5], ["o.c", "p.x", "o.a"]), origin="O")
+    store_mirrored(lake, "M", batch([8], ["o.d"]), mirror="O")
+    for name, subjects in (("M", ["o.a", "o.b", "o.a", "o.long.subject.name", "o.c", "o.a", "o.b", "o.d"]),
+                           ("S", ["o.a", "p.x", "o.c", "p.x", "o.a"])):
+        rows = lake.stream(name).read().sort_by("seq")
+        assert rows.column("subject").to_pylist() == subjects
+        assert rows.column("part").to_pylist() == PartitionKey().of(pa.array(subjects)).to_pylist()
+        assert len(set(rows.column("part").to_pylist())) > 1
+        info = lake.stream_info(name, subjects_filter=">")
+        assert info.state.subjects == dict(Counter(subjects)) and info.state.num_subjects == len(set(subjects))

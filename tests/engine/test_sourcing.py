@@ -81,8 +81,8 @@ def test_sourced_seq_falls_back_to_scanning_headers(tmp_path: Path) -> None:
     hdr = pa.array([[{"name": "Nats-Stream-Source", "value": "ORDERS 41 > > o.1 abcdefgh"}],
                     [{"name": "Nats-Stream-Source", "value": "ORDERS 42 o.2 > o.2"}],
                     [{"name": "Nats-Stream-Source", "value": "ORDERS 40 > > o.3"}]], HEADER_TYPE)
-    built = _message_rows(ls, pa.array([1, 2, 3]), pa.array([1, 2, 3]), pa.array(["t.a", "t.b", "t.c"]), hdr,
-                          pa.array([b"", b"", b""]))
+    built = _message_rows(pa.array([1, 2, 3]), pa.array([1, 2, 3]), pa.array(["t.a", "t.b", "t.c"]), hdr,
+                      pa.array([b"", b"", b""]))
     _commit(ls, lambda snap: (built, 3, 3), None)
     assert sourced_seq(lake, "T", "ORDERS") == 41  # only headers of this iname (filter '>')
     assert sourced_seq(lake, "T", {"name": "ORDERS", "filter_subject": "o.2"}) == 42

@@ -37,7 +37,7 @@ from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
 from jsspark.engine.arrays import one_chunk
 from jsspark.engine.lake import Lake
-from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, column_stored_size
+from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, PARTITION_COLUMN, column_stored_size
 from jsspark.engine.sourcing import Origin, identity_number
 from jsspark.engine.stream import MAX_ATTEMPTS, LakeStream
 from jsspark.engine.subject_stats import SubjectGroups
@@ -99,7 +99,7 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: A
         rows, last_seq, last_ts = build(snap)  # type: ignore[operator]
         if skip_empty and not rows.num_rows:
             return BatchAck(ls.name, np.zeros(0, np.int64), np.zeros(0, bool), 0)
-        groups = SubjectGroups.of(rows["subject"], rows["seq"].to_numpy())
+        rows, groups = _partitioned(ls, index, rows)
         state = index.state_after(rows.select(INDEX_COLUMNS), None, last_seq, last_ts, groups)
         try:
             version = ls.table.commit(
@@ -118,8 +118,25 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: A
     raise RuntimeError(f"stream {ls.name}: gave up storing after {MAX_ATTEMPTS} concurrent commits")
 
 
-def _message_rows(ls: LakeStream, seqs: pa.Array, ts_ns: pa.Array, subjects: pa.Array, headers: pa.Array,
+def _partitioned(ls: LakeStream, index: Any, rows: pa.Table) -> tuple[pa.Table, SubjectGroups]:
+    """``rows`` with their ``part`` column, and their subject groups: both from one encoding of
+    the subjects against the stream's subject stats, as a publish does (a subject's bucket is
+    hashed once and kept, not once per row; the groups come with their positions in the stats)."""
+    seqs = rows["seq"].to_numpy()
+    if not rows.num_rows:
+        return rows.append_column(_PART_FIELD, pa.array([], pa.string())), SubjectGroups.of(rows["subject"], seqs)
+    encoded, known, counts = index.subjects().encode(_col(rows, "subject"))
+    part = ls._partition_column(encoded, known)
+    return rows.append_column(_PART_FIELD, part), SubjectGroups.of(encoded, seqs, known, counts)
+
+
+_PART_FIELD = MESSAGE_SCHEMA.field(PARTITION_COLUMN)
+_UNPARTITIONED = pa.schema([f for f in MESSAGE_SCHEMA if f.name != PARTITION_COLUMN])
+
+
+def _message_rows(seqs: pa.Array, ts_ns: pa.Array, subjects: pa.Array, headers: pa.Array,
                   data: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """Stored rows but for ``part`` (``_partitioned`` adds it at commit)."""
     subjects = subjects.cast(pa.string())
     return pa.Table.from_arrays(
         [
@@ -131,9 +148,8 @@ def _message_rows(ls: LakeStream, seqs: pa.Array, ts_ns: pa.Array, subjects: pa.
             data.cast(pa.binary()),
             H.column_lookup(headers, H.MSG_ID),
             pa.array(column_stored_size(subjects, headers, data.cast(pa.binary()))),
-            ls.partition.of(subjects),
         ],
-        schema=MESSAGE_SCHEMA,
+        schema=_UNPARTITIONED,
     )
 
 
@@ -200,7 +216,7 @@ def store_mirrored(lake: Lake, stream: str, rows: pa.Table, *, txn: tuple[str, i
     if rows.num_rows and not pc.all(keep).as_py():
         rows, arr = rows.filter(keep), arr[keep.to_numpy(zero_copy_only=False)]
     subjects = origin.map_subjects(_col(rows, "subject"))
-    built_all = _message_rows(ls, _col(rows, "seq").cast(pa.int64()), _col(rows, "ts_ns"), subjects,
+    built_all = _message_rows(_col(rows, "seq").cast(pa.int64()), _col(rows, "ts_ns"), subjects,
                               _clean_headers(_headers_of(rows)), _data_of(rows))
 
     def build(snap: object) -> tuple[pa.Table, int, int]:
@@ -282,7 +298,7 @@ def store_sourced(lake: Lake, stream: str, rows: pa.Table, *, origin: Any = None
         now = time.time_ns()
         seqs = pa.array(np.arange(last + 1, last + 1 + n, dtype=np.int64))
         ts = pa.array(np.full(n, now, dtype=np.int64))
-        built = _message_rows(ls, seqs, ts, src.map_subjects(originals), headers, _data_of(part))
+        built = _message_rows(seqs, ts, src.map_subjects(originals), headers, _data_of(part))
         return built, last + n, now if n else ls._last_ts_ns
 
     top = int(arr[-1]) if len(arr) else 0

@@ -11,3 +11,8 @@ def one_chunk(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     if not isinstance(col, pa.ChunkedArray):
         return col
     return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
+def column(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
+    """A table's column as one Array (``one_chunk``)."""
+    return one_chunk(table.column(name))

@@ -35,7 +35,7 @@ from deltalake import Transaction
 
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
-from jsspark.engine.arrays import one_chunk
+from jsspark.engine.arrays import column, one_chunk
 from jsspark.engine.lake import Lake
 from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, PARTITION_COLUMN, column_stored_size
 from jsspark.engine.sourcing import Origin, identity_number
@@ -81,10 +81,6 @@ def _clean_headers(headers: pa.Array, extra: list[list[tuple[str, str]]] | None 
     return H.to_arrow(rows)
 
 
-def _col(table: pa.Table, name: str) -> pa.Array:
-    return one_chunk(table.column(name))
-
-
 def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: Any = None,
             skip_empty: bool = False) -> BatchAck:
     """Load, build rows against the snapshot, commit with ``txn`` and the origin ``marks`` (a
@@ -125,7 +121,7 @@ def _partitioned(ls: LakeStream, index: Any, rows: pa.Table) -> tuple[pa.Table, 
     seqs = rows["seq"].to_numpy()
     if not rows.num_rows:
         return rows.append_column(_PART_FIELD, pa.array([], pa.string())), SubjectGroups.of(rows["subject"], seqs)
-    encoded, known, counts = index.subjects().encode(_col(rows, "subject"))
+    encoded, known, counts = index.subjects().encode(column(rows, "subject"))
     part = ls._partition_column(encoded, known)
     return rows.append_column(_PART_FIELD, part), SubjectGroups.of(encoded, seqs, known, counts)
 
@@ -155,7 +151,7 @@ def _message_rows(seqs: pa.Array, ts_ns: pa.Array, subjects: pa.Array, headers: 
 
 def _headers_of(rows: pa.Table) -> pa.Array:
     n = rows.num_rows
-    headers = _col(rows, "headers") if "headers" in rows.column_names else pa.nulls(n, H.HEADER_TYPE)
+    headers = column(rows, "headers") if "headers" in rows.column_names else pa.nulls(n, H.HEADER_TYPE)
     return headers.cast(H.HEADER_TYPE) if headers.type != H.HEADER_TYPE else headers
 
 
@@ -168,10 +164,10 @@ def _data_of(rows: pa.Table) -> pa.Array | pa.ChunkedArray:
 
 def _origin_order(rows: pa.Table) -> tuple[pa.Table, np.ndarray]:
     """Rows in origin order, each origin sequence once (a repeat is a redelivery: ignored)."""
-    seqs = _col(rows, "seq").cast(pa.int64()).to_numpy()
+    seqs = column(rows, "seq").cast(pa.int64()).to_numpy()
     if len(seqs) > 1 and (np.diff(seqs) < 0).any():  # a source delivers in order: sort only if not
         rows = rows.sort_by("seq")
-        seqs = _col(rows, "seq").cast(pa.int64()).to_numpy()
+        seqs = column(rows, "seq").cast(pa.int64()).to_numpy()
     if len(seqs) > 1 and (np.diff(seqs) == 0).any():
         keep = np.concatenate([[True], np.diff(seqs) != 0])
         rows, seqs = rows.filter(pa.array(keep)), seqs[keep]
@@ -211,12 +207,12 @@ def store_mirrored(lake: Lake, stream: str, rows: pa.Table, *, txn: tuple[str, i
     ls = lake.stream(stream)
     origin = Origin.of(mirror if mirror is not None else (ls.config.mirror or stream))
     rows, arr = _origin_order(rows)
-    keep = origin.selected(_col(rows, "subject")) if rows.num_rows else pa.array([], pa.bool_())
+    keep = origin.selected(column(rows, "subject")) if rows.num_rows else pa.array([], pa.bool_())
     top_seen = int(arr[-1]) if len(arr) else 0
     if rows.num_rows and not pc.all(keep).as_py():
         rows, arr = rows.filter(keep), arr[keep.to_numpy(zero_copy_only=False)]
-    subjects = origin.map_subjects(_col(rows, "subject"))
-    built_all = _message_rows(_col(rows, "seq").cast(pa.int64()), _col(rows, "ts_ns"), subjects,
+    subjects = origin.map_subjects(column(rows, "subject"))
+    built_all = _message_rows(column(rows, "seq").cast(pa.int64()), column(rows, "ts_ns"), subjects,
                               _clean_headers(_headers_of(rows)), _data_of(rows))
 
     def build(snap: object) -> tuple[pa.Table, int, int]:
@@ -252,7 +248,7 @@ def sourced_seq(lake: Lake, stream: str, source: Any, identity: str | None = Non
     if snap.table.transaction_version(origin.seq_app) is not None:
         return _taken(snap.table, origin, identity)
     table = ls.read(columns=["seq", "headers"]).sort_by("seq")
-    values = H.column_lookup(_col(table, "headers").cast(H.HEADER_TYPE), H.STREAM_SOURCE)
+    values = H.column_lookup(column(table, "headers").cast(H.HEADER_TYPE), H.STREAM_SOURCE)
     head = origin.iname.split(" ")
     best = 0
     for text in values.drop_null().to_pylist():  # oldest first: the newest origin decides
@@ -286,14 +282,14 @@ def store_sourced(lake: Lake, stream: str, rows: pa.Table, *, origin: Any = None
     def build(snap: object) -> tuple[pa.Table, int, int]:
         last = snap.last_seq  # type: ignore[attr-defined]
         mark = _taken(snap.table, src, identity)  # type: ignore[attr-defined]
-        take = (arr > mark) & src.selected(_col(rows, "subject")).to_numpy(zero_copy_only=False)
+        take = (arr > mark) & src.selected(column(rows, "subject")).to_numpy(zero_copy_only=False)
         part = rows.filter(pa.array(take)) if not take.all() else rows
         headers = _headers_of(part)
         if window > 0 and part.num_rows:
             part, headers = _drop_known_ids(ls, part, headers, window)
         n = part.num_rows
-        originals = _col(part, "subject").cast(pa.string())
-        stamp = src.headers_column(_col(part, "seq").to_pylist(), originals.to_pylist(), identity)
+        originals = column(part, "subject").cast(pa.string())
+        stamp = src.headers_column(column(part, "seq").to_pylist(), originals.to_pylist(), identity)
         headers = _clean_headers(headers, [[(H.STREAM_SOURCE, v)] for v in stamp])
         now = time.time_ns()
         seqs = pa.array(np.arange(last + 1, last + 1 + n, dtype=np.int64))

@@ -26,7 +26,7 @@ from deltalake import Transaction
 
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, SourceInfo, StreamState
-from jsspark.engine.arrays import one_chunk
+from jsspark.engine.arrays import column
 from jsspark.engine.dedup import DedupWindow, KnownIds
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.index_store import IndexStore
@@ -90,10 +90,10 @@ class Incoming:
         if "subject" not in names:
             raise ValueError("publish_batch needs a 'subject' column")
         n = table.num_rows
-        subject = _col(table, "subject").cast(pa.string())
-        data = _col(table, "data").cast(pa.binary()) if "data" in names else pa.array([b""] * n, pa.binary())
+        subject = column(table, "subject").cast(pa.string())
+        data = column(table, "data").cast(pa.binary()) if "data" in names else pa.array([b""] * n, pa.binary())
         if "headers" in names:
-            hcol = _col(table, "headers")
+            hcol = column(table, "headers")
             headers = hcol if hcol.type == H.HEADER_TYPE else H.to_arrow([H.normalize(v) for v in hcol.to_pylist()])
         else:
             headers = pa.nulls(n, H.HEADER_TYPE)
@@ -106,10 +106,6 @@ class Incoming:
             pa.array([bytes(payload)], pa.binary()),
             H.to_arrow([H.normalize(headers)]),
         )
-
-
-def _col(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
-    return one_chunk(table.column(name))
 
 
 @dataclass

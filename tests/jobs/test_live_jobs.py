@@ -13,7 +13,10 @@ origin content as a jsspark job, and the two results are compared message for me
 
 from __future__ import annotations
 
+import json
 import threading
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -355,6 +358,56 @@ def test_workqueue_durable_sourcing_lands_once_and_drains(spark: Any, server: Na
     publish_origin(nats, raw, "WQO", more)
     run({**job, "checkpoint": str(tmp_path / "fresh")})  # a fresh checkpoint: the durable and the mark decide
     check(450)
+
+
+def test_a_running_jobs_landing_acks_the_origin_before_spark_commits_the_batch(
+    spark: Any, server: NatsServer, nats: SyncNats, raw: RawNats, tmp_path: Path
+) -> None:
+    """Spark commits a batch to its source only when it plans the next one: with a processing
+    time trigger, at the next multiple of the interval (``ProcessingTimeExecutor.nextBatchTime``).
+    The job's landing sink acks the origin right after its Delta commit (``spill.mark_landed``),
+    so a consumer stalled at ``max_ack_pending`` resumes before then. Checked on a data batch
+    that ended well before its next trigger time (the first nearly always does)."""
+    nats.add_stream(name="WQA", subjects=["wqa.>"], storage="file", retention="workqueue")
+    publish_origin(nats, raw, "WQA", origin_items("WQA", "wqa", 300))
+    source = {"name": "WQA"}
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    interval_ms = 8_000
+    job = {"stream": {"name": "WQB", "subjects": ["wqb.>"], "sources": [source]}, "target": {"location": loc},
+           "origins": {"*": {"servers": server.url, "options": {"maxAckPending": "50"}}},
+           "trigger": f"{interval_ms // 1000} seconds"}
+
+    def acked_past(seq: int) -> bool:
+        return nats.state("WQA")["first_seq"] > seq  # a WorkQueue with one consumer removes in order
+
+    checked = None
+    with RemovalWatch(nats, lake, "WQA", "WQB", source) as watch:
+        j = run_job(job, spark)
+        try:
+            q, seen = j.queries[0], 0
+            deadline = time.monotonic() + JOB_BOUND
+            while checked is None:
+                assert q.exception() is None, q.exception()
+                assert time.monotonic() < deadline, f"no data batch ended 2 s before its next trigger: {q.recentProgress}"
+                done = [p for p in q.recentProgress if p["numInputRows"]]
+                if len(done) == seen:
+                    time.sleep(0.05)  # polling the query's progress, bounded by the deadline above
+                    continue
+                p, seen = done[seen], seen + 1
+                started = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() * 1000
+                next_trigger = (int(started) // interval_ms + 1) * interval_ms
+                if next_trigger - (started + p["durationMs"]["triggerExecution"]) < 2_000:
+                    continue  # too close to its next trigger to tell the two acks apart
+                end = json.loads(p["sources"][0]["endOffset"])["seq"]
+                while time.time() * 1000 < next_trigger - 300 and not acked_past(end):
+                    time.sleep(0.02)  # polling the origin, bounded by the next trigger time
+                checked = (end, acked_past(end), time.time() * 1000 < next_trigger)
+        finally:
+            j.stop()
+    assert watch.samples > 0 and watch.violations == [], watch.violations[:5]
+    end, acked, before_next = checked
+    assert acked and before_next, f"batch ending at origin seq {end} not acked before Spark's next trigger"
 
 
 def test_source_mark_never_moves_back_and_follows_identity(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from jsspark.live.ingestor import Ingestor, LiveSourceError
 from jsspark.live.options import parse_live_read_options
-from jsspark.live.spill import read_spill
+from jsspark.live.spill import mark_landed, read_spill
 from jsspark.nats_server import NatsServer
 from tests.live.conftest import SyncNats
 from tests.live.test_crashes import fast_publish
@@ -161,3 +161,42 @@ def test_ordered_mode_on_a_limits_origin(server: NatsServer, nats: SyncNats, tmp
         assert nats.state("LIM")["messages"] == 1000  # ordered mode never acks anything away
     finally:
         ing.stop()
+
+
+def test_a_landing_sinks_mark_acks_the_batch_before_spark_commits_it(
+    server: NatsServer, nats: SyncNats, tmp_path: Path
+) -> None:
+    """Jobs land rows by reference; the sink's mark (``spill.mark_landed``) written after its
+    Delta commit acks the batch at once, so delivery resumes before Spark plans the next batch.
+    A batch Spark runs again after a crash between that commit and its commit log plans no rows:
+    the origin removed them (the lake holds them) and the rest follows exactly once."""
+    nats.add_stream(name="LM", subjects=["lm.>"], retention="workqueue")
+    fast_publish(nats, "lm", 0, 300)
+    o = opts(server.url, "LM", tmp_path, consumer="lake", maxAckPending="100")
+    ing = Ingestor(o)
+    ing.start(None)
+    try:
+        wait_for(lambda: ing.latest(0, None, None) >= 100, 20, "a full window buffered")
+        end = ing.latest(0, None, None)
+        assert end == 100  # max_ack_pending: the server stops until we ack
+        refs = [p.to_json() for p in ing.plan(0, end, by_reference=True)]
+        seen = ing.controls_seen
+        wait_for(lambda: ing.controls_seen > seen, 10, "a heartbeat or flow-control request")
+        assert nats.state("LM")["messages"] == 300  # landed nowhere yet: nothing acked
+        mark_landed(refs)  # the sink's Delta commit holds (0, 100]; Spark has not committed it
+        wait_for(lambda: nats.state("LM")["first_seq"] == end + 1, 10, "the landed batch acked")
+        assert nats.api("CONSUMER.INFO.LM.lake")["ack_floor"]["stream_seq"] == end  # that far, no further
+        assert ing.floor == 0  # Spark's commit is still to come
+        wait_for(lambda: len(ing._seqs) >= 200, 10, "delivery resumed without a Spark commit")
+    finally:
+        ing.stop()
+    # the driver dies before Spark's commit log: the batch (0, 100] runs again in a new process
+    again = Ingestor(o)
+    again.start(0)
+    try:
+        assert again.plan(0, end) == []  # acked after its landing: not delivered again, not lost
+        _, rest = drain(again, end, 300)
+        assert rest == list(range(101, 301))
+        wait_for(lambda: nats.state("LM")["messages"] == 0, 10, "everything acked")
+    finally:
+        again.stop()

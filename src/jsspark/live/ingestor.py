@@ -24,6 +24,15 @@ Design (why each piece is there):
   floor out of reach). The server asks again on every idle heartbeat while anything is pending,
   so a commit is acked within about a second: never before, always eventually (while the query
   runs; the last AvailableNow batch is acked by the next run's first planning call).
+- **Acks from the landing sink** (jobs: rows by reference, ``spillReferences``): Spark commits
+  a batch to its source only when it plans the next one, so with ``max_ack_pending`` reached
+  delivery would wait for that planning, every batch. Once its Delta commit holds a batch, the
+  landing sink writes the batch's end seq into this reader's (local) spill directory
+  (``spill.mark_landed``); acks may name it at once (a held flow-control request looks for
+  it every ``LANDED_POLL``). A batch Spark runs again after a crash between that commit and
+  its commit log finds those messages acked: the origin does not deliver them again, the
+  batch plans no rows, and the sink's txn skips it anyway (``lake_sink``). Spill files still
+  go only when Spark commits.
 - **Back-pressure**: ``max_ack_pending`` — the server stops delivering once that many messages
   are unacked, which bounds the buffer; memory holds about ``chunkRows`` rows before a spill
   (one read's deliveries are taken whole), and a spill file at most ``chunkRows`` rows.
@@ -80,6 +89,7 @@ log = logging.getLogger(__name__)
 
 STALL_SECONDS = 5.0
 ACK_FLUSH_SECONDS = 3.0
+LANDED_POLL = 0.01  # how often a held flow-control request looks for the landing sink's mark
 # A batch waits for the buffer to fill while messages keep arriving (each Spark batch costs far
 # more than the wait): until the batch is full, delivery pauses LINGER_IDLE, or LINGER_MAX passes.
 LINGER_IDLE = 0.05
@@ -154,6 +164,8 @@ class Ingestor:
         self._rows = Pending()
         self._seqs: list[int] = []
         self.floor = 0  # highest origin seq Spark has committed
+        self._landed = 0  # highest origin seq a landing sink's Delta commit holds (spill.mark_landed)
+        self._landed_watch: asyncio.Task[None] | None = None
         self._highest = 0  # highest origin seq this process holds or knows is committed
         # delivery generation (loop thread only, read under _cv)
         self._awaiting = True
@@ -213,8 +225,9 @@ class Ingestor:
     def stop(self) -> None:
         if self._loop is None:
             return
-        if self._watch is not None:
-            self._loop.call_soon_threadsafe(self._watch.cancel)
+        for task in (self._watch, self._landed_watch):
+            if task is not None:
+                self._loop.call_soon_threadsafe(task.cancel)
         with contextlib.suppress(Exception):
             self._call(self._nc.close(), 5)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -479,7 +492,7 @@ class Ingestor:
     def _ack_pair(self) -> tuple[int, int] | None:
         """The newest (stream seq, delivery seq) of this generation at or below ``floor``."""
         best = None
-        pairs, floor = self._gen_pairs, self.floor
+        pairs, floor = self._gen_pairs, max(self.floor, self._landed)
         while pairs and pairs[0][0][0] <= floor:
             sseqs, first = pairs[0]
             above = sseqs > floor
@@ -504,11 +517,14 @@ class Ingestor:
         headers = None
         pair: tuple[int, int] | None = None
         if self.opts.mode != "ordered":
+            self._read_landed()
             with self._cv:
                 pair = None if self._awaiting else self._ack_pair()
                 nothing_new = pair is None or pair[0] <= self._acked_sseq
                 if nothing_new and self._gen_count >= self.opts.max_ack_pending:
                     self._held_fc = subject
+                    if self._landed_watch is None and self._dir is not None and not self._dir.remote:
+                        self._landed_watch = asyncio.get_running_loop().create_task(self._watch_landed())
                     return
                 self._held_fc = None
                 if pair is not None:
@@ -521,6 +537,29 @@ class Ingestor:
             with self._cv:
                 self._acks_flushed = max(self._acks_flushed, pair[0])
                 self._cv.notify_all()
+
+    def _read_landed(self) -> bool:
+        """Take up the landing sink's mark (``spill.mark_landed``, local spill directories only):
+        its Delta commit holds everything up to it, so acks may name it before Spark's commit
+        reaches ``floor`` a batch later. True if it moved."""
+        seq = self._dir.landed() if self._dir is not None else 0
+        with self._cv:
+            if seq <= self._landed:
+                return False
+            self._landed = seq
+            return True
+
+    async def _watch_landed(self) -> None:
+        """While a flow-control request is held (``max_ack_pending`` reached): answer it the
+        moment a landing sink's mark covers more, so delivery resumes while Spark finishes the
+        batch instead of at the next batch's planning."""
+        try:
+            while self._held_fc is not None:
+                await asyncio.sleep(LANDED_POLL)
+                if self._read_landed():
+                    await self._answer_held()
+        finally:
+            self._landed_watch = None
 
     async def _answer_held(self) -> None:
         subject = self._held_fc

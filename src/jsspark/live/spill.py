@@ -288,6 +288,10 @@ def _orphaned(name: str, host: str, local: bool) -> bool:
     return owner[1] != os.getpid() and not _pid_alive(owner[1])
 
 
+# The file in a spill directory that names the origin seq a landing sink has committed through.
+LANDED = "landed"
+
+
 class SpillDir:
     """One process's spill directory: a local one, or a prefix on an object store.
 
@@ -351,6 +355,17 @@ class SpillDir:
             log.warning("jetstream (live): could not remove spill file %s: %s", self.path(name),
                         redact_storage(describe(e), self.storage_options))
 
+    def landed(self) -> int:
+        """The origin seq through which a landing sink's Delta commit holds this directory's
+        rows (``mark_landed``); 0 without a mark, and always on an object store (where polling
+        for it would cost a request each time)."""
+        if self.remote:
+            return 0
+        try:
+            return int(Path(self.uri, LANDED).read_text())
+        except (FileNotFoundError, ValueError):  # no mark yet, or one being replaced on a platform without atomic rename
+            return 0
+
     def close(self) -> None:
         """Wait for the puts and deletes under way and remove the directory with what is left in it."""
         if self._pool is not None:
@@ -393,6 +408,29 @@ def make_spill_dir(base: str | None, storage_options: Mapping[str, str] | None =
             shutil.rmtree(child, ignore_errors=True)
     (local / name).mkdir()
     return SpillDir(str(local / name))
+
+
+def mark_landed(refs: Iterable[str]) -> None:
+    """After the Delta commit that holds the rows of the reference values ``refs``
+    (``SpillPartition`` JSON): write, in each local spill directory they name, the highest
+    origin seq their partitions cover (``hi``), so the reader owning the directory may ack up to
+    it at once instead of a batch later (``Ingestor``). Best effort: a reader that has stopped
+    (its directory gone) or an object store gets no mark, and acks when Spark commits."""
+    top: dict[str, int] = {}
+    for text in refs:
+        d = json.loads(text)
+        for path in d["paths"]:
+            if not is_remote(path):
+                folder = os.path.dirname(path)
+                top[folder] = max(top.get(folder, 0), int(d["hi"]))
+    for folder, seq in top.items():
+        tmp = Path(folder, f".{LANDED}-{uuid.uuid4().hex[:8]}")
+        try:
+            tmp.write_text(str(seq))
+            os.replace(tmp, Path(folder, LANDED))
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            log.debug("jetstream (live): no landed mark in %s: %s", folder, describe(e))
 
 
 def write_chunk(directory: SpillDir | Path | str, batch: pa.RecordBatch) -> Chunk:

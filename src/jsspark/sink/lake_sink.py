@@ -51,6 +51,8 @@ the batch's source offsets from ``<checkpointLocation>/offsets/<batchId>`` (Spar
 before the batch runs) and acks each durable ``jetstream`` source up to the batch's end, in
 the offset's reset generation. Never earlier: the ack follows the commit, in this process.
 The source's own acks (next ``latestOffset``, restart) cover sinks that are not this one.
+A live source's rows landed by reference are acked the same way, through the reader's spill
+directory (``spill.mark_landed``, ``live.ingestor``).
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ from jsspark.datasource.options import OptionError, WriteOptions
 from jsspark.datasource.redaction import redact_storage, scrubbed
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
-from jsspark.live.spill import is_reference, read_references, referenced_rows
+from jsspark.live.spill import is_reference, mark_landed, read_references, referenced_rows
 
 SINK_SCHEMA = pa.schema(
     [pa.field("subject", pa.string()), pa.field("data", pa.binary()), pa.field("headers", H.HEADER_TYPE)]
@@ -580,7 +582,10 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
                 store(self.opts, messages, (query_app_id(self.opts), batchId), offsets)
             finally:
                 remove_staged(messages, self.opts.location, self.opts.storage_options)
-        ack_sources(self.opts, batchId, offsets)  # only reached once the publish above committed
+        # only reached once the publish above committed
+        ack_sources(self.opts, batchId, offsets)
+        if self.opts.ack_source:  # a live source reading by reference acks these rows now
+            mark_landed(ref for m in messages if isinstance(m, LakeSinkMessage) and m.spill for ref in m.spill)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         remove_staged(messages, self.opts.location, self.opts.storage_options)

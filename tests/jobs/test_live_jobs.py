@@ -360,7 +360,7 @@ def test_workqueue_durable_sourcing_lands_once_and_drains(spark: Any, server: Na
     check(450)
 
 
-def test_a_running_jobs_landing_acks_the_origin_before_spark_commits_the_batch(
+def test_the_landing_sink_acks_the_origin_before_spark_commits_the_batch(
     spark: Any, server: NatsServer, nats: SyncNats, raw: RawNats, tmp_path: Path
 ) -> None:
     """Spark commits a batch to its source only when it plans the next one: with a processing
@@ -374,18 +374,23 @@ def test_a_running_jobs_landing_acks_the_origin_before_spark_commits_the_batch(
     loc = str(tmp_path / "lake")
     lake = jsspark.connect(loc)
     interval_ms = 8_000
-    job = {"stream": {"name": "WQB", "subjects": ["wqb.>"], "sources": [source]}, "target": {"location": loc},
-           "origins": {"*": {"servers": server.url, "options": {"maxAckPending": "50"}}},
-           "trigger": f"{interval_ms // 1000} seconds"}
+    lake.add_stream(name="WQB", subjects=["wqb.>"], sources=[source])
 
     def acked_past(seq: int) -> bool:
         return nats.state("WQA")["first_seq"] > seq  # a WorkQueue with one consumer removes in order
 
     checked = None
     with RemovalWatch(nats, lake, "WQA", "WQB", source) as watch:
-        j = run_job(job, spark)
+        # the query a job runs, with a classic processing-time trigger (jobs pace their own)
+        df = (spark.readStream.format("jetstream").option("servers", server.url).option("stream", "WQA")
+              .option("consumer", "wqa_lake").option("maxAckPending", "50").option("spillDir", str(tmp_path / "spill"))
+              .option("spillReferences", "true").load())
+        q = (df.where(df["spill"].isNotNull()).writeStream.format("jetstream").option("stream", "WQB")
+             .option("form", "source").option("origin", json.dumps(source))
+             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime=f"{interval_ms} milliseconds")
+             .start(loc))
         try:
-            q, seen = j.queries[0], 0
+            seen = 0
             deadline = time.monotonic() + JOB_BOUND
             while checked is None:
                 assert q.exception() is None, q.exception()
@@ -404,7 +409,7 @@ def test_a_running_jobs_landing_acks_the_origin_before_spark_commits_the_batch(
                     time.sleep(0.02)  # polling the origin, bounded by the next trigger time
                 checked = (end, acked_past(end), time.time() * 1000 < next_trigger)
         finally:
-            j.stop()
+            q.stop()
     assert watch.samples > 0 and watch.violations == [], watch.violations[:5]
     end, acked, before_next = checked
     assert acked and before_next, f"batch ending at origin seq {end} not acked before Spark's next trigger"

@@ -27,6 +27,7 @@ from jsspark.engine.headers import STREAM_SOURCE
 from jsspark.engine.ingest import sourced_seq
 from jsspark.engine.sourcing import Origin
 from jsspark.jobs.runner import Job, run_job
+from jsspark.jobs.spec import load_job
 from jsspark.nats_server import NatsServer
 from jsspark.subjects.vectorized import match_filter
 from tests.live.conftest import SyncNats
@@ -413,6 +414,48 @@ def test_the_landing_sink_acks_the_origin_before_spark_commits_the_batch(
     assert watch.samples > 0 and watch.violations == [], watch.violations[:5]
     end, acked, before_next = checked
     assert acked and before_next, f"batch ending at origin seq {end} not acked before Spark's next trigger"
+
+
+def test_an_interval_job_on_a_server_origin_paces_its_batches(spark: Any, server: NatsServer, nats: SyncNats,
+                                                               raw: RawNats, tmp_path: Path) -> None:
+    """A job with an interval trigger reads a server origin with a continuous trigger and the
+    source's pacing (minMessagesPerTrigger = max_ack_pending, maxTriggerDelay = the interval): a
+    durable stalled at max_ack_pending gets its next batch at once. Under Spark's 60 s interval
+    alone, 100 messages in windows of 40 need three data batches, the last at least 60 s after
+    the first one started; here they all land well within that."""
+    nats.add_stream(name="WQP", subjects=["wqp.>"], storage="file", retention="workqueue")
+    publish_origin(nats, raw, "WQP", origin_items("WQP", "wqp", 100))
+    source = {"name": "WQP"}
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    job = {"stream": {"name": "WQPL", "subjects": ["wqpl.>"], "sources": [source]}, "target": {"location": loc},
+           "origins": {"*": {"servers": server.url, "options": {"maxAckPending": "40"}}}, "trigger": "60 seconds"}
+    runner = Job(load_job(job))
+    runner.prepare()
+    (plan,) = runner.plan()
+    assert (plan.reader_options["minMessagesPerTrigger"], plan.reader_options["maxTriggerDelay"]) == ("40", "60 seconds")
+    (later,) = Job(load_job({**job, "trigger": "available_now"})).plan()
+    assert "minMessagesPerTrigger" not in later.reader_options  # an AvailableNow run is not paced
+
+    with RemovalWatch(nats, lake, "WQP", "WQPL", source) as watch:
+        j = run_job(job, spark)
+        try:
+            first = None
+            deadline = time.monotonic() + JOB_BOUND
+            while sourced_seq(lake, "WQPL", source) < 100:
+                q = j.queries[0]
+                assert q.exception() is None, q.exception()
+                assert time.monotonic() < deadline, q.recentProgress
+                if first is None and sourced_seq(lake, "WQPL", source) > 0:
+                    first = time.monotonic()
+                time.sleep(0.05)  # polling the lake, bounded by the deadline above
+            landed = time.monotonic()
+            batches = [p["numInputRows"] for p in j.queries[0].recentProgress if p["numInputRows"]]
+        finally:
+            j.stop()
+    assert watch.samples > 0 and watch.violations == [], watch.violations[:5]
+    assert len(batches) >= 3 and max(batches) <= 40, batches  # windows of max_ack_pending
+    assert first is not None and landed - first < 20, f"{landed - first:.1f} s from the first batch to the last"
 
 
 def test_source_mark_never_moves_back_and_follows_identity(tmp_path: Path) -> None:

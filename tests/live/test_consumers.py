@@ -200,3 +200,37 @@ def test_a_landing_sinks_mark_acks_the_batch_before_spark_commits_it(
         wait_for(lambda: nats.state("LM")["messages"] == 0, 10, "everything acked")
     finally:
         again.stop()
+
+
+def test_paced_batches_wait_for_a_full_batch_or_the_delay(server: NatsServer, nats: SyncNats, tmp_path: Path) -> None:
+    """``minMessagesPerTrigger`` / ``maxTriggerDelay`` (what a job sets for an interval trigger):
+    a batch that is not full waits until the delay has passed since the last batch, a full one
+    goes at once and so does the tail right after it; an AvailableNow run is never held."""
+    nats.add_stream(name="PC", subjects=["pc.>"])
+    delay = 6.0
+    ing = Ingestor(opts(server.url, "PC", tmp_path, consumerMode="ordered", minMessagesPerTrigger="100",
+                        maxTriggerDelay=f"{int(delay)} seconds"))
+    ing.start(None)
+    try:
+        fast_publish(nats, "pc", 0, 30)
+        wait_for(lambda: ing._highest >= 30, 10, "30 buffered")
+        assert ing.latest(0, None, None) == 30  # the first batch is due at once
+        last = time.monotonic()
+        fast_publish(nats, "pc", 30, 30)
+        wait_for(lambda: ing._highest >= 60, 10, "60 buffered")
+        assert ing.latest(30, None, None) == 30 and time.monotonic() - last < delay  # 30 < 100, too soon
+        wait_for(lambda: ing.latest(30, None, None) == 60, delay + 10, "the delay to pass")
+        assert time.monotonic() - last >= delay
+        last = time.monotonic()
+        fast_publish(nats, "pc", 60, 5)
+        wait_for(lambda: ing._highest >= 65, 10, "65 buffered")
+        assert ing.latest(60, None, 65) == 65 and time.monotonic() - last < delay  # AvailableNow: not held
+        fast_publish(nats, "pc", 65, 150)
+        wait_for(lambda: ing._highest >= 215, 10, "215 buffered")
+        assert ing.latest(65, None, None) == 215 and time.monotonic() - last < delay  # full: at once
+        fast_publish(nats, "pc", 215, 20)
+        wait_for(lambda: ing._highest >= 235, 10, "235 buffered")
+        assert ing.latest(215, None, None) == 235 and time.monotonic() - last < delay  # the tail after a full batch
+        assert read_range(ing, 215, 235) == list(range(216, 236))
+    finally:
+        ing.stop()

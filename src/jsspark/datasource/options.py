@@ -16,6 +16,7 @@ error (``redaction``).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -103,6 +104,20 @@ def check_known(options: Mapping[str, str], allowed: tuple[str, ...], what: str)
             )
         out[canon] = str(value)
     return out
+
+
+# Spark's interval text, as triggers and Kafka's ``maxTriggerDelay`` take it: "5 seconds", "500ms", "2 min".
+INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)\s*$")
+_INTERVAL_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def interval_seconds(text: str) -> float | None:
+    """Seconds of a Spark interval (``INTERVAL``); ``None`` if ``text`` is not one."""
+    m = INTERVAL.match(text.lower())
+    if m is None:
+        return None
+    unit = m.group(2)
+    return float(m.group(1)) * _INTERVAL_UNITS["ms" if unit.startswith(("ms", "milli")) else unit[0]]
 
 
 def parse_bool(name: str, text: str) -> bool:

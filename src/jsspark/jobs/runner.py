@@ -33,6 +33,7 @@ from jsspark.engine.sourcing import Origin, server_hash
 from jsspark.errors import APIError
 from jsspark.jobs.origins import OriginFacts, consumer_name, lake_facts, server_facts
 from jsspark.jobs.spec import Endpoint, JobError, JobSpec, load_job
+from jsspark.live.options import LiveReadOptions
 from jsspark.live.spill import is_remote
 
 log = logging.getLogger("jsspark.jobs")
@@ -234,12 +235,27 @@ class Job:
         # do not go through Spark's rows (an endpoint option spillReferences=false makes them).
         opts["spillReferences"] = "true"
         opts.update(plan.endpoint.options)
+        if self._paced(plan):
+            # a full batch (the durable's max_ack_pending: the server delivers no more until it is
+            # acked) goes at once; a partial one once per trigger interval (Kafka's
+            # minOffsetsPerTrigger / maxTriggerDelay), so a slow trickle still makes few commits
+            given = {k.lower(): v for k, v in opts.items()}
+            if "minmessagespertrigger" not in given:
+                opts["minMessagesPerTrigger"] = given.get("maxackpending", str(LiveReadOptions.max_ack_pending))
+            if "maxtriggerdelay" not in given:
+                opts["maxTriggerDelay"] = self.spec.trigger
         spill = next((v for k, v in opts.items() if k.lower() == "spilldir"), None)
         if spill and is_remote(spill):
             # a spill on an object store is the target's store: the landing commit reads it
             # with the target's storage options, and so the reader writes it
             opts.update(prefixed_storage_options(self.spec.target.storage_options))
         return opts
+
+    def _paced(self, plan: OriginPlan) -> bool:
+        """A server origin under an interval trigger: its query triggers continuously and the
+        live source paces the batches (``_server_reader``). With Spark's interval alone, a
+        durable stalled at ``max_ack_pending`` would sit out the rest of every interval."""
+        return not plan.endpoint.is_lake and bool(self.spec.interval())
 
     # -- running -----------------------------------------------------------------------------------
     def start(self) -> list[Any]:
@@ -268,7 +284,7 @@ class Job:
                 .options(**prefixed_storage_options(self.spec.target.storage_options))
                 .option("checkpointLocation", plan.checkpoint(root))
                 .queryName(f"{self.spec.job_name}:{plan.query_name}")
-                .trigger(**trigger)
+                .trigger(**({"processingTime": "0 seconds"} if self._paced(plan) else trigger))
             )
             if plan.facts.identity:
                 writer = writer.option("originIdentity", plan.facts.identity)

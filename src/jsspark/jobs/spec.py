@@ -22,7 +22,6 @@ Connection fields are JetStream users' names in snake case (``servers``, ``user`
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from jsspark.config import StreamConfig
 from jsspark.config.loading import load_stream_config
+from jsspark.datasource.options import interval_seconds
 
 _SECRET = ("password", "token", "nkey_seed")
 # snake-case job fields -> the live source/sink option names (jsspark.live.options)
@@ -39,7 +39,6 @@ _CONNECTION = {
     "tls_ca": "tlsCa", "tls_cert": "tlsCert", "tls_key": "tlsKey", "tls_hostname": "tlsHostname",
     "domain": "domain", "api_prefix": "apiPrefix", "name": "name",
 }
-TRIGGER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)\s*$")
 
 
 class JobError(ValueError):
@@ -139,7 +138,7 @@ class JobSpec(BaseModel):
             # start, in bounded batches), since a live origin's one batch would hold only what
             # happened to be buffered yet
             return "available_now"
-        if not TRIGGER.match(text):
+        if interval_seconds(text) is None:
             raise ValueError(f"trigger {value!r}: use 'available_now', 'once' or an interval like '5 seconds'")
         return text
 
@@ -180,6 +179,10 @@ class JobSpec(BaseModel):
 
     def origin(self, name: str) -> Endpoint:
         return self.origins.get(name) or self.origins["*"]
+
+    def interval(self) -> float | None:
+        """Seconds of an interval trigger; ``None`` for ``available_now``."""
+        return None if self.trigger == "available_now" else interval_seconds(self.trigger)
 
     def trigger_kwargs(self) -> dict[str, Any]:
         """``DataStreamWriter.trigger`` keywords."""

@@ -176,6 +176,8 @@ class Ingestor:
         self._gen_count = 0
         self._last_heard = time.monotonic()
         self._last_msg = 0.0  # when the last message was buffered
+        self._last_batch = 0.0  # when latest() last returned a batch (pacing: minMessagesPerTrigger)
+        self._last_full = False  # and whether that batch was full
         # Heartbeats and flow-control requests seen: the moments an ack could go out, which
         # is what a test of "no ack before commit" has to wait through.
         self.controls_seen = 0
@@ -748,23 +750,63 @@ class Ingestor:
                        f"messages above origin seq {start} (AvailableNow target {target})")
         self._linger(start, max_rows, target)
         end = self._pick(start, max_rows, target)
+        if end > start and self._paced(target) and not self._due(start, max_rows):
+            return start  # not enough for a batch yet, and the last one was too recent: Spark asks again
+        if end > start:
+            self._last_batch = time.monotonic()
+            with self._cv:
+                self._last_full = self._held_above(start) - self._held_above(end) >= self._full(max_rows)
         if end > start or target is None:
             return end
         self.flush_acks(ACK_FLUSH_SECONDS)  # the run ends after this call: ack what it committed
         return start
 
-    def _linger(self, start: int, max_rows: int | None, target: int | None) -> None:
-        """Let a batch that has begun to arrive fill up: until it holds ``max_rows`` (or the
-        ``max_ack_pending`` the server stops at), reaches ``target``, or delivery pauses."""
+    def _paced(self, target: int | None) -> bool:
+        """``minMessagesPerTrigger`` applies (never to an AvailableNow run, which must end)."""
+        return self.opts.min_messages is not None and target is None
+
+    def _full(self, max_rows: int | None) -> int:
+        """The messages that make a batch full: ``max_rows``, the ``max_ack_pending`` the server
+        stops at, and ``minMessagesPerTrigger``, whichever is least."""
         full = self.opts.max_ack_pending if max_rows is None else min(max_rows, self.opts.max_ack_pending)
+        return full if self.opts.min_messages is None else min(full, self.opts.min_messages)
+
+    def _held_above(self, start: int) -> int:
+        return len(self._seqs) - bisect.bisect_right(self._seqs, start)
+
+    def _due_at(self) -> float:
+        """Paced: when a batch that is not full may go. ``maxTriggerDelay`` after the last batch
+        (Kafka's ``minOffsetsPerTrigger``/``maxTriggerDelay``), or at once after a full one: a
+        backlog is being drained, and its tail should not wait out the delay."""
+        return 0.0 if self._last_full else self._last_batch + self.opts.max_trigger_delay
+
+    def _due(self, start: int, max_rows: int | None) -> bool:
+        with self._cv:
+            held = self._held_above(start)
+        return held >= self._full(max_rows) or time.monotonic() >= self._due_at()
+
+    def _linger(self, start: int, max_rows: int | None, target: int | None) -> None:
+        """Let a batch that has begun to arrive fill up: until it is full (``_full``), reaches
+        ``target``, or delivery pauses; at most ``LINGER_MAX``. Paced, a batch that is not due
+        yet does not stop at a pause, and an empty buffer is waited on too (Spark then asks
+        again at once, and each call still returns within ``LINGER_MAX`` so a stop is prompt)."""
+        full, paced = self._full(max_rows), self._paced(target)
         begin = time.monotonic()  # the ack that commit just sent may only now resume delivery
         deadline = begin + LINGER_MAX
+        due, waited_empty = self._due_at(), False
         with self._cv:
-            while self._seqs and self._seqs[-1] > start and self._fatal is None:
+            while self._fatal is None:
                 now = time.monotonic()
-                held = len(self._seqs) - bisect.bisect_right(self._seqs, start)
-                if (held >= full or (target is not None and self._highest >= target)
-                        or now - max(self._last_msg, begin) >= LINGER_IDLE or now >= deadline):
+                held = self._held_above(start) if self._seqs and self._seqs[-1] > start else 0
+                if held >= full or (target is not None and self._highest >= target) or now >= deadline:
+                    return
+                if not held:
+                    if not paced:
+                        return
+                    waited_empty = True
+                elif waited_empty:  # the batch's linger counts from its first message
+                    begin, deadline, waited_empty = now, now + LINGER_MAX, False
+                elif (not paced or now >= due) and now - max(self._last_msg, begin) >= LINGER_IDLE:
                     return
                 self._cv.wait(LINGER_IDLE / 2)
 

@@ -18,6 +18,7 @@ from typing import Any
 from jsspark.datasource.options import (
     STORAGE_PREFIX,
     OptionError,
+    interval_seconds,
     parse_bool,
     parse_subject_list,
     storage_options,
@@ -29,7 +30,8 @@ CONNECTION_OPTIONS = (
 )
 READ_OPTIONS = (
     "stream", "consumer", "consumerMode", "deliverSubject", "deliverPolicy", "optStartSeq", "optStartTime",
-    "filterSubject", "filterSubjects", "headersOnly", "maxAckPending", "maxMessagesPerTrigger", "spillDir", "chunkRows",
+    "filterSubject", "filterSubjects", "headersOnly", "maxAckPending", "maxMessagesPerTrigger", "minMessagesPerTrigger",
+    "maxTriggerDelay", "spillDir", "chunkRows",
     "waitTimeout", "reportLatestOffset", "spillReferences",
 )
 # The lake source's option names (JetStream ConsumerConfig JSON) for the same settings.
@@ -207,6 +209,10 @@ class LiveReadOptions:
     # after a batch's commit, so at most this many messages land per trigger
     max_ack_pending: int = 200_000
     max_messages: int | None = None
+    # Kafka's minOffsetsPerTrigger / maxTriggerDelay: a batch waits until it holds this many
+    # messages or this long (seconds) has passed since the last batch (jobs: ``JobSpec`` pacing)
+    min_messages: int | None = None
+    max_trigger_delay: float = 900.0
     spill_dir: str | None = None
     chunk_rows: int = 5_000
     wait_timeout: float = 60.0
@@ -250,6 +256,10 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         raise OptionError("jetstream (live): deliverPolicy by_start_sequence needs optStartSeq")
     if policy == "by_start_time" and not opts.get("optStartTime"):
         raise OptionError("jetstream (live): deliverPolicy by_start_time needs optStartTime")
+    delay = interval_seconds(opts.get("maxTriggerDelay", "15m"))
+    if delay is None:
+        raise OptionError(f"jetstream (live): option maxTriggerDelay must be an interval like '1 second' or '500ms', "
+                          f"got {opts['maxTriggerDelay']!r}")
     try:
         wait = float(opts.get("waitTimeout", "60"))
     except ValueError:
@@ -268,6 +278,8 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         headers_only=parse_bool("headersOnly", opts.get("headersOnly", "false")),
         max_ack_pending=_int(opts, "maxAckPending", LiveReadOptions.max_ack_pending, 1) or LiveReadOptions.max_ack_pending,
         max_messages=_int(opts, "maxMessagesPerTrigger", None, 1),
+        min_messages=_int(opts, "minMessagesPerTrigger", None, 1),
+        max_trigger_delay=delay,
         spill_dir=opts.get("spillDir"),
         chunk_rows=_int(opts, "chunkRows", 5_000, 1) or 5_000,
         wait_timeout=wait,

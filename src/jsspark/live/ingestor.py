@@ -33,6 +33,10 @@ Design (why each piece is there):
   its commit log finds those messages acked: the origin does not deliver them again, the
   batch plans no rows, and the sink's txn skips it anyway (``lake_sink``). Spill files still
   go only when Spark commits.
+- **Pacing** (``minMessagesPerTrigger``/``maxTriggerDelay``, which jobs set for an interval
+  trigger and run with a 0 s one): ``latestOffset`` holds a batch that is not full until the
+  delay has passed since the last batch, so a durable stalled at ``max_ack_pending`` goes on
+  the moment its window is acked, while a trickle still makes one commit per interval.
 - **Back-pressure**: ``max_ack_pending`` — the server stops delivering once that many messages
   are unacked, which bounds the buffer; memory holds about ``chunkRows`` rows before a spill
   (one read's deliveries are taken whole), and a spill file at most ``chunkRows`` rows.
@@ -788,8 +792,9 @@ class Ingestor:
     def _linger(self, start: int, max_rows: int | None, target: int | None) -> None:
         """Let a batch that has begun to arrive fill up: until it is full (``_full``), reaches
         ``target``, or delivery pauses; at most ``LINGER_MAX``. Paced, a batch that is not due
-        yet does not stop at a pause, and an empty buffer is waited on too (Spark then asks
-        again at once, and each call still returns within ``LINGER_MAX`` so a stop is prompt)."""
+        yet does not stop at a pause, and an empty buffer is waited on too, for ``LINGER_MAX``
+        before the first message and ``LINGER_MAX`` after it (Spark asks again at once; a call
+        never takes longer, so a query stops promptly)."""
         full, paced = self._full(max_rows), self._paced(target)
         begin = time.monotonic()  # the ack that commit just sent may only now resume delivery
         deadline = begin + LINGER_MAX

@@ -418,11 +418,9 @@ def mark_landed(refs: Iterable[str]) -> None:
     (its directory gone) or an object store gets no mark, and acks when Spark commits."""
     top: dict[str, int] = {}
     for text in refs:
-        d = json.loads(text)
-        for path in d["paths"]:
-            if not is_remote(path):
-                folder = os.path.dirname(path)
-                top[folder] = max(top.get(folder, 0), int(d["hi"]))
+        part = SpillPartition.from_json(text)
+        for folder in {os.path.dirname(p) for p in part.paths if not is_remote(p)}:
+            top[folder] = max(top.get(folder, 0), part.hi)
     for folder, seq in top.items():
         tmp = Path(folder, f".{LANDED}-{uuid.uuid4().hex[:8]}")
         try:

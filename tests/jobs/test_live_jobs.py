@@ -416,6 +416,11 @@ def test_the_landing_sink_acks_the_origin_before_spark_commits_the_batch(
     assert acked and before_next, f"batch ending at origin seq {end} not acked before Spark's next trigger"
 
 
+def data_batches(job: Any) -> list[int]:
+    """Rows of each data batch the job's query has reported progress for."""
+    return [p["numInputRows"] for p in job.queries[0].recentProgress if p["numInputRows"]]
+
+
 def test_an_interval_job_on_a_server_origin_paces_its_batches(spark: Any, server: NatsServer, nats: SyncNats,
                                                                raw: RawNats, tmp_path: Path) -> None:
     """A job with an interval trigger reads a server origin with a continuous trigger and the
@@ -450,7 +455,10 @@ def test_an_interval_job_on_a_server_origin_paces_its_batches(spark: Any, server
                     first = time.monotonic()
                 time.sleep(0.05)  # polling the lake, bounded by the deadline above
             landed = time.monotonic()
-            batches = [p["numInputRows"] for p in j.queries[0].recentProgress if p["numInputRows"]]
+            # the sink's commit lands a batch before Spark posts that batch's progress
+            wait_for(lambda: sum(data_batches(j)) >= 100, 30, "progress of every landed batch",
+                     lambda: str(data_batches(j)))
+            batches = data_batches(j)
         finally:
             j.stop()
     assert watch.samples > 0 and watch.violations == [], watch.violations[:5]

@@ -62,7 +62,8 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fill import fill  # bench/, next to this script
+from cpu import SparkCpu, process_cpu  # bench/, next to this script
+from fill import fill
 
 import jsspark
 from jsspark.engine.ingest import store_mirrored
@@ -242,19 +243,21 @@ class SparkSide:
         assert len(names) == 1, names
         return names[0]
 
-    def backlog_warm(self, origin: str, n: int, size: int) -> tuple[float, int]:
+    def backlog_warm(self, origin: str, n: int, size: int,
+                     cpu: Callable[[], tuple[float | None, ...]]) -> tuple[float, int, tuple[float, ...] | None]:
         """Pause the running job's consumer, publish ``n``, resume: seconds until all are in
-        the lake, and the number of batches that took."""
+        the lake, the number of batches that took, and the CPU seconds ``cpu`` read meanwhile."""
         name = self.consumer(origin)
         self.nats.api(f"CONSUMER.PAUSE.{origin}.{name}", {"pause_until": "2999-01-01T00:00:00Z"})
         self.nats.publish(origin, n, size)
         goal = self.nats.last_seq(origin) + 1
         batches_before = self.batches()
+        before = cpu()
         t0 = time.perf_counter()
         self.nats.api(f"CONSUMER.PAUSE.{origin}.{name}", {})
         self.nats.publish_one(origin, size)  # wakes the consumer, as any arrival does (docstring (c))
         dt = wait_for(lambda: self._check() >= goal, "jsspark job over the warm backlog", poll=LAKE_POLL) - t0
-        return dt, self.batches() - batches_before
+        return dt, self.batches() - batches_before, cpu_delta(before, cpu())
 
     def batches(self) -> int:
         progress = self.job.queries[0].lastProgress
@@ -272,6 +275,20 @@ class SparkSide:
 # machine, and at 200 ms it added 0.1 s on average to a measurement of 2 s. The native side is
 # polled every 10 ms too.
 LAKE_POLL = 0.01
+
+
+def cpu_delta(before: tuple[float | None, ...], after: tuple[float | None, ...]) -> tuple[float, ...] | None:
+    """CPU seconds between two readings of the same processes; ``None`` where one is missing."""
+    if None in before or None in after:
+        return None
+    return tuple(b - a for a, b in zip(before, after, strict=True))  # type: ignore[operator]
+
+
+def cpu_text(times: list[float], cpus: list[tuple[float, ...] | None]) -> str:
+    """The CPU readings of the run whose time is the median, as 'a / b / c'."""
+    median = sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]
+    used = cpus[median]
+    return "n/a (no /proc)" if used is None else " / ".join(f"{x:.2f}" for x in used)
 
 
 def rate(n: int, dt: float) -> str:
@@ -309,11 +326,14 @@ def main() -> None:
             alone = ingestor_alone(srv.url, "ON", n, work, args.consumer)
             native_b, pub_b = arrivals(nats, "ON", n, size, lambda: nats.last_seq("MN"), poll=0.002)
             nats.api("STREAM.DELETE.MN")
-            natives_c = []
+            natives_c, cpu_native = [], []
+            server_pid = srv.proc.pid if srv.proc is not None else None
             for _ in range(args.repeat):
                 start = nats.last_seq("ON") + 1
                 nats.publish("ON", n + 1, size)  # the backlog of N + 1 the jsspark side drains
+                before = process_cpu(server_pid)
                 natives_c.append(native_backlog(nats, "MC", "ON", start, start + n))
+                cpu_native.append(cpu_delta((before,), (process_cpu(server_pid),)))
                 nats.api("STREAM.DELETE.MC")
             native_c = statistics.median(natives_c)
 
@@ -322,10 +342,16 @@ def main() -> None:
                 try:
                     spark_a = side.backlog_cold("OJ", n)
                     spark_b, pub_b_spark = arrivals(nats, "OJ", n, size, side.last_seq, poll=LAKE_POLL)
-                    sparks_c = []
+                    sparks_c, cpu_spark = [], []
+                    spark_cpu = SparkCpu(side.spark)
+
+                    def reading() -> tuple[float | None, ...]:
+                        return process_cpu(server_pid), *(spark_cpu.sample() or (None, None))
+
                     for _ in range(args.repeat):
-                        dt, batches_c = side.backlog_warm("OJ", n, size)
+                        dt, batches_c, used = side.backlog_warm("OJ", n, size, reading)
                         sparks_c.append(dt)
+                        cpu_spark.append(used)
                     spark_c = statistics.median(sparks_c)
                     recent = side.job.queries[0].recentProgress[-max(batches_c, 1):]
                     phases = [{k: v for k, v in p["durationMs"].items() if v} for p in recent]
@@ -351,6 +377,9 @@ def main() -> None:
             print(f"  (c) each run, seconds: native {' '.join(f'{x:.2f}' for x in natives_c)}; jsspark "
                   f"{' '.join(f'{x:.2f}' for x in sparks_c)} (medians above)")
             print(f"  (c) the last run took {batches_c} Spark batches; their durationMs: {phases}")
+            print(f"  (c) CPU seconds of the median run: native: nats-server {cpu_text(natives_c, cpu_native)}; "
+                  f"jsspark: nats-server / Spark's JVM / the Python processes under it (the live source's "
+                  f"runner, workers) {cpu_text(sparks_c, cpu_spark)}")
         print(f"  nats-py ordered consumer, does nothing, backlog: {rate(n, ordered)}"
               + (f"   jsspark (c) x{ordered / rows['(c) backlog, running job [judged]'][1]:5.2f} of it" if rows else ""))
         print(f"  jsspark ingestor alone (no Spark), backlog:      {rate(n, alone)}   x{native_a / alone:5.2f} of native (a)")

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from cpu import SparkCpu  # bench/, next to this script
 
 import jsspark
 
@@ -239,72 +240,6 @@ async def _nats(n: int) -> tuple[float, float, int]:
 def _median(runs: list[Any]) -> Any:
     """The run of median time."""
     return sorted(runs, key=lambda run: run[0])[len(runs) // 2]
-
-
-class SparkCpu:
-    """CPU seconds spent by Spark's local processes: the JVM's own, and the processes under it
-    (Python workers, the streaming source runner), those that exited included (their time is
-    in their parent's reaped-children counters). Read from Linux ``/proc``; ``None`` elsewhere.
-
-    Why: on a small machine every reading here is CPU-bound, so where the CPU goes (the JVM's
-    Arrow-to-rows work, which any Python source pays, against the source's own Python work)
-    says what a source can still win, which wall-clock ratios alone do not."""
-
-    def __init__(self, spark: Any) -> None:
-        proc = getattr(spark.sparkContext._gateway, "proc", None)
-        self.root = proc.pid if proc is not None and Path("/proc/self/stat").exists() else None
-        self.tick = os.sysconf("SC_CLK_TCK") if self.root else 100
-
-    def settle(self, timeout: float = 10.0) -> None:
-        """Wait (bounded) until no streaming source runner is left under the JVM: a stopped
-        query's runner exits after ``awaitTermination`` returns, and its CPU must not land in
-        the next reading's count."""
-        deadline = time.monotonic() + timeout
-        while self.root is not None and time.monotonic() < deadline:
-            if not any(b"python_streaming_source_runner" in _cmdline(pid) for pid, *_ in self._tree()):
-                return
-            time.sleep(0.02)
-
-    def _tree(self) -> list[tuple[int, bool, float, float]]:
-        """(pid, is the JVM, own CPU, reaped children's CPU) of the root and its descendants."""
-        stats: dict[int, tuple[int, str, float, float]] = {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                head, _, rest = (entry / "stat").read_text().rpartition(")")
-            except OSError:
-                continue
-            f = rest.split()
-            stats[int(entry.name)] = (int(f[1]), head.partition("(")[2],
-                                      (int(f[11]) + int(f[12])) / self.tick, (int(f[13]) + int(f[14])) / self.tick)
-        children: dict[int, list[int]] = {}
-        for pid, (ppid, *_) in stats.items():
-            children.setdefault(ppid, []).append(pid)
-        tree, frontier = [], [self.root]
-        while frontier:
-            pid = frontier.pop()
-            if pid in stats:
-                _, comm, own, reaped = stats[pid]
-                tree.append((pid, comm == "java", own, reaped))
-                frontier += children.get(pid, [])
-        return tree
-
-    def sample(self) -> tuple[float, float] | None:
-        """(JVM, processes under it) cumulative CPU seconds, or ``None`` without ``/proc``."""
-        if self.root is None:
-            return None
-        tree = self._tree()
-        jvm = sum(own for _, is_jvm, own, _ in tree if is_jvm)
-        under = sum(own for _, is_jvm, own, _ in tree if not is_jvm) + sum(reaped for *_, reaped in tree)
-        return jvm, under
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def _timed(cpu: SparkCpu, reading: Any, *args: Any, **kwargs: Any) -> tuple[float, int, tuple[float, float] | None]:

@@ -4,6 +4,7 @@ drives it: ``latest(start)`` -> ``plan(start, end)`` -> read -> the next ``lates
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -232,5 +233,41 @@ def test_paced_batches_wait_for_a_full_batch_or_the_delay(server: NatsServer, na
         wait_for(lambda: ing._highest >= 235, 10, "235 buffered")
         assert ing.latest(215, None, None) == 235 and time.monotonic() - last < delay  # the tail after a full batch
         assert read_range(ing, 215, 235) == list(range(216, 236))
+    finally:
+        ing.stop()
+
+
+def test_a_batch_by_reference_is_one_partition_with_its_sequences(
+    server: NatsServer, nats: SyncNats, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read by value, a batch splits into partitions of at most ``PARTITION_ROWS`` spill rows
+    (tasks read files in parallel); by reference it stays one partition (a task only emits
+    sequences), whose ``seqs`` are a ``range`` when the batch has no gap and the exact tuple
+    when it has: either way the reference rows are one per message held."""
+    import pickle
+
+    from jsspark.live import ingestor as ingestor_module
+    from jsspark.live.spill import reference_batch
+
+    monkeypatch.setattr(ingestor_module, "PARTITION_ROWS", 40)
+    nats.add_stream(name="REF", subjects=["ref.>"])
+    fast_publish(nats, "ref", 0, 300)
+    wait_for(lambda: nats.state("REF")["last_seq"] == 300, 10, "300 messages stored")
+    resp = nats.api("STREAM.MSG.DELETE.REF", {"seq": 150, "no_erase": True})
+    assert resp.get("success"), resp
+    ing = Ingestor(opts(server.url, "REF", tmp_path, consumerMode="ordered", chunkRows="20"))
+    ing.start(None)
+    try:
+        wait_for(lambda: ing.latest(0, None, None) >= 300, 20, "all 299 messages buffered")
+        assert len(ing.plan(0, 100)) == 3  # by value: 20-row chunks grouped by at most 40 rows
+        for start, want in ((0, list(range(1, 101))), (100, [*range(101, 150), *range(151, 201)])):
+            (part,) = ing.plan(start, start + 100, by_reference=True)  # (planning 100 commits 0..100)
+            if start == 0:
+                assert part.seqs == range(1, 101) and len(pickle.dumps(part)) < 1000
+            else:
+                assert part.seqs == tuple(want)
+            assert reference_batch(part).column("seq").to_pylist() == want
+            assert [s for b in read_spill(part) for s in b.column("seq").to_pylist()] == want
+            assert json.loads(part.to_json())["rows"] == len(want)
     finally:
         ing.stop()

@@ -99,6 +99,9 @@ LANDED_POLL = 0.01  # how often a held flow-control request looks for the landin
 LINGER_IDLE = 0.05
 LINGER_MAX = 1.0
 PARTITION_ROWS = 100_000  # spill rows per Spark partition at most
+# By reference, a task only emits a sequence per message (the landing commit reads the files):
+# splitting a batch buys nothing, and each task costs a Python worker round trip in each stage.
+REFERENCE_PARTITION_ROWS = 10_000_000
 # Spill files being put on an object store at once; the delivery thread waits for a free slot.
 MAX_PUTS = 4
 PUT_RETRY_SECONDS = 1.0  # a failed put is tried again this much later (at once when a batch needs it)
@@ -856,9 +859,9 @@ class Ingestor:
         # Few, large partitions: each Spark task costs far more than reading a few spill files.
         # Chunks hold ascending, disjoint sequence ranges: each partition covers its own.
         groups: list[list[Chunk]] = []
-        rows = 0
+        rows, limit = 0, REFERENCE_PARTITION_ROWS if by_reference else PARTITION_ROWS
         for c in chunks:
-            if groups and rows + c.count <= PARTITION_ROWS:
+            if groups and rows + c.count <= limit:
                 groups[-1].append(c)
                 rows += c.count
             else:
@@ -872,7 +875,12 @@ class Ingestor:
             parts.append(SpillPartition(tuple(c.path for c in g), lo, hi, seqs, self.opts.storage_options))
         return parts
 
-    def _seqs_in(self, lo: int, hi: int) -> tuple[int, ...]:
+    def _seqs_in(self, lo: int, hi: int) -> tuple[int, ...] | range:
+        """The held sequences in (lo, hi]: a ``range`` when they have no gap (the common case:
+        it pickles to a few bytes, where a batch's tuple took milliseconds each way)."""
         with self._cv:
-            return tuple(self._seqs[bisect.bisect_right(self._seqs, lo) : bisect.bisect_right(self._seqs, hi)])
+            i, j = bisect.bisect_right(self._seqs, lo), bisect.bisect_right(self._seqs, hi)
+            if j > i and self._seqs[j - 1] - self._seqs[i] == j - 1 - i:  # ascending and distinct
+                return range(self._seqs[i], self._seqs[j - 1] + 1)
+            return tuple(self._seqs[i:j])
 

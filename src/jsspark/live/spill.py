@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -459,14 +460,14 @@ def _named_chunk(directory: SpillDir, batch: pa.RecordBatch) -> tuple[Chunk, str
 class SpillPartition:
     """What one task reads: rows of ``paths`` with ``lo < seq <= hi`` (picklable, small).
 
-    ``seqs`` (by-reference reads only): the origin sequences of those rows, so a task can emit
-    one reference row per message without seeing the files. ``storage_options``: for paths on
+    ``seqs`` (by-reference reads only): the origin sequences of those rows (a ``range`` when
+    they have no gap), so a task can emit one reference row per message without seeing the files. ``storage_options``: for paths on
     an object store (never in the ``repr`` or the JSON)."""
 
     paths: tuple[str, ...]
     lo: int
     hi: int
-    seqs: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
+    seqs: tuple[int, ...] | range | None = field(default=None, repr=False, compare=False)
     storage_options: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> str:
@@ -499,7 +500,8 @@ REFERENCE_SCHEMA = pa.schema([pa.field("seq", pa.int64()), pa.field("spill", pa.
 
 def reference_batch(part: SpillPartition) -> pa.RecordBatch:
     """The partition's reference rows (``REFERENCE_SCHEMA``)."""
-    seqs = pa.array(part.seqs or (), pa.int64())
+    given = part.seqs or ()
+    seqs = pa.array(np.arange(given.start, given.stop, dtype=np.int64) if isinstance(given, range) else given, pa.int64())
     n = len(seqs)
     spill = pa.concat_arrays([pa.array([part.to_json()], pa.string()), pa.nulls(n - 1, pa.string())]) if n else pa.nulls(0, pa.string())
     return pa.RecordBatch.from_arrays([seqs, spill], schema=REFERENCE_SCHEMA)

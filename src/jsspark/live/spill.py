@@ -461,8 +461,8 @@ class SpillPartition:
     """What one task reads: rows of ``paths`` with ``lo < seq <= hi`` (picklable, small).
 
     ``seqs`` (by-reference reads only): the origin sequences of those rows (a ``range`` when
-    they have no gap), so a task can emit one reference row per message without seeing the files. ``storage_options``: for paths on
-    an object store (never in the ``repr`` or the JSON)."""
+    they have no gap), so a task can emit one reference row per message without seeing the
+    files. ``storage_options``: for paths on an object store (never in the ``repr`` or the JSON)."""
 
     paths: tuple[str, ...]
     lo: int

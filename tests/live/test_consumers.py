@@ -173,7 +173,7 @@ def test_a_landing_sinks_mark_acks_the_batch_before_spark_commits_it(
     the origin removed them (the lake holds them) and the rest follows exactly once."""
     nats.add_stream(name="LM", subjects=["lm.>"], retention="workqueue")
     fast_publish(nats, "lm", 0, 300)
-    o = opts(server.url, "LM", tmp_path, consumer="lake", maxAckPending="100")
+    o = opts(server.url, "LM", tmp_path, consumer="lake", maxAckPending="100", spillReferences="true")
     ing = Ingestor(o)
     ing.start(None)
     try:

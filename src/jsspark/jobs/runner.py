@@ -235,16 +235,16 @@ class Job:
         # do not go through Spark's rows (an endpoint option spillReferences=false makes them).
         opts["spillReferences"] = "true"
         opts.update(plan.endpoint.options)
+        given = {k.lower(): v for k, v in opts.items()}  # option names are case-insensitive
         if self._paced(plan):
             # a full batch (the durable's max_ack_pending: the server delivers no more until it is
             # acked) goes at once; a partial one once per trigger interval (Kafka's
             # minOffsetsPerTrigger / maxTriggerDelay), so a slow trickle still makes few commits
-            given = {k.lower(): v for k, v in opts.items()}
             if "minmessagespertrigger" not in given:
                 opts["minMessagesPerTrigger"] = given.get("maxackpending", str(LiveReadOptions.max_ack_pending))
             if "maxtriggerdelay" not in given:
                 opts["maxTriggerDelay"] = self.spec.trigger
-        spill = next((v for k, v in opts.items() if k.lower() == "spilldir"), None)
+        spill = given.get("spilldir")
         if spill and is_remote(spill):
             # a spill on an object store is the target's store: the landing commit reads it
             # with the target's storage options, and so the reader writes it

@@ -526,13 +526,14 @@ class Ingestor:
         headers = None
         pair: tuple[int, int] | None = None
         if self.opts.mode != "ordered":
-            self._read_landed()
+            if self._marked():
+                self._read_landed()
             with self._cv:
                 pair = None if self._awaiting else self._ack_pair()
                 nothing_new = pair is None or pair[0] <= self._acked_sseq
                 if nothing_new and self._gen_count >= self.opts.max_ack_pending:
                     self._held_fc = subject
-                    if self._landed_watch is None and self._dir is not None and not self._dir.remote:
+                    if self._landed_watch is None and self._marked():
                         self._landed_watch = asyncio.get_running_loop().create_task(self._watch_landed())
                     return
                 self._held_fc = None
@@ -546,6 +547,11 @@ class Ingestor:
             with self._cv:
                 self._acks_flushed = max(self._acks_flushed, pair[0])
                 self._cv.notify_all()
+
+    def _marked(self) -> bool:
+        """A landing sink may mark this reader's spill (``spill.mark_landed``): it reads rows by
+        reference, into a local directory. Others never get a mark, so they do not look for one."""
+        return self.opts.spill_references and self._dir is not None and not self._dir.remote
 
     def _read_landed(self) -> bool:
         """Take up the landing sink's mark (``spill.mark_landed``, local spill directories only):

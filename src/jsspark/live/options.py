@@ -256,7 +256,8 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         raise OptionError("jetstream (live): deliverPolicy by_start_sequence needs optStartSeq")
     if policy == "by_start_time" and not opts.get("optStartTime"):
         raise OptionError("jetstream (live): deliverPolicy by_start_time needs optStartTime")
-    delay = interval_seconds(opts.get("maxTriggerDelay", "15m"))
+    given_delay = opts.get("maxTriggerDelay")
+    delay = LiveReadOptions.max_trigger_delay if given_delay is None else interval_seconds(given_delay)
     if delay is None:
         raise OptionError(f"jetstream (live): option maxTriggerDelay must be an interval like '1 second' or '500ms', "
                           f"got {opts['maxTriggerDelay']!r}")

@@ -203,6 +203,88 @@ def test_a_landing_sinks_mark_acks_the_batch_before_spark_commits_it(
         again.stop()
 
 
+def test_a_flow_control_request_near_max_ack_pending_is_held_for_the_ack(
+    server: NatsServer, nats: SyncNats, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server sends a flow-control request at half its pending-bytes window (1 MiB at
+    first: here after about 950 deliveries of 1 KiB) and none while one is outstanding. So a
+    request that comes with fewer deliveries left before ``max_ack_pending`` (1,500) than came
+    since the one before is likely still outstanding when the server stops there. Answered at
+    once with nothing to ack, it would leave the server stalled with no request until its next
+    idle heartbeat (up to a second per batch), depending on which side was faster. Every such
+    request is held when it comes (a heartbeat saying the server stalls on it earlier, on its
+    byte window, still gets it answered: the next test), the one the server stops on is still
+    held, and the batch's landing mark answers it with the ack."""
+    W = 1500
+    requests: list[tuple[str, int, int]] = []  # (reply, deliveries so far, unacked) on arrival
+    answered: list[str] = []  # requests answered when they came
+    on_control, answer_fc = Ingestor._on_control, Ingestor._answer_fc
+
+    def spy_control(self: Ingestor, reply: bytes, block: bytes) -> None:
+        if b"FlowControl" in block and reply:
+            requests.append((reply.decode(), self._last_dseq, self._gen_count))
+        on_control(self, reply, block)
+
+    async def spy_answer(self: Ingestor, subject: str, *near: bool) -> None:
+        await answer_fc(self, subject, *near)
+        if near and self._held_fc != subject:  # called for a request as it came (not a heartbeat's)
+            answered.append(subject)
+
+    monkeypatch.setattr(Ingestor, "_on_control", spy_control)
+    monkeypatch.setattr(Ingestor, "_answer_fc", spy_answer)
+    nats.add_stream(name="FCW", subjects=["fcw.>"], retention="workqueue")
+
+    async def publish() -> None:
+        for i in range(3000):
+            await nats.nc.publish(f"fcw.{i % 7}", b"x" * 1024)
+        await nats.nc.flush()
+
+    nats.run(publish(), timeout=120)
+    o = opts(server.url, "FCW", tmp_path, consumer="lake", maxAckPending=str(W), spillReferences="true")
+    ing = Ingestor(o)
+    ing.start(None)
+    try:
+        wait_for(lambda: ing.latest(0, None, None) >= W, 20, "a full window buffered")
+        assert ing.latest(0, None, None) == W  # max_ack_pending: the server stops until we ack
+        wait_for(lambda: ing._held_fc is not None, 10, "a flow-control request held")
+        assert ing._held_fc == requests[-1][0]  # the one the server stopped on
+        near = [r for (r, dseq, unacked), (_, before, _) in zip(requests, [("", 0, 0), *requests[:-1]], strict=True)
+                if W - unacked <= dseq - before]
+        assert near and not set(near) & set(answered), (requests, answered)
+        assert nats.state("FCW")["messages"] == 3000  # nothing acked before the landing
+        mark_landed([p.to_json() for p in ing.plan(0, W, by_reference=True)])
+        wait_for(lambda: nats.state("FCW")["first_seq"] == W + 1, 10, "the landed window acked")
+        wait_for(lambda: len(ing._seqs) == 3000, 10, "delivery resumed")
+    finally:
+        ing.stop()
+
+
+def test_a_held_request_is_answered_when_the_byte_window_stalls_first(
+    server: NatsServer, nats: SyncNats, tmp_path: Path
+) -> None:
+    """Held near ``max_ack_pending`` on the sizes seen so far, a request can still run the
+    server's byte window out first: 950 messages of 1 KiB, then 8 KiB ones. Its idle heartbeat
+    then names the request it stalls on, and that is answered at once (nothing is acked), so
+    delivery goes on up to ``max_ack_pending`` without any batch committed."""
+    nats.add_stream(name="FCB", subjects=["fcb.>"], retention="workqueue")
+
+    async def publish() -> None:
+        for i in range(1600):
+            await nats.nc.publish(f"fcb.{i % 7}", b"x" * (1024 if i < 950 else 8192))
+        await nats.nc.flush()
+
+    nats.run(publish(), timeout=120)
+    o = opts(server.url, "FCB", tmp_path, consumer="lake", maxAckPending="1500", spillReferences="true")
+    ing = Ingestor(o)
+    ing.start(None)
+    try:
+        wait_for(lambda: ing.latest(0, None, None) >= 1500, 20, "delivery up to max_ack_pending")
+        assert ing.latest(0, None, None) == 1500
+        assert nats.state("FCB")["messages"] == 1600  # nothing acked: no batch landed
+    finally:
+        ing.stop()
+
+
 def test_paced_batches_wait_for_a_full_batch_or_the_delay(server: NatsServer, nats: SyncNats, tmp_path: Path) -> None:
     """``minMessagesPerTrigger`` / ``maxTriggerDelay`` (what a job sets for an interval trigger):
     a batch that is not full waits until the delay has passed since the last batch, a full one

@@ -23,7 +23,10 @@ Design (why each piece is there):
   reset restarts delivery seqs at 1, and an old-generation dseq would push the consumer's ack
   floor out of reach). The server asks again on every idle heartbeat while anything is pending,
   so a commit is acked within about a second: never before, always eventually (while the query
-  runs; the last AvailableNow batch is acked by the next run's first planning call).
+  runs; the last AvailableNow batch is acked by the next run's first planning call). One
+  exception to answering at once: a request that would ack nothing while the server is at or
+  near ``max_ack_pending`` is held, and answered with the ack the moment the batch is safe
+  (``_answer_fc``): the server sends no other request while one is outstanding.
 - **Acks from the landing sink** (jobs: rows by reference, ``spillReferences``): Spark commits
   a batch to its source only when it plans the next one, so with ``max_ack_pending`` reached
   delivery would wait for that planning, every batch. Once its Delta commit holds a batch, the
@@ -190,6 +193,7 @@ class Ingestor:
         self.controls_seen = 0
         self._restarting = False
         self._held_fc: str | None = None  # a flow-control request we answer once Spark commits
+        self._fc_dseq = 0  # the delivery seq a flow-control request last came after (loop thread)
         self._acked_sseq = 0
         self._acks_flushed = 0  # highest stream seq whose ack reached the server
         self._fatal: BaseException | None = None
@@ -291,6 +295,7 @@ class Ingestor:
             self._awaiting = True
             self._clear_pairs()
             self._last_dseq = 0
+            self._fc_dseq = 0
             self._acked_sseq = 0
             self._held_fc = None
         try:
@@ -350,6 +355,7 @@ class Ingestor:
     def _new_generation(self) -> None:
         self._awaiting = False
         self._last_dseq = 0
+        self._fc_dseq = 0
         self._clear_pairs()
         self._acked_sseq = 0
         self._held_fc = None
@@ -479,7 +485,10 @@ class Ingestor:
         pairs, status = decode_headers(block)
         hdrs = dict(pairs)
         if "FlowControl" in status and reply:
-            self._spawn(self._answer_fc(reply.decode()))
+            with self._cv:
+                since, self._fc_dseq = self._last_dseq - self._fc_dseq, self._last_dseq
+                near = self.opts.max_ack_pending - self._gen_count <= since
+            self._spawn(self._answer_fc(reply.decode(), near))
             return
         stalled = hdrs.get(STALLED)
         if stalled:
@@ -518,11 +527,20 @@ class Ingestor:
             self._gen_count += 1
         return best
 
-    async def _answer_fc(self, subject: str) -> None:
+    async def _answer_fc(self, subject: str, near: bool = False) -> None:
         """Answer a flow-control request, acking up to ``floor``. When it would ack nothing new
         and ``max_ack_pending`` messages are unacked (the server is stalled on them anyway), hold
-        it: ``commit`` answers it the moment Spark's checkpoint moves, instead of the server
-        asking again on its next heartbeat."""
+        it: ``commit`` (or the landing sink's mark) answers it the moment the batch is safe,
+        instead of the server asking again on its next heartbeat.
+
+        ``near``: the request came when fewer deliveries were left before ``max_ack_pending``
+        than came since the previous request. The server sends a request at half its
+        pending-bytes window, and none while one is outstanding; so it will likely reach
+        ``max_ack_pending`` (where it sends one) with this one still outstanding, and, answered
+        now with nothing to ack, it would stall there with none until its next idle heartbeat,
+        up to a second. Held, it delivers the rest meanwhile (the window left is about what came
+        since the last request). A heartbeat saying it stalls on this request before that
+        (a byte window run out first) gets it answered (``_on_control``)."""
         headers = None
         pair: tuple[int, int] | None = None
         if self.opts.mode != "ordered":
@@ -531,7 +549,7 @@ class Ingestor:
             with self._cv:
                 pair = None if self._awaiting else self._ack_pair()
                 nothing_new = pair is None or pair[0] <= self._acked_sseq
-                if nothing_new and self._gen_count >= self.opts.max_ack_pending:
+                if nothing_new and (near or self._gen_count >= self.opts.max_ack_pending):
                     self._held_fc = subject
                     if self._landed_watch is None and self._marked():
                         self._landed_watch = asyncio.get_running_loop().create_task(self._watch_landed())

@@ -190,7 +190,7 @@ class LegacyIngestor(Ingestor):
             self._cv.notify_all()
 
     # -- acks ----------------------------------------------------------------------------------
-    async def _answer_fc(self, subject: str) -> None:
+    async def _answer_fc(self, subject: str, near: bool = False) -> None:
         """Answer flow control at once (a pre-2.14 server reads no ack from it), then ack."""
         await self._nc.publish(subject, b"")
         await self._ack_floor()

@@ -140,6 +140,23 @@ def native_backlog(nats: Nats, mirror: str, origin: str, start: int, last: int) 
     return wait_for(lambda: nats.last_seq(mirror) >= last, f"native mirror {mirror}") - t0
 
 
+def native_durable_backlog(nats: Nats, mirror: str, origin: str, start: int, last: int) -> float:
+    """Like ``native_backlog``, with the server's own durable sourcing: a ``flow_control``
+    durable on ``origin`` configured as jsspark's server-managed one, acked by the mirror after
+    it stores. Seconds until the mirror holds up to ``last``; the caller deletes both."""
+    from jsspark.live.options import LiveReadOptions
+
+    name, deliver = f"{mirror.lower()}_durable", f"bench.{mirror.lower()}.deliver"
+    t0 = time.perf_counter()
+    nats.api(f"CONSUMER.CREATE.{origin}.{name}", {"stream_name": origin, "config": {
+        "durable_name": name, "deliver_subject": deliver, "ack_policy": "flow_control", "flow_control": True,
+        "idle_heartbeat": 1_000_000_000, "max_ack_pending": LiveReadOptions.max_ack_pending, "max_deliver": -1,
+        "deliver_policy": "by_start_sequence", "opt_start_seq": start}})
+    nats.api(f"STREAM.CREATE.{mirror}", {"name": mirror, "storage": "file",
+                                         "mirror": {"name": origin, "consumer": {"name": name, "deliver_subject": deliver}}})
+    return wait_for(lambda: nats.last_seq(mirror) >= last, f"native durable mirror {mirror}") - t0
+
+
 def arrivals(nats: Nats, origin: str, n: int, size: int, target_last: Callable[[], int], poll: float) -> tuple[float, float]:
     """Publish ``n`` into ``origin`` while the target runs: (seconds until the target holds
     them, seconds the publisher took)."""
@@ -189,7 +206,7 @@ def ingestor_alone(url: str, origin: str, n: int, work: Path, mode: str) -> floa
     ing.start(None)
     start = ing.floor
     while start < n:
-        end = ing.latest(start, None, None)
+        end = ing.latest(start, None, n)  # waits (bounded) for messages, as an AvailableNow run does
         if end == start:
             continue
         batches = [b for p in ing.plan(start, min(end, n)) for b in read_spill(p)]
@@ -350,6 +367,13 @@ def main() -> None:
             for _ in range(args.repeat):  # before the Spark side exists
                 native_run()
             alone_c = list(natives_c)
+            durables_c: list[float] = []  # --consumer durable: the server's durable sourcing too
+            for _ in range(args.repeat if args.consumer == "durable" else 0):
+                start = nats.last_seq("ON") + 1
+                nats.publish("ON", n + 1, size)
+                durables_c.append(native_durable_backlog(nats, "MD", "ON", start, start + n))
+                nats.api("STREAM.DELETE.MD")
+                nats.api("CONSUMER.DELETE.ON.md_durable")
             if not args.skip_spark:
                 side = SparkSide(nats, work, args.consumer, args.trigger)
                 try:
@@ -396,6 +420,11 @@ def main() -> None:
                   f"{' '.join(f'{x:.2f}' for x in sparks_c)} (medians above: native's before the Spark side started)")
             print(f"  (c) each pair's jsspark/native, sorted: {' '.join(f'x{r:.2f}' for r in pairs)}; "
                   f"median x{statistics.median(pairs):.2f}")
+            if durables_c:
+                durable_c = statistics.median(durables_c)
+                print(f"  (c) nats-server's own durable sourcing of the same backlog (a flow_control durable as "
+                      f"jsspark's, acked by the mirror): {rate(n, durable_c)}, runs {' '.join(f'{x:.2f}' for x in durables_c)}; "
+                      f"jsspark x{durable_c / spark_c:5.2f} of it (information: the judged anchor is the plain mirror)")
             if beside:
                 print(f"  (c) the idle jsspark job beside each native run used {' '.join(f'{x:.2f}' for x in beside)} "
                       "CPU-s (JVM + Python)")

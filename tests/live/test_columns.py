@@ -50,7 +50,7 @@ def _take(scan: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Ingestor, list[s
     answered: list[str] = []
     restarts = [0]
 
-    async def answer(subject: str) -> None:
+    async def answer(subject: str, near: bool = False) -> None:
         answered.append(subject)
 
     async def restart(raise_errors: bool = False) -> dict[str, Any]:

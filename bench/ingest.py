@@ -140,13 +140,14 @@ def native_backlog(nats: Nats, mirror: str, origin: str, start: int, last: int) 
     return wait_for(lambda: nats.last_seq(mirror) >= last, f"native mirror {mirror}") - t0
 
 
-def native_durable_backlog(nats: Nats, mirror: str, origin: str, start: int, last: int) -> float:
+def native_durable_backlog(nats: Nats, mirror: str, origin: str, name: str, start: int, last: int) -> float:
     """Like ``native_backlog``, with the server's own durable sourcing: a ``flow_control``
-    durable on ``origin`` configured as jsspark's server-managed one, acked by the mirror after
-    it stores. Seconds until the mirror holds up to ``last``; the caller deletes both."""
+    durable ``name`` on ``origin`` configured as jsspark's server-managed one, acked by the
+    mirror after it stores. Seconds until the mirror holds up to ``last``; the caller deletes
+    both."""
     from jsspark.live.options import LiveReadOptions
 
-    name, deliver = f"{mirror.lower()}_durable", f"bench.{mirror.lower()}.deliver"
+    deliver = f"bench.{name}.deliver"
     t0 = time.perf_counter()
     nats.api(f"CONSUMER.CREATE.{origin}.{name}", {"stream_name": origin, "config": {
         "durable_name": name, "deliver_subject": deliver, "ack_policy": "flow_control", "flow_control": True,
@@ -371,9 +372,9 @@ def main() -> None:
             for _ in range(args.repeat if args.consumer == "durable" else 0):
                 start = nats.last_seq("ON") + 1
                 nats.publish("ON", n + 1, size)
-                durables_c.append(native_durable_backlog(nats, "MD", "ON", start, start + n))
+                durables_c.append(native_durable_backlog(nats, "MD", "ON", "md", start, start + n))
                 nats.api("STREAM.DELETE.MD")
-                nats.api("CONSUMER.DELETE.ON.md_durable")
+                nats.api("CONSUMER.DELETE.ON.md")
             if not args.skip_spark:
                 side = SparkSide(nats, work, args.consumer, args.trigger)
                 try:

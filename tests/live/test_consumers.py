@@ -234,12 +234,7 @@ def test_a_flow_control_request_near_max_ack_pending_is_held_for_the_ack(
     monkeypatch.setattr(Ingestor, "_answer_fc", spy_answer)
     nats.add_stream(name="FCW", subjects=["fcw.>"], retention="workqueue")
 
-    async def publish() -> None:
-        for i in range(3000):
-            await nats.nc.publish(f"fcw.{i % 7}", b"x" * 1024)
-        await nats.nc.flush()
-
-    nats.run(publish(), timeout=120)
+    fast_publish(nats, "fcw", 0, 3000, lambda i: b"x" * 1024)
     o = opts(server.url, "FCW", tmp_path, consumer="lake", maxAckPending=str(W), spillReferences="true")
     ing = Ingestor(o)
     ing.start(None)
@@ -268,12 +263,7 @@ def test_a_held_request_is_answered_when_the_byte_window_stalls_first(
     delivery goes on up to ``max_ack_pending`` without any batch committed."""
     nats.add_stream(name="FCB", subjects=["fcb.>"], retention="workqueue")
 
-    async def publish() -> None:
-        for i in range(1600):
-            await nats.nc.publish(f"fcb.{i % 7}", b"x" * (1024 if i < 950 else 8192))
-        await nats.nc.flush()
-
-    nats.run(publish(), timeout=120)
+    fast_publish(nats, "fcb", 0, 1600, lambda i: b"x" * (1024 if i < 950 else 8192))
     o = opts(server.url, "FCB", tmp_path, consumer="lake", maxAckPending="1500", spillReferences="true")
     ing = Ingestor(o)
     ing.start(None)

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +26,15 @@ pytestmark = [pytest.mark.nats, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def fast_publish(nats: SyncNats, subject_prefix: str, start: int, n: int) -> None:
-    """Core publishes (the stream stores them) then a flush: much faster than acked publishes."""
+def fast_publish(
+    nats: SyncNats, subject_prefix: str, start: int, n: int, payload: Callable[[int], bytes] | None = None
+) -> None:
+    """Core publishes (the stream stores them) then a flush: much faster than acked publishes.
+    Message ``i`` carries ``payload(i)`` (default ``m<i>``)."""
 
     async def go() -> None:
         for i in range(start, start + n):
-            await nats.nc.publish(f"{subject_prefix}.{i % 11}", f"m{i}".encode())
+            await nats.nc.publish(f"{subject_prefix}.{i % 11}", payload(i) if payload else f"m{i}".encode())
         await nats.nc.flush()
 
     nats.run(go(), timeout=120)

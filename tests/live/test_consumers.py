@@ -4,6 +4,7 @@ drives it: ``latest(start)`` -> ``plan(start, end)`` -> read -> the next ``lates
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -273,6 +274,31 @@ def test_a_held_request_is_answered_when_the_byte_window_stalls_first(
         assert nats.state("FCB")["messages"] == 1600  # nothing acked: no batch landed
     finally:
         ing.stop()
+
+
+def test_stopping_a_reader_leaves_no_flow_control_answer_pending(
+    server: NatsServer, nats: SyncNats, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flow-control answer awaits its flush's PONG. One still under way when the reader
+    stops (here it never gets its PONG) is cancelled and finished by ``stop``, not left pending
+    on the stopped loop, where asyncio reports it as a task destroyed while pending."""
+    under_way: list[asyncio.Task[None]] = []
+
+    async def answer_awaiting_a_pong(self: Ingestor, subject: str, near: bool = False) -> None:
+        under_way.append(asyncio.current_task())  # type: ignore[arg-type]
+        await asyncio.get_running_loop().create_future()  # the PONG that never comes
+
+    monkeypatch.setattr(Ingestor, "_answer_fc", answer_awaiting_a_pong)
+    nats.add_stream(name="FCS", subjects=["fcs.>"], retention="workqueue")
+    fast_publish(nats, "fcs", 0, 1200, lambda i: b"x" * 1024)  # past the first request, at about 950
+    ing = Ingestor(opts(server.url, "FCS", tmp_path, consumer="lake"))
+    ing.start(None)
+    try:
+        wait_for(lambda: bool(under_way), 20, "a flow-control answer under way")
+    finally:
+        ing.stop()
+    assert under_way and all(task.cancelled() for task in under_way), under_way
+    assert not ing._tasks
 
 
 def test_paced_batches_wait_for_a_full_batch_or_the_delay(server: NatsServer, nats: SyncNats, tmp_path: Path) -> None:

@@ -238,17 +238,31 @@ class Ingestor:
     def stop(self) -> None:
         if self._loop is None:
             return
-        for task in (self._watch, self._landed_watch):
-            if task is not None:
-                self._loop.call_soon_threadsafe(task.cancel)
         with contextlib.suppress(Exception):
-            self._call(self._nc.close(), 5)
+            self._call(self._shutdown(), 10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread:
             self._thread.join(5)
         if self._dir is not None:
             # what is still spilled belongs to no committed batch: a new reader re-receives it
             self._dir.close()
+
+    async def _shutdown(self) -> None:
+        """The watchers first (a closing connection is no reason to restart delivery), then
+        the connection (what is published goes out), then any flow-control answer still under
+        way: one awaiting its flush's PONG would otherwise stay pending on a stopped loop, and
+        asyncio reports each such task as destroyed while pending."""
+        for task in (self._watch, self._landed_watch):
+            if task is not None:
+                task.cancel()
+        try:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._nc.close(), 5)
+        finally:
+            under_way = list(self._tasks)
+            for task in under_way:
+                task.cancel()
+            await asyncio.gather(*under_way, return_exceptions=True)
 
     def origin_position(self, timeout: float = 5.0) -> dict[str, int]:
         """For query progress: the origin's last seq and, while the consumer exists, its

@@ -219,6 +219,27 @@ def ingestor_alone(url: str, origin: str, n: int, work: Path, mode: str) -> floa
     return dt
 
 
+def receiver_alone(url: str, origin: str, n: int, work: Path, mode: str, server_pid: int | None) -> tuple[float, float | None]:
+    """The live source's receiving alone: the consumer's deliveries into the Ingestor (frames
+    parsed, spilled), nothing read back or stored; ``maxAckPending`` above the backlog, so no
+    window waits for an ack. (seconds, nats-server CPU-s): the floor any jsspark landing of
+    this consumer stands on, since delivery to a client that does no more cannot be faster."""
+    opts = parse_live_read_options({"servers": url, "stream": origin, "consumer": "bench_receiver",
+                                    "consumerMode": "server" if mode == "durable" else "ordered",
+                                    "maxAckPending": str(n + 1), "spillDir": str(work / "spill-receiver")})
+    before = process_cpu(server_pid)
+    t0 = time.perf_counter()
+    ing = Ingestor(opts)
+    ing.start(None)
+    start = ing.floor
+    while start < n:
+        start = max(start, ing.latest(start, None, n))  # waits (bounded) for messages
+    dt = time.perf_counter() - t0
+    after = process_cpu(server_pid)
+    ing.stop()
+    return dt, (after - before if before is not None and after is not None else None)
+
+
 # -- the jsspark side ---------------------------------------------------------------------------
 class SparkSide:
     def __init__(self, nats: Nats, work: Path, mode: str, trigger: str) -> None:
@@ -347,10 +368,14 @@ def main() -> None:
             native_a = native_backlog(nats, "MN", "ON", 1, n)
             ordered = ordered_consumer(nats, "ON", n)
             alone = ingestor_alone(srv.url, "ON", n, work, args.consumer)
+            server_pid = srv.proc.pid if srv.proc is not None else None
+            receiver, receiver_cpu = receiver_alone(srv.url, "ON", n, work, args.consumer, server_pid)
+            if args.consumer == "durable":  # no idle durables on the origin during the native runs
+                for name in ("bench_ingestor", "bench_receiver"):
+                    nats.api(f"CONSUMER.DELETE.ON.{name}")
             native_b, pub_b = arrivals(nats, "ON", n, size, lambda: nats.last_seq("MN"), poll=0.002)
             nats.api("STREAM.DELETE.MN")
             natives_c, cpu_native = [], []
-            server_pid = srv.proc.pid if srv.proc is not None else None
 
             beside: list[float] = []  # CPU seconds the idle jsspark job used during each native run
 
@@ -436,6 +461,10 @@ def main() -> None:
         print(f"  nats-py ordered consumer, does nothing, backlog: {rate(n, ordered)}"
               + (f"   jsspark (c) x{ordered / rows['(c) backlog, running job [judged]'][1]:5.2f} of it" if rows else ""))
         print(f"  jsspark ingestor alone (no Spark), backlog:      {rate(n, alone)}   x{native_a / alone:5.2f} of native (a)")
+        anchor = statistics.median(alone_c)
+        print(f"  jsspark receiving alone, nothing stored:         {rate(n, receiver)}   x{anchor / receiver:5.2f} of native (c)"
+              f"; nats-server {receiver_cpu if receiver_cpu is None else round(receiver_cpu, 2)} CPU-s "
+              f"(the {args.consumer} consumer's delivery: no landing of it can be faster)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -195,48 +195,39 @@ def ordered_consumer(nats: Nats, origin: str, n: int) -> float:
     return nats.run(go())
 
 
-def ingestor_alone(url: str, origin: str, n: int, work: Path, mode: str) -> float:
-    """The live source's driver half without Spark: receive, spill, read back, store."""
-    lake = jsspark.connect(str(work / "lake-ingestor"))
-    lake.add_stream(name="ING", mirror={"name": origin})
-    opts = parse_live_read_options({"servers": url, "stream": origin, "consumer": "bench_ingestor",
-                                    "consumerMode": "server" if mode == "durable" else "ordered",
-                                    "spillDir": str(work / "spill-ingestor")})
+def ingestor_alone(url: str, origin: str, n: int, work: Path, mode: str, store: bool = True,
+                   server_pid: int | None = None) -> tuple[float, float | None]:
+    """The live source's driver half without Spark: receive, spill, read back, store; with
+    ``store=False`` receiving alone (frames parsed, spilled; nothing read back or stored, and
+    ``maxAckPending`` above the backlog, so no window waits for an ack): the floor any landing
+    of this consumer stands on, since delivery to a client that does no more is no faster.
+    (seconds, nats-server CPU-s or ``None``)."""
+    name = "bench_ingestor" if store else "bench_receiver"
+    options = {"servers": url, "stream": origin, "consumer": name, "spillDir": str(work / f"spill-{name}"),
+               "consumerMode": "server" if mode == "durable" else "ordered"}
+    if store:
+        lake = jsspark.connect(str(work / "lake-ingestor"))
+        lake.add_stream(name="ING", mirror={"name": origin})
+    else:
+        options["maxAckPending"] = str(n + 1)
+    before = process_cpu(server_pid)
     t0 = time.perf_counter()
-    ing = Ingestor(opts)
+    ing = Ingestor(parse_live_read_options(options))
     ing.start(None)
     start = ing.floor
     while start < n:
         end = ing.latest(start, None, n)  # waits (bounded) for messages, as an AvailableNow run does
         if end == start:
             continue
-        batches = [b for p in ing.plan(start, min(end, n)) for b in read_spill(p)]
-        store_mirrored(lake, "ING", pa.Table.from_batches(batches), txn=("bench", end))
+        if store:
+            batches = [b for p in ing.plan(start, min(end, n)) for b in read_spill(p)]
+            store_mirrored(lake, "ING", pa.Table.from_batches(batches), txn=("bench", end))
         start = min(end, n)
-    dt = time.perf_counter() - t0
-    ing.stop()
-    assert lake.stream_info("ING").state.last_seq >= n
-    return dt
-
-
-def receiver_alone(url: str, origin: str, n: int, work: Path, mode: str, server_pid: int | None) -> tuple[float, float | None]:
-    """The live source's receiving alone: the consumer's deliveries into the Ingestor (frames
-    parsed, spilled), nothing read back or stored; ``maxAckPending`` above the backlog, so no
-    window waits for an ack. (seconds, nats-server CPU-s): the floor any jsspark landing of
-    this consumer stands on, since delivery to a client that does no more cannot be faster."""
-    opts = parse_live_read_options({"servers": url, "stream": origin, "consumer": "bench_receiver",
-                                    "consumerMode": "server" if mode == "durable" else "ordered",
-                                    "maxAckPending": str(n + 1), "spillDir": str(work / "spill-receiver")})
-    before = process_cpu(server_pid)
-    t0 = time.perf_counter()
-    ing = Ingestor(opts)
-    ing.start(None)
-    start = ing.floor
-    while start < n:
-        start = max(start, ing.latest(start, None, n))  # waits (bounded) for messages
     dt = time.perf_counter() - t0
     after = process_cpu(server_pid)
     ing.stop()
+    if store:
+        assert lake.stream_info("ING").state.last_seq >= n
     return dt, (after - before if before is not None and after is not None else None)
 
 
@@ -367,9 +358,9 @@ def main() -> None:
             # the native side: (a) mirror over the backlog, (b) arrivals, (c) a new mirror over a new backlog
             native_a = native_backlog(nats, "MN", "ON", 1, n)
             ordered = ordered_consumer(nats, "ON", n)
-            alone = ingestor_alone(srv.url, "ON", n, work, args.consumer)
+            alone, _ = ingestor_alone(srv.url, "ON", n, work, args.consumer)
             server_pid = srv.proc.pid if srv.proc is not None else None
-            receiver, receiver_cpu = receiver_alone(srv.url, "ON", n, work, args.consumer, server_pid)
+            receiver, receiver_cpu = ingestor_alone(srv.url, "ON", n, work, args.consumer, False, server_pid)
             if args.consumer == "durable":  # no idle durables on the origin during the native runs
                 for name in ("bench_ingestor", "bench_receiver"):
                     nats.api(f"CONSUMER.DELETE.ON.{name}")
@@ -462,9 +453,9 @@ def main() -> None:
               + (f"   jsspark (c) x{ordered / rows['(c) backlog, running job [judged]'][1]:5.2f} of it" if rows else ""))
         print(f"  jsspark ingestor alone (no Spark), backlog:      {rate(n, alone)}   x{native_a / alone:5.2f} of native (a)")
         anchor = statistics.median(alone_c)
+        server_cpu = "" if receiver_cpu is None else f"; nats-server {receiver_cpu:.2f} CPU-s"
         print(f"  jsspark receiving alone, nothing stored:         {rate(n, receiver)}   x{anchor / receiver:5.2f} of native (c)"
-              f"; nats-server {receiver_cpu if receiver_cpu is None else round(receiver_cpu, 2)} CPU-s "
-              f"(the {args.consumer} consumer's delivery: no landing of it can be faster)")
+              f"{server_cpu} (the {args.consumer} consumer's delivery: no landing of it can be faster)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

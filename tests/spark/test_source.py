@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,13 @@ import pytest
 from chispa import assert_df_equality
 
 import jsspark
+from jsspark.datasource.options import OptionError, parse_read_options
+from jsspark.datasource.pacing import TriggerPacing
 from jsspark.datasource.planning import Cursor, DataLossError, Planner
 from jsspark.datasource.schema import ARROW_SCHEMA, spark_schema
+from jsspark.datasource.source import JetStreamDataSource
 from jsspark.local_spark import CHECKPOINT_MANAGER, LOCAL_CHECKPOINTS
+from tests.live.test_durable_source import wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -221,6 +226,71 @@ def test_invalid_options_name_the_option(spark: Any, tmp_path: Path) -> None:
         _read(spark, loc, deliver_policy="first")
     with pytest.raises(Exception, match="stream not found"):
         _read(spark, loc, stream="NOPE")
+
+
+def test_trigger_pacing_holds_a_partial_batch_until_the_delay() -> None:
+    """The rule both sources pace by, on explicit times: the first batch goes at once even on a
+    clock that began a second ago (``time.monotonic`` counts from boot); then a partial batch
+    waits ``maxTriggerDelay`` after the last one, except right after a full one."""
+    pacing = TriggerPacing(900.0)
+    assert pacing.due_at() <= 1.0  # no batch yet: due at once, whatever the clock's origin
+    pacing.went(1.0, full=False)
+    assert pacing.due_at() == 901.0
+    pacing.went(950.0, full=True)
+    assert pacing.due_at() <= 950.5  # the tail after a full batch goes at once
+    pacing.went(950.5, full=False)
+    assert pacing.due_at() == 1850.5
+
+
+def test_paced_batches_wait_for_enough_messages_or_the_delay(tmp_path: Path) -> None:
+    """``minMessagesPerTrigger`` / ``maxTriggerDelay`` (Kafka's ``minOffsetsPerTrigger`` /
+    ``maxTriggerDelay``) as Spark's driver calls the source: the first batch goes at once; then a
+    batch with fewer messages is held (``latestOffset`` returns its start) until the delay has
+    passed since the last batch; one with enough goes at once, and so does the one right after
+    it; a filter counts only its own messages; an AvailableNow run is never held."""
+    loc, lake = _lake(tmp_path, 5)
+    delay = 2.0
+    options = {"path": loc, "stream": "ORDERS", "minMessagesPerTrigger": "10", "maxTriggerDelay": f"{int(delay)} seconds"}
+    reader = JetStreamDataSource(options).streamReader(spark_schema())
+    limit = reader.getDefaultReadLimit()
+    first = reader.latestOffset(reader.initialOffset(), limit)
+    assert first["seq"] == 5  # the first batch goes at once
+    last = time.monotonic()
+    _publish(lake, "ORDERS", 5, 3)
+    assert reader.latestOffset(first, limit) == first and time.monotonic() - last < delay  # 3 < 10, too soon
+    ends: list[dict[str, Any]] = []
+    wait_for(lambda: ends.append(reader.latestOffset(first, limit)) or ends[-1] != first, delay + 10, "the delay to pass")
+    assert ends[-1]["seq"] == 8 and time.monotonic() - last >= delay
+    last = time.monotonic()
+    _publish(lake, "ORDERS", 8, 12)
+    full = reader.latestOffset(ends[-1], limit)
+    assert full["seq"] == 20 and time.monotonic() - last < delay  # 12 >= 10: at once
+    _publish(lake, "ORDERS", 20, 2)
+    tail = reader.latestOffset(full, limit)
+    assert tail["seq"] == 22 and time.monotonic() - last < delay  # the tail right after a full batch
+    _publish(lake, "ORDERS", 22, 2)
+    assert reader.latestOffset(tail, limit) == tail and time.monotonic() - last < delay  # partial, too soon
+
+    # subjects orders.0/1/2 in turn: 24 stored, 8 on orders.0; with a filter only those count
+    filtered = JetStreamDataSource({**options, "filter_subject": "orders.0", "minMessagesPerTrigger": "9"})
+    reader = filtered.streamReader(spark_schema())
+    at = reader.latestOffset(reader.initialOffset(), limit)
+    assert at["dseq"] == 8  # the first batch (at once): all 8
+    _publish(lake, "ORDERS", 24, 21)  # 7 more on orders.0: held, although 21 messages came
+    assert reader.latestOffset(at, limit) == at
+    _publish(lake, "ORDERS", 45, 6)  # 2 more on orders.0: 9
+    assert reader.latestOffset(at, limit)["dseq"] == 17
+
+    now = JetStreamDataSource({**options, "minMessagesPerTrigger": "100", "maxMessagesPerTrigger": "45"})
+    reader = now.streamReader(spark_schema())
+    reader.prepareForTriggerAvailableNow()
+    at = reader.latestOffset(reader.initialOffset(), reader.getDefaultReadLimit())
+    assert at["seq"] == 45
+    assert reader.latestOffset(at, reader.getDefaultReadLimit())["seq"] == 51  # AvailableNow: 6 < 100, never held
+    for bad, match in (({"minMessagesPerTrigger": "0"}, "option 'minMessagesPerTrigger' must be >= 1"),
+                       ({"maxTriggerDelay": "soon"}, "option 'maxTriggerDelay' must be an interval")):
+        with pytest.raises(OptionError, match=match):
+            parse_read_options({**options, **bad})
 
 
 def test_durable_consumer_follows_committed_batches(spark: Any, tmp_path: Path) -> None:

@@ -48,6 +48,8 @@ CONSUMER_OPTIONS = (
 SPARK_READ_OPTIONS = (
     "maxMessagesPerTrigger",
     "maxBytesPerTrigger",
+    "minMessagesPerTrigger",
+    "maxTriggerDelay",
     "failOnDataLoss",
     "reportLatestOffset",
     "minPartitions",
@@ -118,6 +120,18 @@ def interval_seconds(text: str) -> float | None:
         return None
     unit = m.group(2)
     return float(m.group(1)) * _INTERVAL_UNITS["ms" if unit.startswith(("ms", "milli")) else unit[0]]
+
+
+# Kafka's default ``maxTriggerDelay``: how long a paced batch (``minMessagesPerTrigger``) waits at most.
+DEFAULT_MAX_TRIGGER_DELAY = 900.0
+
+
+def parse_interval(name: str, text: str) -> float:
+    """Seconds of an interval option (``maxTriggerDelay``); an error naming it otherwise."""
+    seconds = interval_seconds(text)
+    if seconds is None:
+        raise OptionError(f"option {name!r} must be an interval like '1 second' or '500ms', got {text!r}")
+    return seconds
 
 
 def parse_bool(name: str, text: str) -> bool:
@@ -203,6 +217,10 @@ class ReadOptions:
     consumer: ConsumerConfig
     max_messages: int | None = None
     max_bytes: int | None = None
+    # Kafka's minOffsetsPerTrigger / maxTriggerDelay (``pacing``): a batch waits until this many
+    # messages are there or this long (seconds) has passed since the last batch
+    min_messages: int | None = None
+    max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY
     fail_on_data_loss: bool = True
     report_latest_offset: bool = False
     min_partitions: int = 1
@@ -245,6 +263,12 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         if "maxMessagesPerTrigger" in opts
         else None,
         max_bytes=parse_int("maxBytesPerTrigger", opts["maxBytesPerTrigger"], 1) if "maxBytesPerTrigger" in opts else None,
+        min_messages=parse_int("minMessagesPerTrigger", opts["minMessagesPerTrigger"], 1)
+        if "minMessagesPerTrigger" in opts
+        else None,
+        max_trigger_delay=parse_interval("maxTriggerDelay", opts["maxTriggerDelay"])
+        if "maxTriggerDelay" in opts
+        else DEFAULT_MAX_TRIGGER_DELAY,
         fail_on_data_loss=parse_bool("failOnDataLoss", opts.get("failOnDataLoss", "true")),
         report_latest_offset=parse_bool("reportLatestOffset", opts.get("reportLatestOffset", "false")),
         min_partitions=parse_int("minPartitions", opts.get("minPartitions", "1"), 1),

@@ -525,6 +525,16 @@ class Planner:
     def latest_available(self) -> int:
         return self.snapshot().last_seq
 
+    def available(self, cur: Cursor) -> int:
+        """How many messages the query would deliver after ``cur`` now, before any read limit:
+        what ``minMessagesPerTrigger`` compares, as Kafka's source compares the offsets there."""
+        snap = self.snapshot()
+        if snap.last_seq <= cur.seq:
+            return 0
+        rows = self._scan(snap, cur.seq, None)
+        wanted = self._wanted(rows, cur)
+        return rows.num_rows if wanted is None else int(np.count_nonzero(wanted))
+
     # -- partitions ----------------------------------------------------------------------------
     def partitions(self, start: Cursor, end: Cursor | None) -> list[ReadPartition]:
         """Split ``(start, end]`` (``end=None``: everything now stored) into tasks over one

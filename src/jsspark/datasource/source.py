@@ -9,11 +9,13 @@ every partition carries what its task needs (``ReadPartition``).
 
 Admission control follows Spark's Kafka source: ``maxMessagesPerTrigger`` /
 ``maxBytesPerTrigger`` become the default read limit, ``Trigger.AvailableNow`` reads up to
-the stream's last sequence at query start, in bounded batches.
+the stream's last sequence at query start, in bounded batches, and ``minMessagesPerTrigger`` /
+``maxTriggerDelay`` hold a batch back until enough messages are there (``pacing``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -27,13 +29,14 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from jsspark.datasource.pacing import TriggerPacing
 from jsspark.datasource.partition import ReadPartition
 from jsspark.datasource.redaction import scrubbed
 from jsspark.datasource.schema import spark_schema
 
 if TYPE_CHECKING:
     from jsspark.datasource.options import ReadOptions
-    from jsspark.datasource.planning import Planner
+    from jsspark.datasource.planning import Cursor, Planner
 
 # Executors import this module to unpickle a reader and only call ``read``: option parsing
 # and planning (config models, the engine's table code) are imported where they are used,
@@ -161,6 +164,7 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         self.opts = opts
         self._planner: Planner | None = None
         self._target: int | None = None  # last sequence AvailableNow reads up to
+        self._pacing = TriggerPacing(opts.max_trigger_delay)
 
     def __getstate__(self) -> dict[str, Any]:
         return _executor_state(self)
@@ -222,7 +226,22 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         end = self.planner.latest(cursor, max_rows, max_bytes, self._target)
         if base is not None:
             end = replace(end, base=base)
+        elif start is not None and self._held(cursor, end):
+            return start  # not enough for a batch yet, and the last one was too recent: Spark asks again
         return end.to_offset()
+
+    def _held(self, cur: Cursor, end: Cursor) -> bool:
+        """``minMessagesPerTrigger``: fewer messages than that are there, and ``maxTriggerDelay``
+        has not passed since the last batch (``TriggerPacing``). Never in an AvailableNow run,
+        which must end, nor on the first batch after a reset (``base``), which must be planned."""
+        if self.opts.min_messages is None or self._target is not None or end.seq <= cur.seq:
+            return False
+        full = self.planner.available(cur) >= self.opts.min_messages
+        now = time.monotonic()
+        if not full and now < self._pacing.due_at():
+            return True
+        self._pacing.went(now, full)
+        return False
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         if not self.opts.report_latest_offset:

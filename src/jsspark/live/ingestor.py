@@ -74,6 +74,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jsspark.datasource.pacing import TriggerPacing
 from jsspark.datasource.redaction import redact_storage
 from jsspark.engine.headers import decode as decode_headers
 from jsspark.live import consumer as C
@@ -186,8 +187,7 @@ class Ingestor:
         self._gen_count = 0
         self._last_heard = time.monotonic()
         self._last_msg = 0.0  # when the last message was buffered
-        self._last_batch = 0.0  # when latest() last returned a batch (pacing: minMessagesPerTrigger)
-        self._last_full = False  # and whether that batch was full
+        self._pacing = TriggerPacing(opts.max_trigger_delay)  # minMessagesPerTrigger / maxTriggerDelay
         # Heartbeats and flow-control requests seen: the moments an ack could go out, which
         # is what a test of "no ack before commit" has to wait through.
         self.controls_seen = 0
@@ -798,9 +798,9 @@ class Ingestor:
         if end > start and self._paced(target) and not self._due(start, max_rows):
             return start  # not enough for a batch yet, and the last one was too recent: Spark asks again
         if end > start:
-            self._last_batch = time.monotonic()
             with self._cv:
-                self._last_full = self._held_above(start) - self._held_above(end) >= self._full(max_rows)
+                full = self._held_above(start) - self._held_above(end) >= self._full(max_rows)
+            self._pacing.went(time.monotonic(), full)
         if end > start or target is None:
             return end
         self.flush_acks(ACK_FLUSH_SECONDS)  # the run ends after this call: ack what it committed
@@ -820,10 +820,8 @@ class Ingestor:
         return len(self._seqs) - bisect.bisect_right(self._seqs, start)
 
     def _due_at(self) -> float:
-        """Paced: when a batch that is not full may go. ``maxTriggerDelay`` after the last batch
-        (Kafka's ``minOffsetsPerTrigger``/``maxTriggerDelay``), or at once after a full one: a
-        backlog is being drained, and its tail should not wait out the delay."""
-        return 0.0 if self._last_full else self._last_batch + self.opts.max_trigger_delay
+        """Paced: when a batch that is not full may go (``TriggerPacing``)."""
+        return self._pacing.due_at()
 
     def _due(self, start: int, max_rows: int | None) -> bool:
         with self._cv:

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from jsspark.datasource.options import (
+    DEFAULT_MAX_TRIGGER_DELAY,
     STORAGE_PREFIX,
     OptionError,
-    interval_seconds,
     parse_bool,
+    parse_interval,
     parse_subject_list,
     storage_options,
 )
@@ -212,7 +213,7 @@ class LiveReadOptions:
     # Kafka's minOffsetsPerTrigger / maxTriggerDelay: a batch waits until it holds this many
     # messages or this long (seconds) has passed since the last batch (jobs: ``JobSpec`` pacing)
     min_messages: int | None = None
-    max_trigger_delay: float = 900.0
+    max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY
     spill_dir: str | None = None
     chunk_rows: int = 5_000
     wait_timeout: float = 60.0
@@ -257,10 +258,7 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
     if policy == "by_start_time" and not opts.get("optStartTime"):
         raise OptionError("jetstream (live): deliverPolicy by_start_time needs optStartTime")
     given_delay = opts.get("maxTriggerDelay")
-    delay = LiveReadOptions.max_trigger_delay if given_delay is None else interval_seconds(given_delay)
-    if delay is None:
-        raise OptionError(f"jetstream (live): option maxTriggerDelay must be an interval like '1 second' or '500ms', "
-                          f"got {opts['maxTriggerDelay']!r}")
+    delay = LiveReadOptions.max_trigger_delay if given_delay is None else parse_interval("maxTriggerDelay", given_delay)
     try:
         wait = float(opts.get("waitTimeout", "60"))
     except ValueError:

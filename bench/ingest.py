@@ -384,6 +384,7 @@ def main() -> None:
             for _ in range(args.repeat):  # before the Spark side exists
                 native_run()
             alone_c = list(natives_c)
+            native_c = statistics.median(alone_c)  # the faster native: see the docstring, (c)
             durables_c: list[float] = []  # --consumer durable: the server's durable sourcing too
             for _ in range(args.repeat if args.consumer == "durable" else 0):
                 start = nats.last_seq("ON") + 1
@@ -411,7 +412,6 @@ def main() -> None:
                     recent = side.job.queries[0].recentProgress[-max(batches_c, 1):]
                     phases = [{k: v for k, v in p["durationMs"].items() if v} for p in recent]
                     total = (2 + args.repeat) * n + args.repeat
-                    native_c = statistics.median(alone_c)  # the faster native: see the docstring, (c)
                     assert side.last_seq() == total and side.lake.stream_info("MJ").state.messages == total
                 finally:
                     side.stop()
@@ -452,9 +452,8 @@ def main() -> None:
         print(f"  nats-py ordered consumer, does nothing, backlog: {rate(n, ordered)}"
               + (f"   jsspark (c) x{ordered / rows['(c) backlog, running job [judged]'][1]:5.2f} of it" if rows else ""))
         print(f"  jsspark ingestor alone (no Spark), backlog:      {rate(n, alone)}   x{native_a / alone:5.2f} of native (a)")
-        anchor = statistics.median(alone_c)
         server_cpu = "" if receiver_cpu is None else f"; nats-server {receiver_cpu:.2f} CPU-s"
-        print(f"  jsspark receiving alone, nothing stored:         {rate(n, receiver)}   x{anchor / receiver:5.2f} of native (c)"
+        print(f"  jsspark receiving alone, nothing stored:         {rate(n, receiver)}   x{native_c / receiver:5.2f} of native (c)"
               f"{server_cpu} (the {args.consumer} consumer's delivery: no landing of it can be faster)")
     finally:
         shutil.rmtree(work, ignore_errors=True)

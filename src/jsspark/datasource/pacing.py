@@ -26,6 +26,10 @@ class TriggerPacing:
         """When a batch that is not full may go."""
         return NO_BATCH_YET if self._last_full else self._last + self.max_delay
 
+    def due(self, now: float, full: bool) -> bool:
+        """Whether a batch may go at ``now``: a full one always, another once ``due_at``."""
+        return full or now >= self.due_at()
+
     def went(self, now: float, full: bool) -> None:
         """A batch went at ``now``; ``full``: it had the messages that make one full."""
         self._last, self._last_full = now, full

@@ -238,7 +238,7 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
             return False
         full = self.planner.available(cur) >= self.opts.min_messages
         now = time.monotonic()
-        if not full and now < self._pacing.due_at():
+        if not self._pacing.due(now, full):
             return True
         self._pacing.went(now, full)
         return False

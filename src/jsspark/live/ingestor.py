@@ -819,14 +819,10 @@ class Ingestor:
     def _held_above(self, start: int) -> int:
         return len(self._seqs) - bisect.bisect_right(self._seqs, start)
 
-    def _due_at(self) -> float:
-        """Paced: when a batch that is not full may go (``TriggerPacing``)."""
-        return self._pacing.due_at()
-
     def _due(self, start: int, max_rows: int | None) -> bool:
         with self._cv:
             held = self._held_above(start)
-        return held >= self._full(max_rows) or time.monotonic() >= self._due_at()
+        return self._pacing.due(time.monotonic(), held >= self._full(max_rows))
 
     def _linger(self, start: int, max_rows: int | None, target: int | None) -> None:
         """Let a batch that has begun to arrive fill up: until it is full (``_full``), reaches
@@ -837,7 +833,7 @@ class Ingestor:
         full, paced = self._full(max_rows), self._paced(target)
         begin = time.monotonic()  # the ack that commit just sent may only now resume delivery
         deadline = begin + LINGER_MAX
-        due, waited_empty = self._due_at(), False
+        due, waited_empty = self._pacing.due_at(), False
         with self._cv:
             while self._fatal is None:
                 now = time.monotonic()

@@ -4,6 +4,7 @@ never have removed a message the lake had not committed, at any moment we look."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -17,7 +18,6 @@ from typing import Any
 import pytest
 
 import jsspark
-from jsspark.live.landing import land_batch
 from jsspark.nats_server import NatsServer
 from tests.live.conftest import SyncNats
 from tests.live.test_durable_source import wait_for
@@ -55,93 +55,172 @@ def origin_report(nats: SyncNats, stream: str) -> str:
     return f"origin state {nats.state(stream)}, consumers {positions}"
 
 
-def test_driver_sigkill_at_random_moments(nats: SyncNats, tmp_path: Path) -> None:
-    total = 100_000
-    nats.add_stream(name="KWQ", subjects=["k.>"], retention="workqueue")
-    fast_publish(nats, "k", 0, total // 2)
-    lake_dir = tmp_path / "lake"
-    lake = jsspark.connect(str(lake_dir))
-    lake.add_stream(name="KWQ_M", subjects=["k.>"])
-    rng = random.Random(7)
-    args = [sys.executable, "-m", "tests.live.kill_driver", nats.nc.connected_url.geturl(), "KWQ", str(lake_dir),
-            "KWQ_M", str(tmp_path / "ckpt"), str(tmp_path / "spill")]
+def consumers_of(nats: SyncNats, stream: str) -> list[dict[str, Any]]:
+    return nats.api(f"CONSUMER.LIST.{stream}").get("consumers", [])
 
-    def spawn() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(args, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
-                                stderr=open(tmp_path / "driver.log", "ab"))
 
-    kills = 0
-    published = total // 2
-    while kills < 5:
-        proc = spawn()
-        try:
-            base = lake.stream_info("KWQ_M").state.last_seq
-            grow = rng.randint(2_000, 12_000)
-            goal = min(base + grow, published)
-            wait_for(lambda p=proc, g=goal: lake.stream_info("KWQ_M").state.last_seq >= g or p.poll() is not None,
-                     120, "the driver to make progress")
-            assert proc.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
-            time.sleep(rng.uniform(0, 1.5))  # a random moment inside the next batches, not a sync point
-            check_invariant(nats, lake, "KWQ", "KWQ_M")
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
-        kills += 1
-        check_invariant(nats, lake, "KWQ", "KWQ_M")
-        if published < total:
-            fast_publish(nats, "k", published, total // 4)
-            published += total // 4
+def spawn_driver(path: str, url: str, origin: str, tmp_path: Path) -> subprocess.Popen[bytes]:
+    """``kill_driver`` in its own process group (so a SIGKILL takes its JVM and workers too),
+    landing ``origin`` into the lake's ``<origin>_M`` by ``path``."""
+    args = [sys.executable, "-m", "tests.live.kill_driver", path, url, origin, str(tmp_path / "lake"),
+            f"{origin}_M", str(tmp_path / "ckpt"), str(tmp_path / "spill")]
+    return subprocess.Popen(args, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=open(tmp_path / "driver.log", "ab"))
 
-    proc = spawn()
-    try:
-        wait_for(lambda: lake.stream_info("KWQ_M").state.last_seq >= total or proc.poll() is not None, 180,
-                 "the last driver to land everything")
-        assert proc.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
-        wait_for(lambda: nats.state("KWQ")["messages"] == 0, 30, "the origin to be fully acked",
-                 lambda: origin_report(nats, "KWQ"))
-    finally:
+
+def stop_driver(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):  # already killed
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-    seqs = lake.stream("KWQ_M").read(columns=["seq", "data"])
-    assert seqs.num_rows == total
-    assert sorted(seqs.column("seq").to_pylist()) == list(range(1, total + 1))
-    data = dict(zip(seqs.column("seq").to_pylist(), seqs.column("data").to_pylist(), strict=True))
-    assert data[1] == b"m0" and data[total] == f"m{total - 1}".encode()
+    proc.wait(30)
+
+
+def driver_log(tmp_path: Path) -> str:
+    return (tmp_path / "driver.log").read_text()[-3000:]
+
+
+def lake_target(tmp_path: Path, origin: str, path: str) -> Any:
+    """The lake and its ``<origin>_M``: a mirror stream for a job (its config), else a stream
+    with the origin's subjects, as the README's query lands into."""
+    lake = jsspark.connect(str(tmp_path / "lake"))
+    if path == "job":
+        lake.add_stream(name=f"{origin}_M", mirror={"name": origin})
+    else:
+        lake.add_stream(name=f"{origin}_M", subjects=[f"{origin.lower()}.>"])
+    return lake
+
+
+def check_landed_once(nats: SyncNats, lake: Any, origin: str, total: int) -> None:
+    """The lake holds origin seqs 1..total exactly once, with their subjects and data (as
+    ``fast_publish`` made them), and the origin (a WorkQueue or Interest stream whose only
+    consumer is ours) has been acked empty."""
+    wait_for(lambda: nats.state(origin)["messages"] == 0, 30, "the origin to be fully acked",
+             lambda: origin_report(nats, origin))
+    rows = lake.stream(f"{origin}_M").read(columns=["seq", "subject", "data"])
+    seqs = rows.column("seq").to_pylist()
+    assert rows.num_rows == total, f"{rows.num_rows} rows; missing {sorted(set(range(1, total + 1)) - set(seqs))[:20]}"
+    assert sorted(seqs) == list(range(1, total + 1))
+    by_seq = {r["seq"]: r for r in rows.to_pylist()}
+    for seq in (1, total // 2, total):
+        assert (by_seq[seq]["subject"], by_seq[seq]["data"]) == (f"{origin.lower()}.{(seq - 1) % 11}",
+                                                                 f"m{seq - 1}".encode())
+
+
+@pytest.mark.parametrize(("retention", "path"), [("workqueue", "job"), ("interest", "sink"), ("workqueue", "foreach")])
+def test_driver_sigkill_at_random_moments(nats: SyncNats, tmp_path: Path, retention: str, path: str) -> None:
+    """100,000 messages; the driver SIGKILLed five times while it lands a backlog, each at a
+    random moment past a random number of messages landed; more arrive between the kills. An
+    Interest origin has no consumer but ours, created before the first publish (a message
+    nobody is interested in is not kept)."""
+    total, first, more = 100_000, 30_000, 14_000
+    origin = f"K{retention[0]}{path[0]}".upper()
+    prefix = origin.lower()
+    nats.add_stream(name=origin, subjects=[f"{prefix}.>"], retention=retention)
+    lake = lake_target(tmp_path, origin, path)
+    landed = lambda: lake.stream_info(f"{origin}_M").state.last_seq  # noqa: E731
+    url = nats.nc.connected_url.geturl()
+    rng = random.Random(7)
+    proc = spawn_driver(path, url, origin, tmp_path)
+    try:
+        wait_for(lambda: len(consumers_of(nats, origin)) == 1 or proc.poll() is not None, 120,
+                 "the driver's durable on the origin")
+        assert proc.poll() is None, driver_log(tmp_path)
+        assert consumers_of(nats, origin)[0]["config"]["ack_policy"] == "flow_control"
+        fast_publish(nats, prefix, 0, first)
+        published = first
+        for _ in range(5):
+            goal = landed() + rng.randint(1_000, 6_000)  # inside the backlog: the kill comes mid-ingest
+            assert goal < published
+            wait_for(lambda p=proc, g=goal: landed() >= g or p.poll() is not None, 120, "the driver to make progress")
+            assert proc.poll() is None, driver_log(tmp_path)
+            time.sleep(rng.uniform(0, 0.3))  # a random moment inside the next batches, not a sync point
+            check_invariant(nats, lake, origin, f"{origin}_M")
+            stop_driver(proc)
+            check_invariant(nats, lake, origin, f"{origin}_M")
+            assert landed() < published, "the kill came after the backlog had landed"
+            if published < total:
+                fast_publish(nats, prefix, published, min(more, total - published))
+                published += min(more, total - published)
+            proc = spawn_driver(path, url, origin, tmp_path)
+        assert published == total
+        wait_for(lambda: landed() >= total or proc.poll() is not None, 180, "the last driver to land everything")
+        assert proc.poll() is None, driver_log(tmp_path)
+        check_landed_once(nats, lake, origin, total)
+    finally:
+        stop_driver(proc)
+
+
+def test_consumer_reset_by_another_process_during_ingest(nats: SyncNats, tmp_path: Path) -> None:
+    """A mirror job lands 100,000 messages of a WorkQueue while this process (not the driver's)
+    resets its durable five times, at random moments mid-ingest: back to the ack floor (an empty
+    body) and back to seq 1 (on a WorkQueue: the oldest still there). Each restarts delivery over
+    messages the reader already holds, some of them in a batch under way; none may land twice."""
+    total = 100_000
+    origin = "KRESET"
+    nats.add_stream(name=origin, subjects=[f"{origin.lower()}.>"], retention="workqueue")
+    lake = lake_target(tmp_path, origin, "job")
+    landed = lambda: lake.stream_info(f"{origin}_M").state.last_seq  # noqa: E731
+    rng = random.Random(11)
+    proc = spawn_driver("job", nats.nc.connected_url.geturl(), origin, tmp_path)
+    try:
+        wait_for(lambda: len(consumers_of(nats, origin)) == 1 or proc.poll() is not None, 120,
+                 "the driver's durable on the origin")
+        assert proc.poll() is None, driver_log(tmp_path)
+        name = consumers_of(nats, origin)[0]["name"]
+        fast_publish(nats, origin.lower(), 0, total)
+        for body in (None, {"seq": 1}, None, {"seq": 1}, None):
+            goal = landed() + rng.randint(3_000, 12_000)
+            assert goal < total
+            wait_for(lambda g=goal: landed() >= g or proc.poll() is not None, 120, "the job to make progress")
+            assert proc.poll() is None, driver_log(tmp_path)
+            resp = nats.api(f"CONSUMER.RESET.{origin}.{name}", body)
+            assert "error" not in resp, resp
+            check_invariant(nats, lake, origin, f"{origin}_M")
+            assert landed() < total, "the reset came after everything had landed"
+        wait_for(lambda: landed() >= total or proc.poll() is not None, 180, "the job to land everything")
+        assert proc.poll() is None, driver_log(tmp_path)
+        check_landed_once(nats, lake, origin, total)
+    finally:
+        stop_driver(proc)
 
 
 def test_nats_server_killed_and_restarted_mid_ingest(spark: Any, tmp_path: Path) -> None:
+    """A mirror job lands 100,000 messages of a WorkQueue; the nats-server is SIGKILLed and
+    restarted (same store, same port) three times at random moments mid-ingest."""
+    from jsspark.jobs.runner import run_job
+    from tests.live.kill_driver import BATCH_OPTIONS, TRIGGER
+
+    total, origin = 100_000, "RWQ"
     (tmp_path / "store").mkdir()
     with NatsServer(store_dir=tmp_path / "store") as srv:
         nats = SyncNats(srv.url)
         try:
-            nats.add_stream(name="RWQ", subjects=["r.>"], retention="workqueue")
-            fast_publish(nats, "r", 0, 20_000)
-            lake = jsspark.connect(str(tmp_path / "lake"))
-            lake.add_stream(name="RWQ_M", subjects=["r.>"])
-
-            def batch(df: Any, batch_id: int) -> None:
-                land_batch(lake, "RWQ_M", df.toArrow(), form="mirror", txn=("restart-test", batch_id))
-
-            q = (spark.readStream.format("jetstream").option("servers", srv.url).option("stream", "RWQ")
-                 .option("maxMessagesPerTrigger", "2000").option("spillDir", str(tmp_path / "spill"))
-                 .option("waitTimeout", "90")
-                 .load().writeStream.foreachBatch(batch).option("checkpointLocation", str(tmp_path / "ckpt"))
-                 .trigger(processingTime="100 milliseconds").start())
+            nats.add_stream(name=origin, subjects=[f"{origin.lower()}.>"], retention="workqueue")
+            fast_publish(nats, origin.lower(), 0, 80_000)
+            lake = lake_target(tmp_path, origin, "job")
+            landed = lambda: lake.stream_info(f"{origin}_M").state.last_seq  # noqa: E731
+            options = {"spillDir": str(tmp_path / "spill"), "waitTimeout": "90", **BATCH_OPTIONS}
+            job = run_job({"stream": {"name": f"{origin}_M", "mirror": {"name": origin}},
+                           "target": {"location": str(tmp_path / "lake")}, "trigger": TRIGGER,
+                           "origins": {origin: {"servers": srv.url, "options": options}}}, spark)
+            (q,) = job.queries
+            rng = random.Random(5)
             try:
-                for restart in range(2):
-                    wait_for(lambda r=restart: lake.stream_info("RWQ_M").state.last_seq >= 4_000 * (r + 1)
-                             or q.exception() is not None, 90, "progress before the server crash")
+                for _ in range(3):
+                    goal = landed() + rng.randint(3_000, 15_000)
+                    assert goal < 80_000
+                    wait_for(lambda g=goal: landed() >= g or q.exception() is not None, 90,
+                             "progress before the server crash")
+                    assert q.exception() is None, q.exception()
+                    check_invariant(nats, lake, origin, f"{origin}_M")
                     srv.restart(kill=True)
-                    check_invariant(nats, lake, "RWQ", "RWQ_M")
-                fast_publish(nats, "r", 20_000, 5_000)
-                wait_for(lambda: lake.stream_info("RWQ_M").state.last_seq >= 25_000 or q.exception() is not None,
-                         120, "everything to land after the server restarts")
+                    check_invariant(nats, lake, origin, f"{origin}_M")
+                    assert landed() < 80_000, "the server was killed after the backlog had landed"
+                fast_publish(nats, origin.lower(), 80_000, total - 80_000)
+                wait_for(lambda: landed() >= total or q.exception() is not None, 120,
+                         "everything to land after the server restarts")
                 assert q.exception() is None, q.exception()
-                wait_for(lambda: nats.state("RWQ")["messages"] == 0, 30, "the origin to be fully acked",
-                         lambda: origin_report(nats, "RWQ"))
+                check_landed_once(nats, lake, origin, total)
             finally:
-                q.stop()
-            seqs = lake.stream("RWQ_M").read(columns=["seq"]).column("seq").to_pylist()
-            assert sorted(seqs) == list(range(1, 25_001))
+                job.stop()
         finally:
             nats.close()

@@ -64,8 +64,8 @@ def spawn_driver(path: str, url: str, origin: str, tmp_path: Path) -> subprocess
     landing ``origin`` into the lake's ``<origin>_M`` by ``path``."""
     args = [sys.executable, "-m", "tests.live.kill_driver", path, url, origin, str(tmp_path / "lake"),
             f"{origin}_M", str(tmp_path / "ckpt"), str(tmp_path / "spill")]
-    return subprocess.Popen(args, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=open(tmp_path / "driver.log", "ab"))
+    with open(tmp_path / "driver.log", "ab") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(args, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=log)
 
 
 def stop_driver(proc: subprocess.Popen[bytes]) -> None:
@@ -76,6 +76,27 @@ def stop_driver(proc: subprocess.Popen[bytes]) -> None:
 
 def driver_log(tmp_path: Path) -> str:
     return (tmp_path / "driver.log").read_text()[-3000:]
+
+
+def await_durable(proc: subprocess.Popen[bytes], nats: SyncNats, origin: str, tmp_path: Path) -> dict[str, Any]:
+    """The durable the driver ``proc`` created on ``origin`` (its only consumer), once it is there."""
+    wait_for(lambda: len(consumers_of(nats, origin)) == 1 or proc.poll() is not None, 120,
+             "the driver's durable on the origin")
+    assert proc.poll() is None, driver_log(tmp_path)
+    return consumers_of(nats, origin)[0]
+
+
+def landed(lake: Any, origin: str) -> int:
+    """The last origin seq the lake's ``<origin>_M`` holds."""
+    return lake.stream_info(f"{origin}_M").state.last_seq
+
+
+def land_the_rest(proc: subprocess.Popen[bytes], nats: SyncNats, lake: Any, origin: str, total: int,
+                  tmp_path: Path) -> None:
+    """Let the driver ``proc`` land all ``total`` messages, then ``check_landed_once``."""
+    wait_for(lambda: landed(lake, origin) >= total or proc.poll() is not None, 180, "the driver to land everything")
+    assert proc.poll() is None, driver_log(tmp_path)
+    check_landed_once(nats, lake, origin, total)
 
 
 def lake_target(tmp_path: Path, origin: str, path: str) -> Any:
@@ -116,35 +137,30 @@ def test_driver_sigkill_at_random_moments(nats: SyncNats, tmp_path: Path, retent
     prefix = origin.lower()
     nats.add_stream(name=origin, subjects=[f"{prefix}.>"], retention=retention)
     lake = lake_target(tmp_path, origin, path)
-    landed = lambda: lake.stream_info(f"{origin}_M").state.last_seq  # noqa: E731
     url = nats.nc.connected_url.geturl()
     rng = random.Random(7)
     proc = spawn_driver(path, url, origin, tmp_path)
     try:
-        wait_for(lambda: len(consumers_of(nats, origin)) == 1 or proc.poll() is not None, 120,
-                 "the driver's durable on the origin")
-        assert proc.poll() is None, driver_log(tmp_path)
-        assert consumers_of(nats, origin)[0]["config"]["ack_policy"] == "flow_control"
+        assert await_durable(proc, nats, origin, tmp_path)["config"]["ack_policy"] == "flow_control"
         fast_publish(nats, prefix, 0, first)
         published = first
         for _ in range(5):
-            goal = landed() + rng.randint(1_000, 6_000)  # inside the backlog: the kill comes mid-ingest
+            goal = landed(lake, origin) + rng.randint(1_000, 6_000)  # inside the backlog: the kill comes mid-ingest
             assert goal < published
-            wait_for(lambda p=proc, g=goal: landed() >= g or p.poll() is not None, 120, "the driver to make progress")
+            wait_for(lambda p=proc, g=goal: landed(lake, origin) >= g or p.poll() is not None, 120,
+                     "the driver to make progress")
             assert proc.poll() is None, driver_log(tmp_path)
             time.sleep(rng.uniform(0, 0.3))  # a random moment inside the next batches, not a sync point
             check_invariant(nats, lake, origin, f"{origin}_M")
             stop_driver(proc)
             check_invariant(nats, lake, origin, f"{origin}_M")
-            assert landed() < published, "the kill came after the backlog had landed"
+            assert landed(lake, origin) < published, "the kill came after the backlog had landed"
             if published < total:
                 fast_publish(nats, prefix, published, min(more, total - published))
                 published += min(more, total - published)
             proc = spawn_driver(path, url, origin, tmp_path)
         assert published == total
-        wait_for(lambda: landed() >= total or proc.poll() is not None, 180, "the last driver to land everything")
-        assert proc.poll() is None, driver_log(tmp_path)
-        check_landed_once(nats, lake, origin, total)
+        land_the_rest(proc, nats, lake, origin, total, tmp_path)
     finally:
         stop_driver(proc)
 
@@ -158,27 +174,22 @@ def test_consumer_reset_by_another_process_during_ingest(nats: SyncNats, tmp_pat
     origin = "KRESET"
     nats.add_stream(name=origin, subjects=[f"{origin.lower()}.>"], retention="workqueue")
     lake = lake_target(tmp_path, origin, "job")
-    landed = lambda: lake.stream_info(f"{origin}_M").state.last_seq  # noqa: E731
     rng = random.Random(11)
     proc = spawn_driver("job", nats.nc.connected_url.geturl(), origin, tmp_path)
     try:
-        wait_for(lambda: len(consumers_of(nats, origin)) == 1 or proc.poll() is not None, 120,
-                 "the driver's durable on the origin")
-        assert proc.poll() is None, driver_log(tmp_path)
-        name = consumers_of(nats, origin)[0]["name"]
+        name = await_durable(proc, nats, origin, tmp_path)["name"]
         fast_publish(nats, origin.lower(), 0, total)
         for body in (None, {"seq": 1}, None, {"seq": 1}, None):
-            goal = landed() + rng.randint(3_000, 12_000)
+            goal = landed(lake, origin) + rng.randint(3_000, 12_000)
             assert goal < total
-            wait_for(lambda g=goal: landed() >= g or proc.poll() is not None, 120, "the job to make progress")
+            wait_for(lambda g=goal: landed(lake, origin) >= g or proc.poll() is not None, 120,
+                     "the job to make progress")
             assert proc.poll() is None, driver_log(tmp_path)
             resp = nats.api(f"CONSUMER.RESET.{origin}.{name}", body)
             assert "error" not in resp, resp
             check_invariant(nats, lake, origin, f"{origin}_M")
-            assert landed() < total, "the reset came after everything had landed"
-        wait_for(lambda: landed() >= total or proc.poll() is not None, 180, "the job to land everything")
-        assert proc.poll() is None, driver_log(tmp_path)
-        check_landed_once(nats, lake, origin, total)
+            assert landed(lake, origin) < total, "the reset came after everything had landed"
+        land_the_rest(proc, nats, lake, origin, total, tmp_path)
     finally:
         stop_driver(proc)
 
@@ -197,7 +208,6 @@ def test_nats_server_killed_and_restarted_mid_ingest(spark: Any, tmp_path: Path)
             nats.add_stream(name=origin, subjects=[f"{origin.lower()}.>"], retention="workqueue")
             fast_publish(nats, origin.lower(), 0, 80_000)
             lake = lake_target(tmp_path, origin, "job")
-            landed = lambda: lake.stream_info(f"{origin}_M").state.last_seq  # noqa: E731
             options = {"spillDir": str(tmp_path / "spill"), "waitTimeout": "90", **BATCH_OPTIONS}
             job = run_job({"stream": {"name": f"{origin}_M", "mirror": {"name": origin}},
                            "target": {"location": str(tmp_path / "lake")}, "trigger": TRIGGER,
@@ -206,17 +216,17 @@ def test_nats_server_killed_and_restarted_mid_ingest(spark: Any, tmp_path: Path)
             rng = random.Random(5)
             try:
                 for _ in range(3):
-                    goal = landed() + rng.randint(3_000, 15_000)
+                    goal = landed(lake, origin) + rng.randint(3_000, 15_000)
                     assert goal < 80_000
-                    wait_for(lambda g=goal: landed() >= g or q.exception() is not None, 90,
+                    wait_for(lambda g=goal: landed(lake, origin) >= g or q.exception() is not None, 90,
                              "progress before the server crash")
                     assert q.exception() is None, q.exception()
                     check_invariant(nats, lake, origin, f"{origin}_M")
                     srv.restart(kill=True)
                     check_invariant(nats, lake, origin, f"{origin}_M")
-                    assert landed() < 80_000, "the server was killed after the backlog had landed"
+                    assert landed(lake, origin) < 80_000, "the server was killed after the backlog had landed"
                 fast_publish(nats, origin.lower(), 80_000, total - 80_000)
-                wait_for(lambda: landed() >= total or q.exception() is not None, 120,
+                wait_for(lambda: landed(lake, origin) >= total or q.exception() is not None, 120,
                          "everything to land after the server restarts")
                 assert q.exception() is None, q.exception()
                 check_landed_once(nats, lake, origin, total)

@@ -30,12 +30,13 @@ def read_range(ing: Ingestor, start: int, end: int) -> list[int]:
 
 
 def drain(ing: Ingestor, start: int, until: int, timeout: float = 30) -> tuple[int, list[int]]:
-    """Run batches until ``until`` is reached; every batch is 'committed' by the next call."""
+    """Run batches up to exactly ``until`` (at most 400 messages each); every batch is
+    'committed' by the next call."""
     got: list[int] = []
     deadline = time.monotonic() + timeout
     while start < until:
         assert time.monotonic() < deadline, f"stuck at {start}"
-        end = ing.latest(start, 400, None)
+        end = ing.latest(start, min(400, until - start), None)
         if end > start:
             got.extend(read_range(ing, start, end))
             start = end
@@ -121,6 +122,42 @@ def test_reset_by_another_process(server: NatsServer, nats: SyncNats, tmp_path: 
         wait_for(lambda: nats.api("CONSUMER.INFO.RS.lake")["ack_floor"]["stream_seq"] == 800, 10, "acks resume")
     finally:
         ing.stop()
+
+
+@pytest.mark.parametrize(("retention", "floor"), [("workqueue", 2_500), ("workqueue", None), ("interest", 2_500)])
+def test_acked_messages_still_stored_are_cleared(server: NatsServer, nats: SyncNats, tmp_path: Path,
+                                                 retention: str, floor: int | None) -> None:
+    """A nats-server killed while an ack's removals run comes back with the durable's ack floor
+    and the oldest acked messages still stored (``tests/live/test_crashes.py`` hits it); on a
+    WorkQueue a standalone server never removes them, on an Interest stream the reset that binds
+    us does. The same state, made at will: the durable acked (and the origin removed) up to
+    2,000, then a reset ahead put its ack floor at 2,500 with 2,001..2,500 still stored. The
+    next reader to bind (from Spark's checkpoint at 2,500, or a new query) clears them without
+    reading them again: it reads 2,501..3,000 and the origin ends empty."""
+    name = f"OR{retention[0]}{'C' if floor else 'N'}".upper()
+    nats.add_stream(name=name, subjects=[f"{name.lower()}.>"], retention=retention)
+    first = Ingestor(opts(server.url, name, tmp_path / "first", consumer="lake"))
+    first.start(0)  # the durable exists before publishing: it holds interest
+    try:
+        fast_publish(nats, name.lower(), 0, 3_000)
+        drain(first, 0, 2_000)
+        wait_for(lambda: nats.state(name)["first_seq"] == 2_001, 30, "acks up to 2,000", lambda: str(nats.state(name)))
+    finally:
+        first.stop()
+    assert "error" not in nats.api(f"CONSUMER.RESET.{name}.lake", {"seq": 2_501})
+    assert nats.api(f"CONSUMER.INFO.{name}.lake")["ack_floor"]["stream_seq"] == 2_500
+    assert nats.state(name)["messages"] == (1_000 if retention == "workqueue" else 500)
+    again = Ingestor(opts(server.url, name, tmp_path / "again", consumer="lake"))
+    again.start(floor)
+    try:
+        assert again.floor == 2_500
+        _, got = drain(again, again.floor, 3_000)
+        assert got == list(range(2_501, 3_001))
+        wait_for(lambda: nats.state(name)["messages"] == 0, 30, "the origin acked empty",
+                 lambda: str(nats.state(name)))
+        assert again.orphan_resets == (1 if retention == "workqueue" else 0)
+    finally:
+        again.stop()
 
 
 def test_secrets_never_in_errors(tmp_path: Path) -> None:

@@ -139,6 +139,28 @@ async def reset_consumer(nc: Any, conn: Connection, stream: str, name: str, seq:
     return await js_request(nc, conn, f"CONSUMER.RESET.{stream}.{name}", None if seq is None else {"seq": seq})
 
 
+async def consumer_info(nc: Any, conn: Connection, stream: str, name: str) -> dict[str, Any]:
+    return await js_request(nc, conn, f"CONSUMER.INFO.{stream}.{name}", None)
+
+
+async def oldest_stored(nc: Any, conn: Connection, stream: str, config: dict[str, Any]) -> int | None:
+    """The origin's oldest stored message a consumer with ``config`` delivers (its filter
+    subjects; every subject without one), by ``STREAM.MSG.GET`` with ``next_by_subj`` from
+    seq 1; ``None`` when it stores none."""
+    subjects = config.get("filter_subjects") or [config.get("filter_subject") or ">"]
+    oldest = None
+    for subject in subjects:
+        try:
+            resp = await js_request(nc, conn, f"STREAM.MSG.GET.{stream}", {"seq": 1, "next_by_subj": subject})
+        except APIError as e:
+            if e.err_code == 10037:  # no message found
+                continue
+            raise
+        seq = int(resp["message"]["seq"])
+        oldest = seq if oldest is None else min(oldest, seq)
+    return oldest
+
+
 def check_bound(info: dict[str, Any], opts: LiveReadOptions) -> None:
     """A durable jsspark reads from must be a flow-control push consumer delivering where we
     listen; otherwise refuse with the server's texts (10217 / 10215) for a source consumer."""

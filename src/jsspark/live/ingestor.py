@@ -55,6 +55,15 @@ Design (why each piece is there):
   breaks a stall (no heartbeat for ``STALL_SECONDS``). A reset made by someone else shows up as
   dseq 1 (or a heartbeat with ``Nats-Last-Consumer: 0``) and just starts a new generation.
   The durable is never deleted (ordered mode, which has no durable, recreates its ephemeral).
+- **Acked but still stored (WorkQueue origins)**: an ack removes the messages it covers one by
+  one, newest first, after the consumer's ack floor has moved. A nats-server killed during that
+  comes back with the ack floor and the oldest of those messages still stored. A clustered
+  server removes them within its periodic ``checkInterestState``; a standalone one never does
+  (its startup ``checkForOrphanMsgs`` and the reset's clean-up run for Interest streams only),
+  so the WorkQueue would keep them for good. So each (re)start on a WorkQueue looks for
+  the durable's oldest stored message; at or below its ack floor, the reset goes back there
+  instead: the server delivers them again, the reader skips them (they are at or below what it
+  holds) and its next ack removes them (``_orphans``).
 """
 
 from __future__ import annotations
@@ -199,6 +208,8 @@ class Ingestor:
         self._fatal: BaseException | None = None
         self.last_error: str | None = None
         self.resets = 0
+        self.orphan_resets = 0  # resets back to acked messages a WorkQueue still stores (_orphans)
+        self._workqueue: bool | None = None  # the origin's retention is workqueue (asked once)
 
     # -- lifecycle -----------------------------------------------------------------------------
     @property
@@ -322,10 +333,15 @@ class Ingestor:
                 info = await C.create_ordered(nc, o, start, self._deliver)
                 self._consumer_name = info["name"]
             else:
+                created = None
                 if o.mode == "server":
-                    C.check_bound(await C.create_durable(nc, o), o)
-                info = await C.reset_consumer(nc, o.conn, o.stream, o.consumer)
+                    created = await C.create_durable(nc, o)
+                    C.check_bound(created, o)
+                start, floor = await self._orphans(created)
+                info = await C.reset_consumer(nc, o.conn, o.stream, o.consumer, start)
                 C.check_bound(info, o)
+                if start is not None:  # the reset moved the ack floor back to the orphans: they stay acked
+                    info = {**info, "ack_floor": floor}
             self.resets += 1
             self._last_heard = time.monotonic()
             return info
@@ -341,6 +357,32 @@ class Ingestor:
             return {}
         finally:
             self._restarting = False
+
+    async def _orphans(self, info: dict[str, Any] | None) -> tuple[int | None, dict[str, Any]]:
+        """On a WorkQueue origin, where the reset should restart delivery to clear messages
+        acked but still stored (module docstring): the durable's oldest stored message when it
+        is at or below the ack floor, else ``None`` (the ack floor + 1); and that ack floor.
+        Everything up to the ack floor is taken as held (``_highest``): redelivered, it is only
+        acked again. ``info``: the durable's info if the caller has it."""
+        nc, o = self._nc, self.opts
+        if self._workqueue is None:
+            config = (await C.stream_info(nc, o.conn, o.stream))["config"]
+            self._workqueue = config.get("retention") == "workqueue"
+        if not self._workqueue:
+            return None, {}
+        info = info or await C.consumer_info(nc, o.conn, o.stream, o.consumer)
+        floor = info.get("ack_floor") or {}
+        acked = int(floor.get("stream_seq", 0))
+        oldest = await C.oldest_stored(nc, o.conn, o.stream, info.get("config") or {}) if acked else None
+        if oldest is None or oldest > acked:
+            return None, floor
+        with self._cv:
+            self._highest = max(self._highest, acked)
+        self.orphan_resets += 1
+        log.warning("jetstream (live): %s still stores messages from seq %d that its durable %s acked (up to %d; "
+                    "the server stopped while removing them); delivering them again to ack them again",
+                    o.stream, oldest, o.consumer, acked)
+        return oldest, floor
 
     def _schedule_restart(self) -> None:
         if not self._restarting:

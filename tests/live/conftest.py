@@ -70,7 +70,9 @@ class SyncNats:
         """One message via STREAM.MSG.GET: subject, data, header pairs, ts_ns."""
         from jsspark.engine.headers import decode
 
-        m = self.api(f"STREAM.MSG.GET.{stream}", {"seq": seq})["message"]
+        resp = self.api(f"STREAM.MSG.GET.{stream}", {"seq": seq})
+        assert "message" in resp, f"{stream} seq {seq}: {resp}"
+        m = resp["message"]
         hdrs = decode(base64.b64decode(m["hdrs"]))[0] if m.get("hdrs") else None
         return {"seq": m["seq"], "subject": m["subject"], "data": base64.b64decode(m.get("data", "")),
                 "headers": hdrs or None, "ts_ns": rfc3339_ns(m["time"])}

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +25,41 @@ from tests.live.test_durable_source import wait_for
 
 pytestmark = [pytest.mark.nats, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[2]
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def fast_publish(
-    nats: SyncNats, subject_prefix: str, start: int, n: int, payload: Callable[[int], bytes] | None = None
+    nats: SyncNats, subject_prefix: str, start: int, n: int, payload: Callable[[int], bytes] | None = None,
+    headers: Callable[[int], dict[str, str] | None] | None = None,
 ) -> None:
     """Core publishes (the stream stores them) then a flush: much faster than acked publishes.
-    Message ``i`` carries ``payload(i)`` (default ``m<i>``)."""
+    Message ``i`` carries ``payload(i)`` (default ``m<i>``) and ``headers(i)`` (default none)."""
 
     async def go() -> None:
         for i in range(start, start + n):
-            await nats.nc.publish(f"{subject_prefix}.{i % 11}", payload(i) if payload else f"m{i}".encode())
+            await nats.nc.publish(f"{subject_prefix}.{i % 11}", payload(i) if payload else f"m{i}".encode(),
+                                  headers=headers(i) if headers else None)
         await nats.nc.flush()
 
     nats.run(go(), timeout=120)
+
+
+def crash_headers(i: int) -> dict[str, str] | None:
+    """The crash tests' headers for message ``i``: none on every fourth, else two that vary."""
+    return None if i % 4 == 0 else {"X-I": str(i), "X-Trace": f"t-{i % 7}"}
+
+
+def publish_crash_messages(nats: SyncNats, origin: str, start: int, n: int) -> None:
+    """Messages ``start..start+n-1`` (origin seqs ``start+1..``) as ``check_landed_once`` expects
+    them, once the origin has stored them all (it stores core publishes from a queue of its own)."""
+    fast_publish(nats, origin.lower(), start, n, headers=crash_headers)
+    wait_for(lambda: nats.state(origin)["last_seq"] >= start + n, 30, f"{origin} to store seq {start + n}")
+
+
+def sample_origin(nats: SyncNats, origin: str, lo: int, hi: int, rng: random.Random, k: int = 60) -> dict[int, Any]:
+    """``k`` random messages of origin seqs ``lo..hi`` as the origin stores them (time included),
+    read while nothing can ack them away: the lake must land them exactly so."""
+    return {seq: nats.get(origin, seq) for seq in rng.sample(range(lo, hi + 1), min(k, hi - lo + 1))}
 
 
 def check_invariant(nats: SyncNats, lake: Any, origin: str, target: str) -> int:
@@ -92,11 +114,11 @@ def landed(lake: Any, origin: str) -> int:
 
 
 def land_the_rest(proc: subprocess.Popen[bytes], nats: SyncNats, lake: Any, origin: str, total: int,
-                  tmp_path: Path) -> None:
+                  samples: dict[int, Any], tmp_path: Path) -> None:
     """Let the driver ``proc`` land all ``total`` messages, then ``check_landed_once``."""
     wait_for(lambda: landed(lake, origin) >= total or proc.poll() is not None, 180, "the driver to land everything")
     assert proc.poll() is None, driver_log(tmp_path)
-    check_landed_once(nats, lake, origin, total)
+    check_landed_once(nats, lake, origin, total, samples)
 
 
 def lake_target(tmp_path: Path, origin: str, path: str) -> Any:
@@ -110,20 +132,29 @@ def lake_target(tmp_path: Path, origin: str, path: str) -> Any:
     return lake
 
 
-def check_landed_once(nats: SyncNats, lake: Any, origin: str, total: int) -> None:
-    """The lake holds origin seqs 1..total exactly once, with their subjects and data (as
-    ``fast_publish`` made them), and the origin (a WorkQueue or Interest stream whose only
-    consumer is ours) has been acked empty."""
+def check_landed_once(nats: SyncNats, lake: Any, origin: str, total: int, samples: dict[int, Any]) -> None:
+    """The lake holds origin seqs 1..total exactly once, each with its subject, headers and data
+    (as ``publish_crash_messages`` made them), the ``samples`` (read from the origin) with the
+    origin's own time too; and the origin (a WorkQueue or Interest stream whose only consumer is
+    ours) has been acked empty."""
     wait_for(lambda: nats.state(origin)["messages"] == 0, 30, "the origin to be fully acked",
              lambda: origin_report(nats, origin))
-    rows = lake.stream(f"{origin}_M").read(columns=["seq", "subject", "data"])
+    rows = lake.stream(f"{origin}_M").read(columns=["seq", "ts_ns", "time", "subject", "headers", "data"])
     seqs = rows.column("seq").to_pylist()
     assert rows.num_rows == total, f"{rows.num_rows} rows; missing {sorted(set(range(1, total + 1)) - set(seqs))[:20]}"
     assert sorted(seqs) == list(range(1, total + 1))
     by_seq = {r["seq"]: r for r in rows.to_pylist()}
-    for seq in (1, total // 2, total):
-        assert (by_seq[seq]["subject"], by_seq[seq]["data"]) == (f"{origin.lower()}.{(seq - 1) % 11}",
-                                                                 f"m{seq - 1}".encode())
+    for seq, row in by_seq.items():
+        pairs = [(h["name"], h["value"]) for h in row["headers"]] if row["headers"] else None
+        want = crash_headers(seq - 1)
+        assert (row["subject"], pairs, row["data"]) == (
+            f"{origin.lower()}.{(seq - 1) % 11}", list(want.items()) if want else None, f"m{seq - 1}".encode()), seq
+    assert len(samples) >= 100
+    for seq, msg in samples.items():
+        row = by_seq[seq]
+        assert (row["ts_ns"], row["subject"], row["headers"] and [(h["name"], h["value"]) for h in row["headers"]],
+                row["data"]) == (msg["ts_ns"], msg["subject"], msg["headers"], msg["data"]), seq
+        assert (row["time"] - EPOCH) // timedelta(microseconds=1) == msg["ts_ns"] // 1000, seq
 
 
 @pytest.mark.parametrize(("retention", "path"), [("workqueue", "job"), ("interest", "sink"), ("workqueue", "foreach")])
@@ -139,10 +170,11 @@ def test_driver_sigkill_at_random_moments(nats: SyncNats, tmp_path: Path, retent
     lake = lake_target(tmp_path, origin, path)
     url = nats.nc.connected_url.geturl()
     rng = random.Random(7)
+    samples: dict[int, Any] = {}
     proc = spawn_driver(path, url, origin, tmp_path)
     try:
         assert await_durable(proc, nats, origin, tmp_path)["config"]["ack_policy"] == "flow_control"
-        fast_publish(nats, prefix, 0, first)
+        publish_crash_messages(nats, origin, 0, first)
         published = first
         for _ in range(5):
             goal = landed(lake, origin) + rng.randint(1_000, 6_000)  # inside the backlog: the kill comes mid-ingest
@@ -156,11 +188,13 @@ def test_driver_sigkill_at_random_moments(nats: SyncNats, tmp_path: Path, retent
             check_invariant(nats, lake, origin, f"{origin}_M")
             assert landed(lake, origin) < published, "the kill came after the backlog had landed"
             if published < total:
-                fast_publish(nats, prefix, published, min(more, total - published))
+                publish_crash_messages(nats, origin, published, min(more, total - published))
                 published += min(more, total - published)
+            # No driver runs, and what the lake lacks cannot have been acked: it is there to be read.
+            samples |= sample_origin(nats, origin, landed(lake, origin) + 1, published, rng)
             proc = spawn_driver(path, url, origin, tmp_path)
         assert published == total
-        land_the_rest(proc, nats, lake, origin, total, tmp_path)
+        land_the_rest(proc, nats, lake, origin, total, samples, tmp_path)
     finally:
         stop_driver(proc)
 
@@ -175,10 +209,11 @@ def test_consumer_reset_by_another_process_during_ingest(nats: SyncNats, tmp_pat
     nats.add_stream(name=origin, subjects=[f"{origin.lower()}.>"], retention="workqueue")
     lake = lake_target(tmp_path, origin, "job")
     rng = random.Random(11)
+    publish_crash_messages(nats, origin, 0, total)  # a WorkQueue keeps them for the durable to come
+    samples = sample_origin(nats, origin, 1, total, rng, k=200)
     proc = spawn_driver("job", nats.nc.connected_url.geturl(), origin, tmp_path)
     try:
         name = await_durable(proc, nats, origin, tmp_path)["name"]
-        fast_publish(nats, origin.lower(), 0, total)
         for body in (None, {"seq": 1}, None, {"seq": 1}, None):
             goal = landed(lake, origin) + rng.randint(3_000, 12_000)
             assert goal < total
@@ -189,7 +224,7 @@ def test_consumer_reset_by_another_process_during_ingest(nats: SyncNats, tmp_pat
             assert "error" not in resp, resp
             check_invariant(nats, lake, origin, f"{origin}_M")
             assert landed(lake, origin) < total, "the reset came after everything had landed"
-        land_the_rest(proc, nats, lake, origin, total, tmp_path)
+        land_the_rest(proc, nats, lake, origin, total, samples, tmp_path)
     finally:
         stop_driver(proc)
 
@@ -206,7 +241,8 @@ def test_nats_server_killed_and_restarted_mid_ingest(spark: Any, tmp_path: Path)
         nats = SyncNats(srv.url)
         try:
             nats.add_stream(name=origin, subjects=[f"{origin.lower()}.>"], retention="workqueue")
-            fast_publish(nats, origin.lower(), 0, 80_000)
+            publish_crash_messages(nats, origin, 0, 80_000)
+            samples = sample_origin(nats, origin, 1, 80_000, random.Random(3), k=200)
             lake = lake_target(tmp_path, origin, "job")
             options = {"spillDir": str(tmp_path / "spill"), "waitTimeout": "90", **BATCH_OPTIONS}
             job = run_job({"stream": {"name": f"{origin}_M", "mirror": {"name": origin}},
@@ -225,11 +261,11 @@ def test_nats_server_killed_and_restarted_mid_ingest(spark: Any, tmp_path: Path)
                     srv.restart(kill=True)
                     check_invariant(nats, lake, origin, f"{origin}_M")
                     assert landed(lake, origin) < 80_000, "the server was killed after the backlog had landed"
-                fast_publish(nats, origin.lower(), 80_000, total - 80_000)
+                publish_crash_messages(nats, origin, 80_000, total - 80_000)
                 wait_for(lambda: landed(lake, origin) >= total or q.exception() is not None, 120,
                          "everything to land after the server restarts")
                 assert q.exception() is None, q.exception()
-                check_landed_once(nats, lake, origin, total)
+                check_landed_once(nats, lake, origin, total, samples)
             finally:
                 job.stop()
         finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -158,6 +159,39 @@ def test_acked_messages_still_stored_are_cleared(server: NatsServer, nats: SyncN
         assert again.orphan_resets == (1 if retention == "workqueue" else 0)
     finally:
         again.stop()
+
+
+def test_reader_permitted_only_the_consumer_api(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A user allowed the consumer API, acks and flow-control replies, but not ``STREAM.INFO`` or
+    ``STREAM.MSG.GET``: the look for acked messages still stored is skipped (a warning, once),
+    and the reader binds, reads and acks as before."""
+    (tmp_path / "store").mkdir()
+    conf = tmp_path / "perms.conf"
+    conf.write_text("""authorization { users = [
+      {user: admin, password: admin-pw}
+      {user: reader, password: reader-pw, permissions: {
+        publish: {allow: ["$JS.API.CONSUMER.>", "$JS.ACK.>", "$JS.FC.>"]}, subscribe: {allow: ["_INBOX.>"]}}}
+    ]}""")
+    with NatsServer(store_dir=tmp_path / "store", extra_args=["-c", str(conf)]) as srv:
+        admin = SyncNats(srv.url.replace("nats://", "nats://admin:admin-pw@"))
+        try:
+            admin.add_stream(name="PW", subjects=["pw.>"], retention="workqueue")
+            fast_publish(admin, "pw", 0, 500)
+            ing = Ingestor(opts(srv.url, "PW", tmp_path / "spill", consumer="lake", user="reader",
+                                password="reader-pw", maxAckPending="200"))
+            with caplog.at_level(logging.WARNING, logger="jsspark.live.ingestor"):
+                ing.start(None)
+                try:
+                    _, got = drain(ing, ing.floor, 500)
+                    assert got == list(range(1, 501))  # max_ack_pending 200 < 500: progress needs our acks
+                    wait_for(lambda: admin.state("PW")["messages"] == 0, 30, "the origin acked empty")
+                finally:
+                    ing.stop()
+            assert ing.orphan_resets == 0
+            lookups = [r.getMessage() for r in caplog.records if "cannot look for acked messages" in r.getMessage()]
+            assert len(lookups) == 1 and "PW" in lookups[0] and "reader-pw" not in lookups[0], lookups
+        finally:
+            admin.close()
 
 
 def test_secrets_never_in_errors(tmp_path: Path) -> None:

@@ -143,7 +143,8 @@ async def consumer_info(nc: Any, conn: Connection, stream: str, name: str) -> di
     return await js_request(nc, conn, f"CONSUMER.INFO.{stream}.{name}", None)
 
 
-async def oldest_stored(nc: Any, conn: Connection, stream: str, config: dict[str, Any]) -> int | None:
+async def oldest_stored(nc: Any, conn: Connection, stream: str, config: dict[str, Any],
+                        timeout: float = REQUEST_TIMEOUT) -> int | None:
     """The origin's oldest stored message a consumer with ``config`` delivers (its filter
     subjects; every subject without one), by ``STREAM.MSG.GET`` with ``next_by_subj`` from
     seq 1; ``None`` when it stores none."""
@@ -151,7 +152,8 @@ async def oldest_stored(nc: Any, conn: Connection, stream: str, config: dict[str
     oldest = None
     for subject in subjects:
         try:
-            resp = await js_request(nc, conn, f"STREAM.MSG.GET.{stream}", {"seq": 1, "next_by_subj": subject})
+            resp = await js_request(nc, conn, f"STREAM.MSG.GET.{stream}", {"seq": 1, "next_by_subj": subject},
+                                    timeout)
         except APIError as e:
             if e.err_code == 10037:  # no message found
                 continue
@@ -171,5 +173,5 @@ def check_bound(info: dict[str, Any], opts: LiveReadOptions) -> None:
         raise api_error("JSSourceDurableConsumerCfgInvalid")
 
 
-async def stream_info(nc: Any, conn: Connection, stream: str) -> dict[str, Any]:
-    return await js_request(nc, conn, f"STREAM.INFO.{stream}", None)
+async def stream_info(nc: Any, conn: Connection, stream: str, timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
+    return await js_request(nc, conn, f"STREAM.INFO.{stream}", None, timeout)

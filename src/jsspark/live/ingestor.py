@@ -105,6 +105,9 @@ from jsspark.live.spill import (
 log = logging.getLogger(__name__)
 
 STALL_SECONDS = 5.0
+# The look for acked messages still stored (_orphans) is an extra on each bind: a request the
+# user may not be permitted (answered by nothing) must not hold the bind for long.
+LOOKUP_TIMEOUT = 5.0
 ACK_FLUSH_SECONDS = 3.0
 LANDED_POLL = 0.01  # how often a held flow-control request looks for the landing sink's mark
 # A batch waits for the buffer to fill while messages keep arriving (each Spark batch costs far
@@ -363,17 +366,31 @@ class Ingestor:
         acked but still stored (module docstring): the durable's oldest stored message when it
         is at or below the ack floor, else ``None`` (the ack floor + 1); and that ack floor.
         Everything up to the ack floor is taken as held (``_highest``): redelivered, it is only
-        acked again. ``info``: the durable's info if the caller has it."""
+        acked again. ``info``: the durable's info if the caller has it (else it is asked for and
+        checked like the reset's, so a durable we refuse is never reset).
+
+        The lookups are an extra: one that fails (a user whose permissions allow the consumer
+        API but not ``STREAM.INFO``/``STREAM.MSG.GET``) is logged once and not tried again."""
         nc, o = self._nc, self.opts
-        if self._workqueue is None:
-            config = (await C.stream_info(nc, o.conn, o.stream))["config"]
-            self._workqueue = config.get("retention") == "workqueue"
+        try:
+            if self._workqueue is None:
+                config = (await C.stream_info(nc, o.conn, o.stream, LOOKUP_TIMEOUT))["config"]
+                self._workqueue = config.get("retention") == "workqueue"
+        except Exception as e:
+            self._no_orphan_lookup(e)
         if not self._workqueue:
             return None, {}
-        info = info or await C.consumer_info(nc, o.conn, o.stream, o.consumer)
+        if info is None:
+            info = await C.consumer_info(nc, o.conn, o.stream, o.consumer)  # errors as the reset's
+            C.check_bound(info, o)
         floor = info.get("ack_floor") or {}
         acked = int(floor.get("stream_seq", 0))
-        oldest = await C.oldest_stored(nc, o.conn, o.stream, info.get("config") or {}) if acked else None
+        try:
+            cfg = info.get("config") or {}
+            oldest = await C.oldest_stored(nc, o.conn, o.stream, cfg, LOOKUP_TIMEOUT) if acked else None
+        except Exception as e:
+            self._no_orphan_lookup(e)
+            return None, floor
         if oldest is None or oldest > acked:
             return None, floor
         with self._cv:
@@ -383,6 +400,11 @@ class Ingestor:
                     "the server stopped while removing them); delivering them again to ack them again",
                     o.stream, oldest, o.consumer, acked)
         return oldest, floor
+
+    def _no_orphan_lookup(self, e: BaseException) -> None:
+        self._workqueue = False
+        log.warning("jetstream (live): %s: cannot look for acked messages still stored, not trying again: %s",
+                    self.opts.stream, self._redact(str(e) or type(e).__name__))
 
     def _schedule_restart(self) -> None:
         if not self._restarting:

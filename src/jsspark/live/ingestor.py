@@ -286,8 +286,7 @@ class Ingestor:
             info = await C.stream_info(self._nc, self.opts.conn, self.opts.stream)
             out = {"seq": int(info["state"]["last_seq"])}
             with contextlib.suppress(Exception):  # an ordered consumer being recreated
-                c = await C.js_request(self._nc, self.opts.conn,
-                                       f"CONSUMER.INFO.{self.opts.stream}.{self._consumer_name}", None)
+                c = await C.consumer_info(self._nc, self.opts.conn, self.opts.stream, self._consumer_name)
                 out["num_pending"] = int(c.get("num_pending", 0))
             return out
 
@@ -838,8 +837,7 @@ class Ingestor:
         if self._awaiting:
             return False
         try:
-            info = self._call(C.js_request(self._nc, self.opts.conn,
-                                           f"CONSUMER.INFO.{self.opts.stream}.{self._consumer_name}", None), 10)
+            info = self._call(C.consumer_info(self._nc, self.opts.conn, self.opts.stream, self._consumer_name), 10)
         except Exception:
             return False
         delivered = int((info.get("delivered") or {}).get("consumer_seq", 0))

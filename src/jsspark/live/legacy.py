@@ -118,7 +118,7 @@ class LegacyIngestor(Ingestor):
             cfg = legacy_durable_config(o, retention)
             body = {"stream_name": o.stream, "config": cfg, "action": ""}
             await C.js_request(self._nc, o.conn, f"CONSUMER.CREATE.{o.stream}.{o.consumer}", body)
-            info = await C.js_request(self._nc, o.conn, f"CONSUMER.INFO.{o.stream}.{o.consumer}", None)
+            info = await C.consumer_info(self._nc, o.conn, o.stream, o.consumer)
             if (info.get("config") or {}).get("ack_policy") != cfg["ack_policy"]:
                 raise LiveSourceError(f"jetstream (live): durable {o.consumer!r} on {o.stream!r} is not "
                                       f"ack_policy {cfg['ack_policy']}")

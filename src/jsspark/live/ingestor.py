@@ -363,35 +363,35 @@ class Ingestor:
     async def _orphans(self, info: dict[str, Any] | None) -> tuple[int | None, dict[str, Any]]:
         """On a WorkQueue origin, where the reset should restart delivery to clear messages
         acked but still stored (module docstring): the durable's oldest stored message when it
-        is at or below the ack floor, else ``None`` (the ack floor + 1); and that ack floor.
+        is at or below the ack floor, and that ack floor; else ``(None, {})`` (the ack floor + 1).
         Everything up to the ack floor is taken as held (``_highest``): redelivered, it is only
         acked again. ``info``: the durable's info if the caller has it (else it is asked for and
         checked like the reset's, so a durable we refuse is never reset).
 
-        The lookups are an extra: one that fails (a user whose permissions allow the consumer
-        API but not ``STREAM.INFO``/``STREAM.MSG.GET``) is logged once and not tried again."""
+        The lookups are an extra. They come after the durable answered, so JetStream is up: one
+        that fails then (a user whose permissions allow the consumer API but not
+        ``STREAM.INFO``/``STREAM.MSG.GET``) is logged once and not tried again."""
         nc, o = self._nc, self.opts
-        try:
-            if self._workqueue is None:
-                config = (await C.stream_info(nc, o.conn, o.stream, LOOKUP_TIMEOUT))["config"]
-                self._workqueue = config.get("retention") == "workqueue"
-        except Exception as e:
-            self._no_orphan_lookup(e)
-        if not self._workqueue:
+        if self._workqueue is False:
             return None, {}
         if info is None:
             info = await C.consumer_info(nc, o.conn, o.stream, o.consumer)  # errors as the reset's
             C.check_bound(info, o)
-        floor = info.get("ack_floor") or {}
-        acked = int(floor.get("stream_seq", 0))
         try:
+            if self._workqueue is None:
+                config = (await C.stream_info(nc, o.conn, o.stream, LOOKUP_TIMEOUT))["config"]
+                self._workqueue = config.get("retention") == "workqueue"
+                if not self._workqueue:
+                    return None, {}
+            floor = info.get("ack_floor") or {}
+            acked = int(floor.get("stream_seq", 0))
             cfg = info.get("config") or {}
             oldest = await C.oldest_stored(nc, o.conn, o.stream, cfg, LOOKUP_TIMEOUT) if acked else None
         except Exception as e:
             self._no_orphan_lookup(e)
-            return None, floor
+            return None, {}
         if oldest is None or oldest > acked:
-            return None, floor
+            return None, {}
         with self._cv:
             self._highest = max(self._highest, acked)
         self.orphan_resets += 1

@@ -125,6 +125,61 @@ def test_reset_by_another_process(server: NatsServer, nats: SyncNats, tmp_path: 
         ing.stop()
 
 
+@pytest.mark.parametrize("retention", ["workqueue", "limits"])
+def test_an_ack_that_crosses_a_reset_by_another_process(server: NatsServer, nats: SyncNats, tmp_path: Path,
+                                                        retention: str) -> None:
+    """An answer to a flow-control request sent just before another process reset the durable
+    can reach the server just after it (``test_consumer_reset_by_another_process_during_ingest``
+    hit it): a reset leaves the request outstanding, so its answer's ack is taken, naming a
+    delivery seq of the old generation; the server then drops every ack of the new one up to
+    that seq, and at ``max_ack_pending`` (200) delivers nothing more, for good. Made at will:
+    the reader acked up to 1,000 (delivery seq 1,000) and holds the request the server sent at
+    ``max_ack_pending``; a reset, then that request answered with the ack of 1,000 again.
+
+    - WorkQueue, reset to seq 1 (the oldest stored, 1,001): the durable's store refuses that ack
+      (seq 1,000 is not pending), so its ack floor stays below the reader's next ack.
+    - Limits, reset to seq 801: the answer comes once 801..1,000 are delivered again (delivery
+      seqs 1..200), so the store takes it (ack floor delivery seq 1,000) and shows more pending
+      than delivered above it. The reader commits nothing more until its repair.
+
+    Either way the reader finds its durable acked out of order, resets it and reads on."""
+    name = f"XR{retention[0]}".upper()
+    nats.add_stream(name=name, subjects=[f"{name.lower()}.>"], retention=retention)
+    fast_publish(nats, name.lower(), 0, 3_000)
+    ing = Ingestor(opts(server.url, name, tmp_path, consumer="lake", maxAckPending="200"))
+    ing.start(None)
+    try:
+        start, got = drain(ing, 0, 1_000)
+        wait_for(lambda: nats.api(f"CONSUMER.INFO.{name}.lake")["ack_floor"]["stream_seq"] == 1_000, 30,
+                 "acks up to 1,000")
+        assert nats.api(f"CONSUMER.INFO.{name}.lake")["ack_floor"]["consumer_seq"] == 1_000
+        wait_for(lambda: ing._held_fc is not None, 10, "the request at max_ack_pending, held")
+        request = ing._held_fc
+        back = 1 if retention == "workqueue" else 801
+        assert "error" not in nats.api(f"CONSUMER.RESET.{name}.lake", {"seq": back})
+        if retention == "limits":
+            wait_for(lambda: nats.api(f"CONSUMER.INFO.{name}.lake")["delivered"]["stream_seq"] >= 1_000, 10,
+                     "801..1,000 delivered again")
+
+        async def stale_answer() -> None:
+            await nats.nc.publish(request, b"", headers={"Nats-Last-Stream": "1000", "Nats-Last-Consumer": "1000"})
+            await nats.nc.flush()
+
+        nats.run(stale_answer())
+        if retention == "limits":
+            info = nats.api(f"CONSUMER.INFO.{name}.lake")
+            assert info["ack_floor"]["consumer_seq"] == 1_000 > info["delivered"]["consumer_seq"]
+            wait_for(lambda: ing.ack_repairs == 1, 30, "the reader's repair")
+        _, more = drain(ing, start, 3_000)
+        assert got + more == list(range(1, 3_001))
+        wait_for(lambda: nats.api(f"CONSUMER.INFO.{name}.lake")["ack_floor"]["stream_seq"] == 3_000, 30,
+                 "acks up to 3,000")
+        assert nats.state(name)["messages"] == (0 if retention == "workqueue" else 3_000)
+        assert ing.ack_repairs == 1
+    finally:
+        ing.stop()
+
+
 @pytest.mark.parametrize(("retention", "floor"), [("workqueue", 2_500), ("workqueue", None), ("interest", 2_500)])
 def test_acked_messages_still_stored_are_cleared(server: NatsServer, nats: SyncNats, tmp_path: Path,
                                                  retention: str, floor: int | None) -> None:

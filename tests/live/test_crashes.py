@@ -116,7 +116,9 @@ def landed(lake: Any, origin: str) -> int:
 def land_the_rest(proc: subprocess.Popen[bytes], nats: SyncNats, lake: Any, origin: str, total: int,
                   samples: dict[int, Any], tmp_path: Path) -> None:
     """Let the driver ``proc`` land all ``total`` messages, then ``check_landed_once``."""
-    wait_for(lambda: landed(lake, origin) >= total or proc.poll() is not None, 180, "the driver to land everything")
+    wait_for(lambda: landed(lake, origin) >= total or proc.poll() is not None, 180, "the driver to land everything",
+             lambda: f"lake holds up to {landed(lake, origin)}, {origin_report(nats, origin)}; "
+                     f"driver log: {driver_log(tmp_path)}")
     assert proc.poll() is None, driver_log(tmp_path)
     check_landed_once(nats, lake, origin, total, samples)
 

@@ -139,8 +139,23 @@ async def reset_consumer(nc: Any, conn: Connection, stream: str, name: str, seq:
     return await js_request(nc, conn, f"CONSUMER.RESET.{stream}.{name}", None if seq is None else {"seq": seq})
 
 
-async def consumer_info(nc: Any, conn: Connection, stream: str, name: str) -> dict[str, Any]:
-    return await js_request(nc, conn, f"CONSUMER.INFO.{stream}.{name}", None)
+async def consumer_info(nc: Any, conn: Connection, stream: str, name: str,
+                        timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
+    return await js_request(nc, conn, f"CONSUMER.INFO.{stream}.{name}", None, timeout)
+
+
+def acks_out_of_order(info: dict[str, Any], acked: int) -> bool:
+    """A durable's ``CONSUMER.INFO``, asked after acks up to stream seq ``acked`` reached it, shows
+    that an ack of an older delivery generation (before a reset) reached it since: the server
+    then drops every ack of the new generation up to that ack's delivery seq
+    (``processAckMsgLocked``: ``dseq <= o.adflr``). Two signs, whether or not its store took
+    that ack (the info shows the store's ack floor): an ack floor below ``acked``; more pending
+    than delivered above the ack floor (acks in order each cover a prefix of the deliveries, so
+    every pending message was delivered above it)."""
+    floor = info.get("ack_floor") or {}
+    delivered = int((info.get("delivered") or {}).get("consumer_seq", 0))
+    behind = int(floor.get("stream_seq", 0)) < acked
+    return behind or int(info.get("num_ack_pending", 0)) > delivered - int(floor.get("consumer_seq", 0))
 
 
 async def oldest_stored(nc: Any, conn: Connection, stream: str, config: dict[str, Any],

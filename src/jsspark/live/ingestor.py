@@ -55,6 +55,16 @@ Design (why each piece is there):
   breaks a stall (no heartbeat for ``STALL_SECONDS``). A reset made by someone else shows up as
   dseq 1 (or a heartbeat with ``Nats-Last-Consumer: 0``) and just starts a new generation.
   The durable is never deleted (ordered mode, which has no durable, recreates its ephemeral).
+- **An ack that crosses someone else's reset**: an answer to a flow-control request sent just
+  before that reset can reach the server just after it (a reset leaves the request
+  outstanding, so the server takes the answer's ack). It names a delivery seq of the old
+  generation, and the server then drops every ack of the new one up to that seq: at
+  ``max_ack_pending`` it delivers nothing more, for good (the crash tests' external resets hit
+  it). It names only committed messages, so nothing is lost, but the durable must be made
+  whole: every ``STALL_SECONDS`` while no delivery comes, the reader asks for the durable's
+  info; an ack floor below an ack of this generation that reached the server, or more pending
+  than delivered above the ack floor (``consumer.acks_out_of_order``), seen twice in a row,
+  gets our own reset (``_check_acks``).
 - **Acked but still stored (WorkQueue origins)**: an ack removes the messages it covers one by
   one, newest first, after the consumer's ack floor has moved. A nats-server killed during that
   comes back with the ack floor and the oldest of those messages still stored. A clustered
@@ -167,6 +177,9 @@ class Ingestor:
     # Deliveries in bulk from the client's parser (``wire``); a subclass that needs every
     # delivery as a nats-py ``Msg`` (``_on_msg``) sets this False.
     _bulk = True
+    # The durable can be reset by someone else (the reset API, 2.14+), so acks can reach it out
+    # of order (_check_acks).
+    _resettable = True
 
     def __init__(self, opts: LiveReadOptions) -> None:
         self.opts = opts
@@ -208,10 +221,14 @@ class Ingestor:
         self._fc_dseq = 0  # the delivery seq a flow-control request last came after (loop thread)
         self._acked_sseq = 0
         self._acks_flushed = 0  # highest stream seq whose ack reached the server
+        self._generation = 0  # counts delivery generations (_clear_pairs)
+        self._gen_flushed = 0  # highest stream seq whose ack reached the server in this generation
+        self._acks_suspect = 0  # the generation _check_acks last found acked out of order (0: none)
         self._fatal: BaseException | None = None
         self.last_error: str | None = None
         self.resets = 0
         self.orphan_resets = 0  # resets back to acked messages a WorkQueue still stores (_orphans)
+        self.ack_repairs = 0  # resets of a durable an ack reached out of order (_check_acks)
         self._workqueue: bool | None = None  # the origin's retention is workqueue (asked once)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -417,17 +434,66 @@ class Ingestor:
         self.last_error = self._redact(str(e))
 
     async def _watchdog(self) -> None:
-        """Break a stall: no message or heartbeat for STALL_SECONDS while connected."""
+        """Break a stall: no message or heartbeat for STALL_SECONDS while connected. And while
+        no delivery comes (heartbeats may), check every STALL_SECONDS that the durable's acks
+        can still move it (``_check_acks``)."""
+        seen, since = self._last_dseq, time.monotonic()
         while True:
             await asyncio.sleep(1.0)
-            if self._nc.is_connected and time.monotonic() - self._last_heard > STALL_SECONDS:
-                self._last_heard = time.monotonic()
+            now = time.monotonic()
+            if not self._nc.is_connected:
+                continue
+            if now - self._last_heard > STALL_SECONDS:
+                self._last_heard = now
                 self._schedule_restart()
+            elif self._last_dseq != seen:
+                seen, since = self._last_dseq, now
+            elif now - since > STALL_SECONDS:
+                since = now
+                await self._check_acks()
+
+    async def _check_acks(self) -> None:
+        """Reset the durable if an ack reached it out of order (module docstring): our reset
+        restarts delivery at its ack floor + 1, which that ack moved only over committed
+        messages. The info request goes after every ack counted in ``_gen_flushed`` (same
+        connection), so the ack floor it shows must cover them. Only a sign seen twice in a row
+        counts: an ack of ours that answered a request the server no longer waited for (it
+        takes the first answer only) shows the first sign until our answer to its next request,
+        within its next heartbeat. A failed look is retried on the next call."""
+        o = self.opts
+        if o.mode == "ordered" or not self._resettable or self._restarting:
+            return
+        with self._cv:
+            generation, acked = self._generation, self._gen_flushed
+        try:
+            info = await C.consumer_info(self._nc, o.conn, o.stream, o.consumer, LOOKUP_TIMEOUT)
+        except Exception as e:
+            self.last_error = self._redact(str(e) or type(e).__name__)
+            return
+        with self._cv:
+            if self._restarting or self._generation != generation:
+                return
+            if not C.acks_out_of_order(info, acked):
+                self._acks_suspect = 0
+                return
+            if self._acks_suspect != generation:
+                self._acks_suspect = generation
+                return
+            self._awaiting = True
+        self.ack_repairs += 1
+        log.warning("jetstream (live): durable %s on %s does not take our acks (acked up to seq %d; ack floor %s, "
+                    "delivered %s, %s pending): an ack reached it after a reset made by another process; "
+                    "resetting it", o.consumer, o.stream, acked, info.get("ack_floor"), info.get("delivered"),
+                    info.get("num_ack_pending"))
+        self._schedule_restart()
 
     # -- deliveries (loop thread) ------------------------------------------------------------
     def _clear_pairs(self) -> None:
+        """A new delivery generation: nothing of it delivered or acked yet."""
         self._gen_pairs.clear()
         self._gen_count = 0
+        self._generation += 1
+        self._gen_flushed = 0
 
     def _new_generation(self) -> None:
         self._awaiting = False
@@ -620,11 +686,13 @@ class Ingestor:
         (a byte window run out first) gets it answered (``_on_control``)."""
         headers = None
         pair: tuple[int, int] | None = None
+        generation = 0
         if self.opts.mode != "ordered":
             if self._marked():
                 self._read_landed()
             with self._cv:
                 pair = None if self._awaiting else self._ack_pair()
+                generation = self._generation
                 nothing_new = pair is None or pair[0] <= self._acked_sseq
                 if nothing_new and (near or self._gen_count >= self.opts.max_ack_pending):
                     self._held_fc = subject
@@ -641,6 +709,8 @@ class Ingestor:
             await self._nc.flush()
             with self._cv:
                 self._acks_flushed = max(self._acks_flushed, pair[0])
+                if self._generation == generation:
+                    self._gen_flushed = max(self._gen_flushed, pair[0])
                 self._cv.notify_all()
 
     def _marked(self) -> bool:

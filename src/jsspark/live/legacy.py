@@ -83,6 +83,7 @@ class LegacyIngestor(Ingestor):
     """``Ingestor`` for servers before 2.14; see the module docstring."""
 
     _bulk = False  # each delivery is looked at first (_on_msg): redeliveries are acked, repairs skip them
+    _resettable = False  # no reset API before 2.14: no one else's reset for an ack to cross
 
     def __init__(self, opts: LiveReadOptions) -> None:
         super().__init__(opts)

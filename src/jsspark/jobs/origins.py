@@ -68,7 +68,7 @@ def lake_facts(endpoint: Endpoint, name: str) -> OriginFacts:
 def server_facts(endpoint: Endpoint, name: str, durable: str | None) -> OriginFacts:
     """Stream info (retention, created) and API level from the server, and the durable's
     config when it exists already (a restart must ask for the same start position)."""
-    from jsspark.live.consumer import js_request
+    from jsspark.live.consumer import consumer_info, js_request, stream_info
     from jsspark.live.options import parse_connection, redact
 
     conn = parse_connection(endpoint.connection_options())
@@ -78,12 +78,12 @@ def server_facts(endpoint: Endpoint, name: str, durable: str | None) -> OriginFa
 
         nc = await open_client(conn, conn.connect_timeout)  # refused credentials fail at once
         try:
-            info = await js_request(nc, conn, f"STREAM.INFO.{name}", None)
+            info = await stream_info(nc, conn, name)
             account = await js_request(nc, conn, "INFO", None)
             existing = None
             if durable:
                 try:
-                    existing = (await js_request(nc, conn, f"CONSUMER.INFO.{name}.{durable}", None)).get("config")
+                    existing = (await consumer_info(nc, conn, name, durable)).get("config")
                 except APIError as e:
                     if e.err_code != 10014:  # consumer not found: created on first start
                         raise

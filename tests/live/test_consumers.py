@@ -216,6 +216,31 @@ def test_acked_messages_still_stored_are_cleared(server: NatsServer, nats: SyncN
         again.stop()
 
 
+def test_acked_messages_still_stored_are_cleared_while_reading(server: NatsServer, nats: SyncNats,
+                                                              tmp_path: Path) -> None:
+    """The same state made while the reader runs: it holds 1..3,000, has acked up to 2,000, and
+    another process resets its durable ahead to 2,501, so 2,001..2,500 stay stored below the ack
+    floor once the reader acks 3,000 (a reset that drops messages an ack that crossed it left
+    pending does the same). No bind of ours comes to clear them: the check while idle finds
+    them (at two checks in a row) and the reader clears them, landing nothing twice."""
+    nats.add_stream(name="ORRUN", subjects=["orrun.>"], retention="workqueue")
+    fast_publish(nats, "orrun", 0, 3_000)
+    ing = Ingestor(opts(server.url, "ORRUN", tmp_path, consumer="lake"))
+    ing.start(None)
+    try:
+        start, got = drain(ing, 0, 2_000)
+        wait_for(lambda: nats.state("ORRUN")["first_seq"] == 2_001, 30, "acks up to 2,000")
+        wait_for(lambda: ing.latest(start, None, None) >= 3_000, 30, "3,000 held")
+        assert "error" not in nats.api("CONSUMER.RESET.ORRUN.lake", {"seq": 2_501})
+        _, more = drain(ing, start, 3_000)
+        assert got + more == list(range(1, 3_001))
+        wait_for(lambda: nats.state("ORRUN")["messages"] == 0, 40, "the origin acked empty",
+                 lambda: str(nats.state("ORRUN")))
+        assert (ing.ack_repairs, ing.orphan_resets) == (1, 1)
+    finally:
+        ing.stop()
+
+
 def test_reader_permitted_only_the_consumer_api(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A user allowed the consumer API, acks and flow-control replies, but not ``STREAM.INFO`` or
     ``STREAM.MSG.GET``: the look for acked messages still stored is skipped (a warning, once),

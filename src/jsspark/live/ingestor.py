@@ -73,7 +73,9 @@ Design (why each piece is there):
   so the WorkQueue would keep them for good. So each (re)start on a WorkQueue looks for
   the durable's oldest stored message; at or below its ack floor, the reset goes back there
   instead: the server delivers them again, the reader skips them (they are at or below what it
-  holds) and its next ack removes them (``_orphans``).
+  holds) and its next ack removes them (``_orphans``). The same look runs every
+  ``STALL_SECONDS`` while no delivery comes (``_check_acks``): a reset by someone else can strand
+  messages below the ack floor too (those an ack that crossed an earlier reset left pending).
 """
 
 from __future__ import annotations
@@ -378,44 +380,59 @@ class Ingestor:
             self._restarting = False
 
     async def _orphans(self, info: dict[str, Any] | None) -> tuple[int | None, dict[str, Any]]:
-        """On a WorkQueue origin, where the reset should restart delivery to clear messages
-        acked but still stored (module docstring): the durable's oldest stored message when it
-        is at or below the ack floor, and that ack floor; else ``(None, {})`` (the ack floor + 1).
+        """On a WorkQueue origin, where the reset should restart delivery: the durable's oldest
+        stored message when it is at or below the ack floor (acked but still stored: module
+        docstring) or at or below what Spark committed, and that ack floor; else ``(None, {})``
+        (the ack floor + 1). The second is where the ack floor + 1 would be anyway, unless the
+        server's ack floor in memory is ahead of what its info shows (an ack that crossed a
+        reset, ``_check_acks``): then the ack floor + 1 would skip, and strand, stored messages.
         Everything up to the ack floor is taken as held (``_highest``): redelivered, it is only
         acked again. ``info``: the durable's info if the caller has it (else it is asked for and
-        checked like the reset's, so a durable we refuse is never reset).
-
-        The lookups are an extra. They come after the durable answered, so JetStream is up: one
-        that fails then (a user whose permissions allow the consumer API but not
-        ``STREAM.INFO``/``STREAM.MSG.GET``) is logged once and not tried again."""
+        checked like the reset's, so a durable we refuse is never reset)."""
         nc, o = self._nc, self.opts
         if self._workqueue is False:
             return None, {}
         if info is None:
             info = await C.consumer_info(nc, o.conn, o.stream, o.consumer)  # errors as the reset's
             C.check_bound(info, o)
+        floor = info.get("ack_floor") or {}
+        acked = int(floor.get("stream_seq", 0))
+        with self._cv:
+            safe = max(acked, self.floor)
+        oldest = await self._oldest_stored(info, look=safe > 0)
+        if oldest is None or oldest > safe:
+            return None, {}
+        if oldest > acked:
+            return oldest, floor
+        with self._cv:
+            self._highest = max(self._highest, acked)
+        self.orphan_resets += 1
+        log.warning("jetstream (live): %s still stores messages from seq %d that its durable %s acked (up to %d; "
+                    "a server stopped while removing them, or a reset by another process left them); delivering "
+                    "them again to ack them again", o.stream, oldest, o.consumer, acked)
+        return oldest, floor
+
+    async def _oldest_stored(self, info: dict[str, Any], look: bool = True) -> int | None:
+        """On a WorkQueue origin, the oldest message stored for the durable of ``info``; None if
+        the origin is not a WorkQueue or stores none (or without ``look``: the retention is only
+        found out, once). The lookups are an extra. They come after the durable answered, so
+        JetStream is up: one that fails then (a user whose permissions allow the consumer API but
+        not ``STREAM.INFO``/``STREAM.MSG.GET``) is logged once and not tried again."""
+        nc, o = self._nc, self.opts
+        if self._workqueue is False:
+            return None
         try:
             if self._workqueue is None:
                 config = (await C.stream_info(nc, o.conn, o.stream, LOOKUP_TIMEOUT))["config"]
                 self._workqueue = config.get("retention") == "workqueue"
                 if not self._workqueue:
-                    return None, {}
-            floor = info.get("ack_floor") or {}
-            acked = int(floor.get("stream_seq", 0))
-            cfg = info.get("config") or {}
-            oldest = await C.oldest_stored(nc, o.conn, o.stream, cfg, LOOKUP_TIMEOUT) if acked else None
+                    return None
+            if not look:
+                return None
+            return await C.oldest_stored(nc, o.conn, o.stream, info.get("config") or {}, LOOKUP_TIMEOUT)
         except Exception as e:
             self._no_orphan_lookup(e)
-            return None, {}
-        if oldest is None or oldest > acked:
-            return None, {}
-        with self._cv:
-            self._highest = max(self._highest, acked)
-        self.orphan_resets += 1
-        log.warning("jetstream (live): %s still stores messages from seq %d that its durable %s acked (up to %d; "
-                    "the server stopped while removing them); delivering them again to ack them again",
-                    o.stream, oldest, o.consumer, acked)
-        return oldest, floor
+            return None
 
     def _no_orphan_lookup(self, e: BaseException) -> None:
         self._workqueue = False
@@ -470,10 +487,18 @@ class Ingestor:
         except Exception as e:
             self.last_error = self._redact(str(e) or type(e).__name__)
             return
+        sign = None
+        if C.acks_out_of_order(info, acked):
+            sign = "does not take our acks: an ack reached it after a reset made by another process"
+        elif self._workqueue:
+            oldest = await self._oldest_stored(info)
+            if oldest is not None and oldest <= int((info.get("ack_floor") or {}).get("stream_seq", 0)):
+                sign = (f"still has seq {oldest} stored at or below its ack floor: a reset by another process "
+                        f"skipped it, or dropped it pending above an ack that crossed an earlier reset")
         with self._cv:
             if self._restarting or self._generation != generation:
                 return
-            if not C.acks_out_of_order(info, acked):
+            if sign is None:
                 self._acks_suspect = 0
                 return
             if self._acks_suspect != generation:
@@ -481,10 +506,9 @@ class Ingestor:
                 return
             self._awaiting = True
         self.ack_repairs += 1
-        log.warning("jetstream (live): durable %s on %s does not take our acks (acked up to seq %d; ack floor %s, "
-                    "delivered %s, %s pending): an ack reached it after a reset made by another process; "
-                    "resetting it", o.consumer, o.stream, acked, info.get("ack_floor"), info.get("delivered"),
-                    info.get("num_ack_pending"))
+        log.warning("jetstream (live): durable %s on %s %s (acked up to seq %d; ack floor %s, delivered %s, %s "
+                    "pending); resetting it", o.consumer, o.stream, sign, acked, info.get("ack_floor"),
+                    info.get("delivered"), info.get("num_ack_pending"))
         self._schedule_restart()
 
     # -- deliveries (loop thread) ------------------------------------------------------------

@@ -225,12 +225,12 @@ class Ingestor:
         self._acks_flushed = 0  # highest stream seq whose ack reached the server
         self._generation = 0  # counts delivery generations (_clear_pairs)
         self._gen_flushed = 0  # highest stream seq whose ack reached the server in this generation
-        self._acks_suspect = 0  # the generation _check_acks last found acked out of order (0: none)
+        self._acks_suspect = 0  # the generation _check_acks last found needing a reset (0: none)
         self._fatal: BaseException | None = None
         self.last_error: str | None = None
         self.resets = 0
         self.orphan_resets = 0  # resets back to acked messages a WorkQueue still stores (_orphans)
-        self.ack_repairs = 0  # resets of a durable an ack reached out of order (_check_acks)
+        self.ack_repairs = 0  # resets after an ack out of order or messages stranded (_check_acks)
         self._workqueue: bool | None = None  # the origin's retention is workqueue (asked once)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -470,7 +470,8 @@ class Ingestor:
                 await self._check_acks()
 
     async def _check_acks(self) -> None:
-        """Reset the durable if an ack reached it out of order (module docstring): our reset
+        """Reset the durable if an ack reached it out of order, or (WorkQueue) it still stores
+        messages at or below its ack floor (module docstring): our reset
         restarts delivery at its ack floor + 1, which that ack moved only over committed
         messages. The info request goes after every ack counted in ``_gen_flushed`` (same
         connection), so the ack floor it shows must cover them. Only a sign seen twice in a row

@@ -144,6 +144,11 @@ async def consumer_info(nc: Any, conn: Connection, stream: str, name: str,
     return await js_request(nc, conn, f"CONSUMER.INFO.{stream}.{name}", None, timeout)
 
 
+def ack_floor(info: dict[str, Any]) -> int:
+    """The origin stream seq up to which a durable's ``CONSUMER.INFO`` shows it acked (0: none)."""
+    return int((info.get("ack_floor") or {}).get("stream_seq", 0))
+
+
 def acks_out_of_order(info: dict[str, Any], acked: int) -> bool:
     """A durable's ``CONSUMER.INFO``, asked after acks up to stream seq ``acked`` reached it, shows
     that an ack of an older delivery generation (before a reset) reached it since: the server
@@ -152,10 +157,9 @@ def acks_out_of_order(info: dict[str, Any], acked: int) -> bool:
     that ack (the info shows the store's ack floor): an ack floor below ``acked``; more pending
     than delivered above the ack floor (acks in order each cover a prefix of the deliveries, so
     every pending message was delivered above it)."""
-    floor = info.get("ack_floor") or {}
     delivered = int((info.get("delivered") or {}).get("consumer_seq", 0))
-    behind = int(floor.get("stream_seq", 0)) < acked
-    return behind or int(info.get("num_ack_pending", 0)) > delivered - int(floor.get("consumer_seq", 0))
+    floor_dseq = int((info.get("ack_floor") or {}).get("consumer_seq", 0))
+    return ack_floor(info) < acked or int(info.get("num_ack_pending", 0)) > delivered - floor_dseq
 
 
 async def oldest_stored(nc: Any, conn: Connection, stream: str, config: dict[str, Any],

@@ -396,7 +396,7 @@ class Ingestor:
             info = await C.consumer_info(nc, o.conn, o.stream, o.consumer)  # errors as the reset's
             C.check_bound(info, o)
         floor = info.get("ack_floor") or {}
-        acked = int(floor.get("stream_seq", 0))
+        acked = C.ack_floor(info)
         with self._cv:
             safe = max(acked, self.floor)
         oldest = await self._oldest_stored(info, look=safe > 0)
@@ -471,13 +471,13 @@ class Ingestor:
 
     async def _check_acks(self) -> None:
         """Reset the durable if an ack reached it out of order, or (WorkQueue) it still stores
-        messages at or below its ack floor (module docstring): our reset
-        restarts delivery at its ack floor + 1, which that ack moved only over committed
-        messages. The info request goes after every ack counted in ``_gen_flushed`` (same
-        connection), so the ack floor it shows must cover them. Only a sign seen twice in a row
-        counts: an ack of ours that answered a request the server no longer waited for (it
-        takes the first answer only) shows the first sign until our answer to its next request,
-        within its next heartbeat. A failed look is retried on the next call."""
+        messages at or below its ack floor (module docstring): our reset restarts delivery at
+        its ack floor + 1, which that ack moved only over committed messages. The info request
+        goes after every ack counted in ``_gen_flushed`` (same connection), so the ack floor it
+        shows must cover them. Only a sign seen twice in a row counts: an ack of ours that
+        answered a request the server no longer waited for (it takes the first answer only)
+        shows the first sign until our answer to its next request, within its next heartbeat.
+        A failed look is retried on the next call."""
         o = self.opts
         if o.mode == "ordered" or not self._resettable or self._restarting:
             return
@@ -493,7 +493,7 @@ class Ingestor:
             sign = "does not take our acks: an ack reached it after a reset made by another process"
         elif self._workqueue:
             oldest = await self._oldest_stored(info)
-            if oldest is not None and oldest <= int((info.get("ack_floor") or {}).get("stream_seq", 0)):
+            if oldest is not None and oldest <= C.ack_floor(info):
                 sign = (f"still has seq {oldest} stored at or below its ack floor: a reset by another process "
                         f"skipped it, or dropped it pending above an ack that crossed an earlier reset")
         with self._cv:

@@ -126,10 +126,10 @@ class LegacyIngestor(Ingestor):
             self._explicit = cfg["ack_policy"] == "explicit"
             delivered = info.get("delivered") or {}
             last, dseq = int(delivered.get("stream_seq", 0)), int(delivered.get("consumer_seq", 0))
-            lo = self._highest or int((info.get("ack_floor") or {}).get("stream_seq", 0))
+            server_floor = C.ack_floor(info)
+            lo = self._highest or server_floor
             if last > lo:
                 await self._fill(lo, last)
-            server_floor = int((info.get("ack_floor") or {}).get("stream_seq", 0))
             with self._cv:
                 self._awaiting = False
                 self._last_dseq = dseq

@@ -181,12 +181,24 @@ def _check_create_request(cfg: StreamConfig) -> None:
         raise _invalid("stream has no mirror but does have mirror direct")
 
 
+def name_error(kind: str, name: str) -> str | None:
+    """The server's text for a stream (``kind="stream"``) or consumer (``"consumer"``) name its
+    config checks refuse (``checkStreamCfg``, ``checkConsumerCfg``): one that cannot be a token
+    of its API's subjects (whitespace too, which the text does not say), or too long. None for
+    a good one."""
+    if not is_valid_asset_name(name):
+        what = "stream name is required and" if kind == "stream" else "consumer name"
+        return f"{what} can not contain {_ASSET_CHARS}"
+    if len(name.encode()) > MAX_NAME_LEN:
+        return f"{kind} name is too long, maximum allowed is {MAX_NAME_LEN}"
+    return None
+
+
 def check_stream_identity(cfg: StreamConfig) -> None:
     """Name, description and metadata size: the first checks of ``checkStreamCfgLocked``."""
-    if not is_valid_asset_name(cfg.name):
-        raise _invalid(f"stream name is required and can not contain {_ASSET_CHARS}")
-    if len(cfg.name.encode()) > MAX_NAME_LEN:
-        raise _invalid(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
+    bad = name_error("stream", cfg.name)
+    if bad is not None:
+        raise _invalid(bad)
     if len(cfg.description.encode()) > MAX_DESCRIPTION_LEN:
         raise _invalid(f"stream description is too long, maximum allowed is {MAX_DESCRIPTION_LEN}")
     if sum(len(k.encode()) + len(v.encode()) for k, v in cfg.metadata.items()) > MAX_METADATA_LEN:

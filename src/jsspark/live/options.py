@@ -10,11 +10,13 @@ log line and error message: ``LiveOptions.__repr__`` prints them as ``***`` and
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from jsspark.config.validation import name_error
 from jsspark.datasource.options import (
     DEFAULT_MAX_TRIGGER_DELAY,
     STORAGE_PREFIX,
@@ -24,6 +26,7 @@ from jsspark.datasource.options import (
     parse_subject_list,
     storage_options,
 )
+from jsspark.errors import api_error
 
 CONNECTION_OPTIONS = (
     "servers", "user", "password", "token", "creds", "nkeySeed", "tlsCa", "tlsCert", "tlsKey",
@@ -71,6 +74,33 @@ def _int(opts: Mapping[str, str], key: str, default: int | None, minimum: int = 
     if value < minimum:
         raise OptionError(f"jetstream (live): option {key} must be >= {minimum}, got {value}")
     return value
+
+
+def _seconds(opts: Mapping[str, str], key: str, default: float) -> float:
+    """A timeout option: seconds, a finite number above 0."""
+    if key not in opts:
+        return default
+    try:
+        value = float(opts[key])
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise OptionError(f"jetstream (live): {key} must be seconds (a number above 0), got {opts[key]!r}")
+    return value
+
+
+def _check_name(key: str, name: str) -> None:
+    """Stream and consumer names are tokens of the JetStream API's subjects: the server's rules
+    and texts (path separators first, as its API handlers look), checked at ``load()``.
+    Otherwise the first request fails on something else: nats-py's "invalid subject", or a dot
+    splits the token and the server answers 10056/10017 ("... in subject does not match ...")."""
+    if "/" in name or "\\" in name:
+        bad = api_error("JSStreamNameContainsPathSeparatorsErr" if key == "stream"
+                        else "JSConsumerNameContainsPathSeparatorsErr").description
+    else:
+        bad = name_error(key, name)
+    if bad is not None:
+        raise OptionError(f"jetstream (live): option {key} {name if len(name) <= 40 else name[:40] + '...'!r}: {bad}")
 
 
 @dataclass(frozen=True)
@@ -237,6 +267,9 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
     stream = opts.get("stream")
     if not stream:
         raise OptionError("jetstream (live): option stream names the origin stream")
+    _check_name("stream", stream)
+    if opts.get("consumer"):
+        _check_name("consumer", opts["consumer"])
     mode = opts.get("consumerMode", "server").lower()
     if mode not in CONSUMER_MODES:
         raise OptionError(f"jetstream (live): consumerMode must be one of {CONSUMER_MODES}, got {mode!r}")
@@ -259,10 +292,7 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         raise OptionError("jetstream (live): deliverPolicy by_start_time needs optStartTime")
     given_delay = opts.get("maxTriggerDelay")
     delay = LiveReadOptions.max_trigger_delay if given_delay is None else parse_interval("maxTriggerDelay", given_delay)
-    try:
-        wait = float(opts.get("waitTimeout", "60"))
-    except ValueError:
-        raise OptionError(f"jetstream (live): waitTimeout must be seconds, got {opts['waitTimeout']!r}") from None
+    wait = _seconds(opts, "waitTimeout", 60.0)
     return LiveReadOptions(
         conn=conn,
         stream=stream,
@@ -312,10 +342,7 @@ class LiveWriteOptions:
 def parse_live_write_options(options: Mapping[str, str]) -> LiveWriteOptions:
     opts = _canonical(options, CONNECTION_OPTIONS + WRITE_OPTIONS)
     conn = parse_connection(opts)
-    try:
-        timeout = float(opts.get("publishTimeout", "10"))
-    except ValueError:
-        raise OptionError(f"jetstream (live): publishTimeout must be seconds, got {opts['publishTimeout']!r}") from None
+    timeout = _seconds(opts, "publishTimeout", 10.0)
     return LiveWriteOptions(
         conn=conn,
         subject=opts.get("subject"),

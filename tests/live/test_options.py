@@ -1,0 +1,80 @@
+"""The live options refuse at ``load()`` what would otherwise fail at the first request with an
+error about something else: a stream or consumer name that cannot be a token of the JetStream
+API's subjects (nats-py's "invalid subject", or the server's 10056/10017 "... in subject does
+not match ..." when a dot splits the token), and a timeout that is not a positive number. The
+name rule is the server's own: it refuses the same names when asked."""
+
+from __future__ import annotations
+
+import pytest
+
+from jsspark.datasource.options import OptionError
+from jsspark.live.options import parse_live_read_options, parse_live_write_options
+from jsspark.nats_server import NatsServer
+from tests.live.conftest import SyncNats
+
+URL = "nats://127.0.0.1:4222"  # parsing connects nowhere
+BAD_NAMES = ["A.B", "A B", "A\tB", "A*", "A>", "A/B", "A\\B"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_a_stream_name_that_cannot_be_a_subject_token_fails_naming_it(name: str) -> None:
+    with pytest.raises(OptionError) as info:
+        parse_live_read_options({"servers": URL, "stream": name})
+    want = ("Stream name can not contain path separators" if "/" in name or "\\" in name
+            else "stream name is required and can not contain '.', '*', '>', '\\', '/'")
+    assert str(info.value) == f"jetstream (live): option stream {name!r}: {want}"
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_a_consumer_name_that_cannot_be_a_subject_token_fails_naming_it(name: str) -> None:
+    for mode in ("server", "user"):
+        with pytest.raises(OptionError) as info:
+            parse_live_read_options({"servers": URL, "stream": "ORDERS", "consumer": name, "consumerMode": mode,
+                                     "deliverSubject": "lake.deliver"})
+        want = ("Consumer name can not contain path separators" if "/" in name or "\\" in name
+                else "consumer name can not contain '.', '*', '>', '\\', '/'")
+        assert str(info.value) == f"jetstream (live): option consumer {name!r}: {want}"
+
+
+def test_names_over_the_servers_length_limit_fail() -> None:
+    with pytest.raises(OptionError) as info:
+        parse_live_read_options({"servers": URL, "stream": "S" * 256})
+    assert str(info.value) == (f"jetstream (live): option stream '{'S' * 40}...': stream name is too long, "
+                               f"maximum allowed is 255")
+    with pytest.raises(OptionError) as info:  # bytes count, as the server's len() does
+        parse_live_read_options({"servers": URL, "stream": "ORDERS", "consumer": "ü" * 128})
+    assert str(info.value).endswith("...': consumer name is too long, maximum allowed is 255")
+    good = "c-_=ü" * 42 + "abc"  # 255 bytes
+    opts = parse_live_read_options({"servers": URL, "stream": "S" * 255, "consumer": good})
+    assert (opts.stream, opts.consumer) == ("S" * 255, good)
+
+
+@pytest.mark.parametrize("value", ["5s", "nan", "inf", "0", "-1", ""])
+def test_timeouts_must_be_positive_seconds(value: str) -> None:
+    with pytest.raises(OptionError) as info:
+        parse_live_read_options({"servers": URL, "stream": "ORDERS", "waitTimeout": value})
+    assert str(info.value) == f"jetstream (live): waitTimeout must be seconds (a number above 0), got {value!r}"
+    with pytest.raises(OptionError) as info:
+        parse_live_write_options({"servers": URL, "publishTimeout": value})
+    assert str(info.value) == f"jetstream (live): publishTimeout must be seconds (a number above 0), got {value!r}"
+    assert parse_live_read_options({"servers": URL, "stream": "ORDERS", "waitTimeout": "0.5"}).wait_timeout == 0.5
+    assert parse_live_write_options({"servers": URL, "publishTimeout": "2.5"}).publish_timeout == 2.5
+
+
+@pytest.mark.parametrize("name", ["A*", "A>", "A/B", "A\\B"])
+def test_the_server_refuses_the_same_names_in_the_same_words(server: NatsServer, nats: SyncNats, name: str) -> None:
+    """Names a subject can carry as one token, sent to the server as the reader would send them
+    (``STREAM.INFO``, ``CONSUMER.CREATE`` with a durable name): it refuses each, and its text is
+    the option error's (a name with a dot or whitespace cannot even reach it as one)."""
+    with pytest.raises(OptionError) as info:
+        parse_live_read_options({"servers": server.url, "stream": name})
+    resp = nats.api(f"STREAM.CREATE.{name}", {"name": name, "subjects": ["names.test"]})
+    assert str(info.value) == f"jetstream (live): option stream {name!r}: {resp['error']['description']}"
+    nats.add_stream(name="NAMES", subjects=["names.>"])
+    with pytest.raises(OptionError) as info:
+        parse_live_read_options({"servers": server.url, "stream": "NAMES", "consumer": name})
+    resp = nats.api(f"CONSUMER.CREATE.NAMES.{name}", {"stream_name": "NAMES", "config": {
+        "durable_name": name, "deliver_subject": "names.deliver", "ack_policy": "flow_control", "flow_control": True,
+        "idle_heartbeat": 1_000_000_000}})
+    assert str(info.value) == f"jetstream (live): option consumer {name!r}: {resp['error']['description']}"

@@ -14,8 +14,9 @@ Headers go out exactly as the row holds them: every value of a repeated key, in 
 unchanged (only CR/LF become spaces, as nats-py does). nats-py's ``publish`` takes a dict (one
 value per key), so the header block is built here and handed to the connection by
 ``jsspark.live.client``'s publish hook, the one place jsspark uses nats-py's private publish
-path (``Client._send_publish`` and ``_send_command``); its guard checks those before use. If a future nats-py breaks it, headers a dict can carry still go through nats-py's
-public API, and a row with a repeated key fails with an error saying so instead of losing values.
+path (``Client._send_publish`` and ``_send_command``); its guard checks those before use. If a
+future nats-py breaks it, headers a dict can carry still go through nats-py's public API, and a
+row with a repeated key fails with an error saying so instead of losing values.
 """
 
 from __future__ import annotations
@@ -75,6 +76,25 @@ def _headers(row: dict[str, Any], msg_id: str | None, opts: LiveWriteOptions) ->
     return pairs or None
 
 
+class PublishFailed(RuntimeError):
+    """A publish got no PubAck (the server's own refusals stay ``APIError``): says which subject."""
+
+
+def _unacked(subject: str, e: BaseException, opts: LiveWriteOptions) -> BaseException:
+    """What a task fails with for a publish to ``subject`` that ``e`` ended: nats-py's errors
+    name no subject, and "no responders" means no stream captures it."""
+    from nats.errors import BadSubjectError, NoRespondersError
+
+    if isinstance(e, NoRespondersError):
+        return PublishFailed(f"no JetStream stream captures subject {subject!r} on the server (no responders)")
+    if isinstance(e, asyncio.TimeoutError):  # nats-py's TimeoutError is one
+        return PublishFailed(f"no PubAck for a publish to {subject!r} within publishTimeout "
+                             f"({opts.publish_timeout:g} s)")
+    if isinstance(e, BadSubjectError):
+        return PublishFailed(f"{subject!r} is not a valid subject to publish to")
+    return e
+
+
 async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
     """Publish every row with a JetStream ack, ``max_in_flight`` at a time; (published, duplicates)."""
     from jsspark.live.client import open_client, publish_client_class
@@ -95,7 +115,7 @@ async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBat
             published += 1
             duplicates += bool(ack.get("duplicate"))
         except BaseException as e:
-            failures.append(e)
+            failures.append(_unacked(subject, e, opts))
         finally:
             sem.release()
 
@@ -107,7 +127,7 @@ async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBat
                     raise failures[0]
                 subject = row.get("subject") or opts.subject
                 if not subject:
-                    raise ValueError("jetstream (live) sink: a row has no subject and no subject option is set")
+                    raise PublishFailed("a row has no subject and no subject option is set")
                 data = row.get("data")
                 payload = b"" if data is None else (data.encode() if isinstance(data, str) else bytes(data))
                 await sem.acquire()
@@ -129,6 +149,8 @@ def _run(opts: LiveWriteOptions, batches: Iterator[pa.RecordBatch]) -> Published
         published, dups = asyncio.run(publish_batches(opts, batches))
     except APIError:
         raise
+    except PublishFailed as e:
+        raise PublishFailed(redact(f"jetstream (live) sink: {e}", opts.conn)) from None
     except Exception as e:
         raise RuntimeError(redact(f"jetstream (live) sink: {type(e).__name__}: {e}", opts.conn)) from None
     return PublishedMessage(published, dups)

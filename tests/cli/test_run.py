@@ -329,3 +329,11 @@ def test_redactor_and_concise() -> None:
                "Traceback (most recent call last):\n  y\npyspark.errors.exceptions.base.PySparkRuntimeError: "
                "second SQLSTATE: 38000")  # fmt: skip
     assert run_verb.concise(chained) == "PySparkRuntimeError: second"
+    # delta-rs's object store errors: the cause chain follows the first line (colored on a terminal)
+    storage = ("OSError: Kernel error -> Operation not supported\n          \x1b[31m\u21b3\x1b[0m an error occurred "
+               "while loading credentials\n           \x1b[31m\u21b3\x1b[0m failed to load IMDS session token\n"
+               "other text")
+    assert run_verb.concise(storage) == ("OSError: Kernel error -> Operation not supported: an error occurred while "
+                                         "loading credentials: failed to load IMDS session token")
+    py4j = "An error occurred while calling o42.start.\n: java.io.IOException: No space left\n\tat x"
+    assert run_verb.concise(py4j) == "IOException: No space left"

@@ -106,6 +106,24 @@ def test_job_file_errors_name_the_field(tmp_path: Path) -> None:
         load_job(bad)
 
 
+def test_a_target_lake_that_cannot_be_reached_is_named_with_the_stores_causes(tmp_path: Path) -> None:
+    """delta-rs's error alone ("Kernel error -> Generic S3 error", its causes on further lines)
+    says neither which lake nor, in the CLI's one line, why; the job's error says both."""
+    from jsspark.cli.run import concise
+    from jsspark.jobs.runner import Job
+
+    job = {"stream": {"name": "M", "mirror": {"name": "O"}}, "origins": {"*": {"location": str(tmp_path)}},
+           "target": {"location": "s3://nobucket/lake", "storage_options": {
+               "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "k",
+               "AWS_SECRET_ACCESS_KEY": "s3cr3t-value", "AWS_REGION": "us-east-1", "max_retries": "0"}}}
+    with pytest.raises(JobError) as info:
+        Job(load_job(job)).prepare()  # nothing listens on port 9 (discard)
+    assert str(info.value).startswith("cannot open the target lake s3://nobucket/lake: ")
+    line = concise(f"JobError: {info.value}")
+    assert line.startswith("JobError: cannot open the target lake s3://nobucket/lake: ") and "\n" not in line
+    assert "Connection refused" in line and "s3cr3t-value" not in line
+
+
 def test_trigger_once_reads_as_available_now(tmp_path: Path) -> None:
     """Spark's deprecated Trigger.Once would land only what a live origin had buffered yet."""
     job = {"stream": {"name": "M", "mirror": {"name": "O"}}, "target": {"location": str(tmp_path)},

@@ -143,6 +143,7 @@ _STREAM_FAILED = re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated wit
 _SQLSTATE = re.compile(r"\s*SQLSTATE: \w+")
 _QUALIFIED = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b)")
 _PY4J = "An error occurred while calling "
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def concise(text: str) -> str:
@@ -152,14 +153,30 @@ def concise(text: str) -> str:
     package names, Spark's query ids and SQL states."""
     lines = text.splitlines()
     starts = [i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line]
-    first = next((line.strip() for line in lines if line.strip()), "") or text.strip()
+    at = next((i for i, line in enumerate(lines) if line.strip()), None)
     if starts:
-        tail = [line for line in lines[starts[-1] + 1 :] if line.strip() and not line[0].isspace()]
-        first = tail[0] if tail else first
-    elif first.startswith(_PY4J):
-        first = next((line[2:] for line in lines if line.startswith(": ")), first)
-    first = _QUALIFIED.sub("", _STREAM_FAILED.sub("", first.strip()))
+        at = next((i for i in range(starts[-1] + 1, len(lines)) if lines[i].strip() and not lines[i][0].isspace()),
+                  at)
+    elif at is not None and lines[at].strip().startswith(_PY4J):
+        at = next((i for i, line in enumerate(lines) if line.startswith(": ")), at)
+        lines[at] = lines[at].removeprefix(": ")
+    first = lines[at].strip() if at is not None else text.strip()
+    first = ": ".join([first, *_causes(lines[at + 1 :] if at is not None else [])])
+    first = _QUALIFIED.sub("", _STREAM_FAILED.sub("", first))
     return _SQLSTATE.sub("", first).strip() or "failed"
+
+
+def _causes(lines: list[str]) -> list[str]:
+    """The cause chain that follows a delta-rs (object store) error's first line, one ``↳``
+    line per cause: "Kernel error -> Operation not supported" alone hides that loading
+    credentials failed."""
+    causes = []
+    for line in lines:
+        plain = _ANSI.sub("", line).strip()
+        if not plain.startswith("↳"):
+            break
+        causes.append(plain[1:].strip())
+    return causes
 
 
 # -- watching ---------------------------------------------------------------------------------------

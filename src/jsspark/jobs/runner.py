@@ -111,6 +111,8 @@ class Job:
                 raise
             lake.add_stream(cfg)
             return
+        except OSError as e:  # delta-rs: the store cannot be reached (credentials, network, a bad URI)
+            raise JobError(f"cannot open the target lake {self.spec.target.location}: {e}") from e
         from jsspark.config import check_stream_config
 
         if current.to_json() != check_stream_config(cfg).to_json():  # as stored: defaults applied

@@ -17,6 +17,7 @@ from jsspark.datasource.pacing import TriggerPacing
 from jsspark.datasource.planning import Cursor, DataLossError, Planner
 from jsspark.datasource.schema import ARROW_SCHEMA, spark_schema
 from jsspark.datasource.source import JetStreamDataSource
+from jsspark.errors import APIError
 from jsspark.local_spark import CHECKPOINT_MANAGER, LOCAL_CHECKPOINTS
 from tests.live.test_durable_source import wait_for
 
@@ -224,8 +225,13 @@ def test_invalid_options_name_the_option(spark: Any, tmp_path: Path) -> None:
         _stream(spark, loc, maxMessagesPerTrigger="ten")
     with pytest.raises(Exception, match="option 'deliver_policy' must be one of"):
         _read(spark, loc, deliver_policy="first")
-    with pytest.raises(Exception, match="stream not found"):
+    with pytest.raises(Exception, match="stream not found") as info:
         _read(spark, loc, stream="NOPE")
+    assert f"jetstream source: option stream 'NOPE', lake {loc}" in str(info.value)  # the note reaches Spark's text
+    with pytest.raises(APIError) as api:  # the server's own error, type and text, with the note beside it
+        parse_read_options({"path": loc, "stream": "NOPE"})
+    assert str(api.value) == "StreamNotFoundError: code=404 err_code=10059 description='stream not found'"
+    assert api.value.__notes__ == [f"jetstream source: option stream 'NOPE', lake {loc}"]
 
 
 def test_trigger_pacing_holds_a_partial_batch_until_the_delay() -> None:

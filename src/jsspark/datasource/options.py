@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from jsspark.datasource.redaction import scrubbed
+from jsspark.datasource.redaction import redact_storage, scrubbed
 
 if TYPE_CHECKING:
     from jsspark.config import ConsumerConfig
@@ -251,9 +251,14 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
 
     import jsspark
     from jsspark.config import check_consumer_config
+    from jsspark.errors import APIError
 
     with scrubbed(storage):
-        stream_cfg = jsspark.connect(location, storage).stream_info(stream).config
+        try:
+            stream_cfg = jsspark.connect(location, storage).stream_info(stream).config
+        except APIError as e:  # the server's error, as it is; the note says which stream and lake
+            e.add_note(f"jetstream source: option stream {stream!r}, lake {redact_storage(location, storage)}")
+            raise
     checked = check_consumer_config(cfg, stream_cfg)
     return ReadOptions(
         location=location,

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from jsspark.config.validation import name_error
 from jsspark.datasource.options import (
     DEFAULT_MAX_TRIGGER_DELAY,
     STORAGE_PREFIX,
@@ -26,7 +25,6 @@ from jsspark.datasource.options import (
     parse_subject_list,
     storage_options,
 )
-from jsspark.errors import api_error
 
 CONNECTION_OPTIONS = (
     "servers", "user", "password", "token", "creds", "nkeySeed", "tlsCa", "tlsCert", "tlsKey",
@@ -94,6 +92,9 @@ def _check_name(key: str, name: str) -> None:
     and texts (path separators first, as its API handlers look), checked at ``load()``.
     Otherwise the first request fails on something else: nats-py's "invalid subject", or a dot
     splits the token and the server answers 10056/10017 ("... in subject does not match ...")."""
+    from jsspark.config.validation import name_error  # not at the top: executors unpickle options
+    from jsspark.errors import api_error
+
     if "/" in name or "\\" in name:
         bad = api_error("JSStreamNameContainsPathSeparatorsErr" if key == "stream"
                         else "JSConsumerNameContainsPathSeparatorsErr").description

@@ -45,6 +45,12 @@ def test_names_over_the_servers_length_limit_fail() -> None:
     with pytest.raises(OptionError) as info:  # bytes count, as the server's len() does
         parse_live_read_options({"servers": URL, "stream": "ORDERS", "consumer": "ü" * 128})
     assert str(info.value).endswith("...': consumer name is too long, maximum allowed is 255")
+    with pytest.raises(OptionError) as info:  # no consumer given: jsspark_<stream> is the durable's name
+        parse_live_read_options({"servers": URL, "stream": "S" * 250})
+    assert str(info.value) == ("jetstream (live): option consumer: the default durable name jsspark_<stream> would be "
+                               "over 255 bytes for this stream; set option consumer")
+    assert parse_live_read_options({"servers": URL, "stream": "S" * 247}).consumer == "jsspark_" + "S" * 247
+    assert parse_live_read_options({"servers": URL, "stream": "S" * 250, "consumerMode": "ordered"}).stream
     good = "c-_=ü" * 42 + "abc"  # 255 bytes
     opts = parse_live_read_options({"servers": URL, "stream": "S" * 255, "consumer": good})
     assert (opts.stream, opts.consumer) == ("S" * 255, good)

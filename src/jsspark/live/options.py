@@ -26,6 +26,7 @@ from jsspark.datasource.options import (
     storage_options,
 )
 
+DEFAULT_CONSUMER_PREFIX = "jsspark_"  # a server-managed durable without option consumer: jsspark_<stream>
 CONNECTION_OPTIONS = (
     "servers", "user", "password", "token", "creds", "nkeySeed", "tlsCa", "tlsCert", "tlsKey",
     "tlsHostname", "domain", "apiPrefix", "inboxPrefix", "connectTimeout", "name",
@@ -269,9 +270,12 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
     if not stream:
         raise OptionError("jetstream (live): option stream names the origin stream")
     _check_name("stream", stream)
+    mode = opts.get("consumerMode", "server").lower()
     if opts.get("consumer"):
         _check_name("consumer", opts["consumer"])
-    mode = opts.get("consumerMode", "server").lower()
+    elif mode == "server" and len(f"{DEFAULT_CONSUMER_PREFIX}{stream}".encode()) > 255:
+        raise OptionError(f"jetstream (live): option consumer: the default durable name {DEFAULT_CONSUMER_PREFIX}"
+                          f"<stream> would be over 255 bytes for this stream; set option consumer")
     if mode not in CONSUMER_MODES:
         raise OptionError(f"jetstream (live): consumerMode must be one of {CONSUMER_MODES}, got {mode!r}")
     policy = opts.get("deliverPolicy", "all").lower()
@@ -297,7 +301,7 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
     return LiveReadOptions(
         conn=conn,
         stream=stream,
-        consumer=opts.get("consumer") or f"jsspark_{stream}",
+        consumer=opts.get("consumer") or f"{DEFAULT_CONSUMER_PREFIX}{stream}",
         mode=mode,
         deliver_subject=opts.get("deliverSubject"),
         deliver_policy=policy,

@@ -191,6 +191,31 @@ def test_an_unreachable_server_fails_the_batch_before_it_counts_as_started(
     assert [m.subject for m in dest.received(sid)] == ["uo.a", "uo.b"] and ok.started.started(0)
 
 
+def test_destination_timeouts_and_a_publish_without_ack_name_the_subject(dest: RawNats, second_server: NatsServer,
+                                                                          tmp_path: Path) -> None:
+    """A PubAck that does not come within ``publishTimeout`` fails the batch naming the subject
+    (nats-py's timeout names none); the timeout itself must be seconds above 0."""
+    import asyncio
+
+    from jsspark.engine.republish import OUTPUT_SCHEMA
+    from jsspark.jobs.republish import publish_to_server
+    from jsspark.live.client import PublishFailed
+
+    for bad in ("soon", "0", "-2", "nan"):
+        with pytest.raises(OptionError) as info:
+            parse_destination({"servers": second_server.url, "publishTimeout": bad}, origin_location=str(tmp_path),
+                              origin_stream="U")
+        assert str(info.value) == f"republish destination: publishTimeout must be seconds (a number above 0), got {bad!r}"
+    d = parse_destination({"servers": second_server.url, "publishTimeout": "0.3"}, origin_location=str(tmp_path),
+                          origin_stream="U")
+    dest.subscribe("silent.out")  # a core subscriber: the publish has a responder that never answers
+    dest.flush()
+    rows = pa.Table.from_pylist([{"seq": 1, "subject": "silent.out", "headers": None, "data": b"x"}], OUTPUT_SCHEMA)
+    with pytest.raises(PublishFailed) as failed:
+        asyncio.run(publish_to_server(d, rows, stream="U", acked=True))
+    assert str(failed.value) == "no PubAck for a publish to 'silent.out' within publishTimeout (0.3 s)"
+
+
 def test_idempotent_into_a_server_stream_stores_each_message_once(
     spark: Any, second_server: NatsServer, tmp_path: Path
 ) -> None:

@@ -11,8 +11,9 @@ import pyarrow as pa
 import pytest
 
 from jsspark.errors import APIError
+from jsspark.live.client import PublishFailed
 from jsspark.live.options import parse_live_write_options
-from jsspark.live.publisher import PublishFailed, _run
+from jsspark.live.publisher import _run
 from jsspark.nats_server import NatsServer
 from tests.live.conftest import SyncNats
 

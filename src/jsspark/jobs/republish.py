@@ -107,15 +107,11 @@ def parse_destination(
     if "servers" in keys and "location" in keys:
         raise OptionError("republish destination: give either 'servers' (a NATS server) or 'location' (a lake)")
     if "servers" in keys:
-        from jsspark.live.options import CONNECTION_OPTIONS, _canonical, _int, parse_connection
+        from jsspark.live.options import CONNECTION_OPTIONS, _canonical, _int, _seconds, parse_connection
 
         opts = _canonical({k: str(v) for k, v in destination.items()},
                           (*CONNECTION_OPTIONS, "maxInFlight", "publishTimeout"))
-        try:
-            timeout = float(opts.get("publishTimeout", "10"))
-        except ValueError:
-            raise OptionError(f"republish destination: publishTimeout must be seconds, got "
-                              f"{opts['publishTimeout']!r}") from None
+        timeout = _seconds(opts, "publishTimeout", 10.0, "republish destination")
         return ServerDestination(parse_connection(opts), _int(opts, "maxInFlight", 1_000, 1) or 1_000, timeout)
     if "location" in keys:
         unknown = keys - {"location", "stream", "storage_options"}
@@ -260,7 +256,7 @@ async def publish_to_server(
     before the first publish. Returns (sent, duplicates)."""
     from nats.errors import NoRespondersError
 
-    from jsspark.live.client import publish_client_class, wire_headers
+    from jsspark.live.client import publish_client_class, unacked, wire_headers
 
     async def quiet(e: Exception) -> None:
         """nats-py logs every failed attempt with a traceback; the failure itself is raised."""
@@ -302,7 +298,7 @@ async def publish_to_server(
                     f"republish (idempotent): no JetStream stream captures {subject!r} on the destination "
                     "server; idempotent mode needs one (its duplicate window drops replays)"))
             except BaseException as e:
-                failures.append(e)
+                failures.append(unacked(subject, e, dest.publish_timeout))
             finally:
                 sem.release()
 

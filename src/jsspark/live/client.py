@@ -202,3 +202,21 @@ def wire_headers(pairs: list[tuple[str, str]] | None, hooked: bool) -> Any:
         raise RuntimeError(f"jetstream (live): repeated header key {repeated!r} cannot be published: "
                            f"{hook_problem()}, so only one value per key would reach NATS")
     return dict(pairs)
+
+
+class PublishFailed(RuntimeError):
+    """A publish got no PubAck (the server's own refusals stay ``APIError``): says which subject."""
+
+
+def unacked(subject: str, e: BaseException, timeout: float) -> BaseException:
+    """What a publish to ``subject`` that ``e`` ended fails with: nats-py's errors name no
+    subject, and its "no responders" means no stream captures it."""
+    from nats.errors import BadSubjectError, NoRespondersError
+
+    if isinstance(e, NoRespondersError):
+        return PublishFailed(f"no JetStream stream captures subject {subject!r} on the server (no responders)")
+    if isinstance(e, asyncio.TimeoutError):  # nats-py's TimeoutError is one
+        return PublishFailed(f"no PubAck for a publish to {subject!r} within publishTimeout ({timeout:g} s)")
+    if isinstance(e, BadSubjectError):
+        return PublishFailed(f"{subject!r} is not a valid subject to publish to")
+    return e

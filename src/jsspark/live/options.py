@@ -75,7 +75,7 @@ def _int(opts: Mapping[str, str], key: str, default: int | None, minimum: int = 
     return value
 
 
-def _seconds(opts: Mapping[str, str], key: str, default: float) -> float:
+def _seconds(opts: Mapping[str, str], key: str, default: float, where: str = "jetstream (live)") -> float:
     """A timeout option: seconds, a finite number above 0."""
     if key not in opts:
         return default
@@ -84,7 +84,7 @@ def _seconds(opts: Mapping[str, str], key: str, default: float) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
-        raise OptionError(f"jetstream (live): {key} must be seconds (a number above 0), got {opts[key]!r}")
+        raise OptionError(f"{where}: {key} must be seconds (a number above 0), got {opts[key]!r}")
     return value
 
 

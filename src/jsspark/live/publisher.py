@@ -31,7 +31,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from jsspark.errors import APIError
-from jsspark.live.client import wire_headers
+from jsspark.live.client import PublishFailed, unacked, wire_headers
 from jsspark.live.options import LiveWriteOptions, parse_live_write_options, redact
 
 MSG_ID = "Nats-Msg-Id"
@@ -76,25 +76,6 @@ def _headers(row: dict[str, Any], msg_id: str | None, opts: LiveWriteOptions) ->
     return pairs or None
 
 
-class PublishFailed(RuntimeError):
-    """A publish got no PubAck (the server's own refusals stay ``APIError``): says which subject."""
-
-
-def _unacked(subject: str, e: BaseException, opts: LiveWriteOptions) -> BaseException:
-    """What a task fails with for a publish to ``subject`` that ``e`` ended: nats-py's errors
-    name no subject, and "no responders" means no stream captures it."""
-    from nats.errors import BadSubjectError, NoRespondersError
-
-    if isinstance(e, NoRespondersError):
-        return PublishFailed(f"no JetStream stream captures subject {subject!r} on the server (no responders)")
-    if isinstance(e, asyncio.TimeoutError):  # nats-py's TimeoutError is one
-        return PublishFailed(f"no PubAck for a publish to {subject!r} within publishTimeout "
-                             f"({opts.publish_timeout:g} s)")
-    if isinstance(e, BadSubjectError):
-        return PublishFailed(f"{subject!r} is not a valid subject to publish to")
-    return e
-
-
 async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
     """Publish every row with a JetStream ack, ``max_in_flight`` at a time; (published, duplicates)."""
     from jsspark.live.client import open_client, publish_client_class
@@ -115,7 +96,7 @@ async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBat
             published += 1
             duplicates += bool(ack.get("duplicate"))
         except BaseException as e:
-            failures.append(_unacked(subject, e, opts))
+            failures.append(unacked(subject, e, opts.publish_timeout))
         finally:
             sem.release()
 

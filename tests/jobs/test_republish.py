@@ -205,7 +205,7 @@ def test_destination_timeouts_and_a_publish_without_ack_name_the_subject(dest: R
         with pytest.raises(OptionError) as info:
             parse_destination({"servers": second_server.url, "publishTimeout": bad}, origin_location=str(tmp_path),
                               origin_stream="U")
-        assert str(info.value) == f"republish destination: publishTimeout must be seconds (a number above 0), got {bad!r}"
+        assert str(info.value) == f"republish destination: publishTimeout must be seconds or an interval above 0 ('30', '30s', '2 minutes'), got {bad!r}"
     d = parse_destination({"servers": second_server.url, "publishTimeout": "0.3"}, origin_location=str(tmp_path),
                           origin_stream="U")
     dest.subscribe("silent.out")  # a core subscriber: the publish has a responder that never answers

@@ -56,15 +56,17 @@ def test_names_over_the_servers_length_limit_fail() -> None:
     assert (opts.stream, opts.consumer) == ("S" * 255, good)
 
 
-@pytest.mark.parametrize("value", ["5s", "nan", "inf", "0", "-1", ""])
+@pytest.mark.parametrize("value", ["soon", "nan", "inf", "0", "0s", "-1", ""])
 def test_timeouts_must_be_positive_seconds(value: str) -> None:
     with pytest.raises(OptionError) as info:
         parse_live_read_options({"servers": URL, "stream": "ORDERS", "waitTimeout": value})
-    assert str(info.value) == f"jetstream (live): waitTimeout must be seconds (a number above 0), got {value!r}"
+    assert str(info.value) == f"jetstream (live): waitTimeout must be seconds or an interval above 0 ('30', '30s', '2 minutes'), got {value!r}"
     with pytest.raises(OptionError) as info:
         parse_live_write_options({"servers": URL, "publishTimeout": value})
-    assert str(info.value) == f"jetstream (live): publishTimeout must be seconds (a number above 0), got {value!r}"
+    assert str(info.value) == f"jetstream (live): publishTimeout must be seconds or an interval above 0 ('30', '30s', '2 minutes'), got {value!r}"
     assert parse_live_read_options({"servers": URL, "stream": "ORDERS", "waitTimeout": "0.5"}).wait_timeout == 0.5
+    assert parse_live_read_options({"servers": URL, "stream": "ORDERS", "waitTimeout": "2 minutes"}).wait_timeout == 120
+    assert parse_live_write_options({"servers": URL, "publishTimeout": "500ms"}).publish_timeout == 0.5
     assert parse_live_write_options({"servers": URL, "publishTimeout": "2.5"}).publish_timeout == 2.5
 
 

@@ -20,6 +20,7 @@ from jsspark.datasource.options import (
     DEFAULT_MAX_TRIGGER_DELAY,
     STORAGE_PREFIX,
     OptionError,
+    interval_seconds,
     parse_bool,
     parse_interval,
     parse_subject_list,
@@ -76,15 +77,17 @@ def _int(opts: Mapping[str, str], key: str, default: int | None, minimum: int = 
 
 
 def _seconds(opts: Mapping[str, str], key: str, default: float, where: str = "jetstream (live)") -> float:
-    """A timeout option: seconds, a finite number above 0."""
+    """A timeout option above 0: seconds ("30"), or a Spark interval as ``maxTriggerDelay`` takes
+    ("30s", "2 minutes")."""
     if key not in opts:
         return default
     try:
         value = float(opts[key])
     except ValueError:
-        value = math.nan
+        value = interval_seconds(opts[key]) or math.nan
     if not math.isfinite(value) or value <= 0:
-        raise OptionError(f"{where}: {key} must be seconds (a number above 0), got {opts[key]!r}")
+        raise OptionError(f"{where}: {key} must be seconds or an interval above 0 ('30', '30s', '2 minutes'), "
+                          f"got {opts[key]!r}")
     return value
 
 

@@ -102,7 +102,14 @@ class Job:
     # -- preparing ---------------------------------------------------------------------------------
     def prepare(self) -> None:
         """Create the target stream, or update it to the job's config (the server's update
-        rules apply: a mirror cannot become a source, and so on)."""
+        rules apply: a mirror cannot become a source, and so on). A store that cannot be read or
+        written (delta-rs's ``OSError``: credentials, network, a bad URI) fails naming the lake."""
+        try:
+            self._prepare()
+        except OSError as e:
+            raise JobError(f"cannot open the target lake {self.spec.target.location}: {e}") from e
+
+    def _prepare(self) -> None:
         lake, cfg = self.lake, self.spec.stream
         try:
             current = lake.stream_info(cfg.name).config
@@ -111,8 +118,6 @@ class Job:
                 raise
             lake.add_stream(cfg)
             return
-        except OSError as e:  # delta-rs: the store cannot be reached (credentials, network, a bad URI)
-            raise JobError(f"cannot open the target lake {self.spec.target.location}: {e}") from e
         from jsspark.config import check_stream_config
 
         if current.to_json() != check_stream_config(cfg).to_json():  # as stored: defaults applied

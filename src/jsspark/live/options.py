@@ -91,14 +91,21 @@ def _seconds(opts: Mapping[str, str], key: str, default: float, where: str = "je
     return value
 
 
-def _check_name(key: str, name: str) -> None:
+def _check_name(key: str, name: str, default: bool = False) -> None:
     """Stream and consumer names are tokens of the JetStream API's subjects: the server's rules
     and texts (path separators first, as its API handlers look), checked at ``load()``.
     Otherwise the first request fails on something else: nats-py's "invalid subject", or a dot
-    splits the token and the server answers 10056/10017 ("... in subject does not match ...")."""
+    splits the token and the server answers 10056/10017 ("... in subject does not match ...").
+    ``default``: the durable's name is ``jsspark_<stream>`` (too long for a long stream name)."""
     from jsspark.config.validation import name_error  # not at the top: executors unpickle options
     from jsspark.errors import api_error
 
+    if default:
+        if name_error(key, name) is not None:
+            raise OptionError(f"jetstream (live): option consumer: the default durable name "
+                              f"{DEFAULT_CONSUMER_PREFIX}<stream> would be over 255 bytes for this stream; set option "
+                              f"consumer")
+        return
     if "/" in name or "\\" in name:
         bad = api_error("JSStreamNameContainsPathSeparatorsErr" if key == "stream"
                         else "JSConsumerNameContainsPathSeparatorsErr").description
@@ -276,9 +283,8 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
     mode = opts.get("consumerMode", "server").lower()
     if opts.get("consumer"):
         _check_name("consumer", opts["consumer"])
-    elif mode == "server" and len(f"{DEFAULT_CONSUMER_PREFIX}{stream}".encode()) > 255:
-        raise OptionError(f"jetstream (live): option consumer: the default durable name {DEFAULT_CONSUMER_PREFIX}"
-                          f"<stream> would be over 255 bytes for this stream; set option consumer")
+    elif mode == "server":
+        _check_name("consumer", f"{DEFAULT_CONSUMER_PREFIX}{stream}", default=True)
     if mode not in CONSUMER_MODES:
         raise OptionError(f"jetstream (live): consumerMode must be one of {CONSUMER_MODES}, got {mode!r}")
     policy = opts.get("deliverPolicy", "all").lower()

@@ -417,10 +417,9 @@ class Ingestor:
         the origin is not a WorkQueue or stores none (or without ``look``: the retention is only
         found out, once). The lookups are an extra. They come after the durable answered, so
         JetStream is up: one that fails then (a user whose permissions allow the consumer API but
-        not ``STREAM.INFO``/``STREAM.MSG.GET``) is logged once and not tried again."""
+        not ``STREAM.INFO``/``STREAM.MSG.GET``) is logged once and not tried again. Callers ask
+        only while the retention may be a WorkQueue (``_workqueue`` not False)."""
         nc, o = self._nc, self.opts
-        if self._workqueue is False:
-            return None
         try:
             if self._workqueue is None:
                 config = (await C.stream_info(nc, o.conn, o.stream, LOOKUP_TIMEOUT))["config"]

@@ -281,10 +281,9 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         raise OptionError("jetstream (live): option stream names the origin stream")
     _check_name("stream", stream)
     mode = opts.get("consumerMode", "server").lower()
-    if opts.get("consumer"):
-        _check_name("consumer", opts["consumer"])
-    elif mode == "server":
-        _check_name("consumer", f"{DEFAULT_CONSUMER_PREFIX}{stream}", default=True)
+    consumer = opts.get("consumer") or f"{DEFAULT_CONSUMER_PREFIX}{stream}"
+    if opts.get("consumer") or mode == "server":
+        _check_name("consumer", consumer, default=not opts.get("consumer"))
     if mode not in CONSUMER_MODES:
         raise OptionError(f"jetstream (live): consumerMode must be one of {CONSUMER_MODES}, got {mode!r}")
     policy = opts.get("deliverPolicy", "all").lower()
@@ -310,7 +309,7 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
     return LiveReadOptions(
         conn=conn,
         stream=stream,
-        consumer=opts.get("consumer") or f"{DEFAULT_CONSUMER_PREFIX}{stream}",
+        consumer=consumer,
         mode=mode,
         deliver_subject=opts.get("deliverSubject"),
         deliver_policy=policy,

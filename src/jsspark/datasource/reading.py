@@ -37,12 +37,11 @@ RATE_SLICE_SECONDS = 0.1
 
 
 def _filesystem(p: ReadPartition) -> Any:
-    """The table's storage as a pyarrow filesystem rooted at the table (delta-rs's own object
-    store with the same storage options, so object stores work as with ``DeltaTable``)."""
-    import pyarrow.fs as pa_fs
-    from deltalake.fs import DeltaStorageHandler
+    """The table's storage as a pyarrow filesystem rooted at the table (``table_filesystem``:
+    delta-rs's own object store with the same storage options, pyarrow's for a local table)."""
+    from jsspark.engine.files import table_filesystem
 
-    return pa_fs.PyFileSystem(DeltaStorageHandler(p.uri, p.storage_options, dict(zip(p.files, p.file_sizes, strict=True))))
+    return table_filesystem(p.uri, p.storage_options, dict(zip(p.files, p.file_sizes, strict=True)))
 
 
 def _dataset(p: ReadPartition) -> tuple[ds.Dataset, bool]:
@@ -56,7 +55,10 @@ def _dataset(p: ReadPartition) -> tuple[ds.Dataset, bool]:
         return ds.FileSystemDataset(frags, p.table_schema, fmt, fs), True
     from deltalake import DeltaTable
 
-    dataset = DeltaTable(p.uri, version=p.version, storage_options=p.storage_options).to_pyarrow_dataset()
+    from jsspark.engine.files import table_filesystem
+
+    table = DeltaTable(p.uri, version=p.version, storage_options=p.storage_options)
+    dataset = table.to_pyarrow_dataset(filesystem=table_filesystem(p.uri, p.storage_options))
     if not p.files:
         return dataset, False
     wanted = set(p.files)

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
+from jsspark.engine.files import local_root
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.schema import INDEX_COLUMNS
 from jsspark.engine.subject_stats import SubjectGroups, SubjectStats
@@ -56,12 +57,6 @@ def _version_of(name: str) -> int | None:
         return int(base[len("index-") : -len(".arrow")])
     except ValueError:
         return None
-
-
-def _local_root(uri: str) -> str | None:
-    if uri.startswith("file://"):
-        return uri[len("file://") :]
-    return uri if "://" not in uri else None
 
 
 def data_files(snap: Snapshot) -> list[str]:
@@ -113,7 +108,7 @@ class IndexStore:
     def _fs(self, dataset: ds.Dataset) -> tuple[pafs.FileSystem, str] | None:
         """A file system and the table's root in it: the local one for a local table (memory
         mapping, atomic renames), else the one delta-rs reads the table's files with."""
-        root = _local_root(self.table.uri)
+        root = local_root(self.table.uri)
         if root is not None:
             return pafs.LocalFileSystem(), root.rstrip("/") + "/"
         frag = next(iter(dataset.get_fragments()), None)

@@ -37,6 +37,7 @@ from deltalake import (
 )
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
+from jsspark.engine.files import table_filesystem
 from jsspark.engine.schema import MESSAGE_SCHEMA, PARTITION_COLUMN
 
 SEQ_APP_ID = "jsspark.seq"
@@ -127,7 +128,8 @@ class MessageTable:
         on ``part`` and ``seq`` skip whole files before any is opened.
         """
         if self._dataset is None or self._dataset[0] != snap.version:
-            self._dataset = (snap.version, snap.table.to_pyarrow_dataset())
+            fs = table_filesystem(self.uri, self.storage_options)
+            self._dataset = (snap.version, snap.table.to_pyarrow_dataset(filesystem=fs))
         return self._dataset[1]
 
     def read(
@@ -165,10 +167,7 @@ class MessageTable:
         base = self._base_version(snap, lo)
         if base is None:
             return None
-        import pyarrow.fs as pa_fs
-        from deltalake.fs import DeltaStorageHandler
-
-        filesystem = pa_fs.PyFileSystem(DeltaStorageHandler(self.uri, self.storage_options))
+        filesystem = table_filesystem(self.uri, self.storage_options)
         paths: list[str] = []
         try:
             for version in range(base + 1, snap.version + 1):

@@ -225,7 +225,10 @@ def test_sources_job_equals_server_sourcing_stream(spark: Any, server: NatsServe
                                                {"src": "so1.b.>", "dest": ""}]},
         {"name": "SO2", "filter_subject": "so2.c"},
     ]
-    cfg = {"name": "AGG", "subjects": ["agg.>"], "sources": sources}
+    # the target's own transform applies to sourced messages too, after the source's (and only
+    # to what it matches: SO1's agg.* subjects stay as they are)
+    cfg = {"name": "AGG", "subjects": ["agg.>"], "sources": sources,
+           "subject_transform": {"src": "so2.>", "dest": "agg.so2.>"}}
     nats.add_stream(storage="file", **cfg)
     origins = {s["name"]: server_msgs(nats, s["name"]) for s in sources}
     want = sum(len(selected(origins[s["name"]], s)) for s in sources)
@@ -245,8 +248,18 @@ def test_sources_job_equals_server_sourcing_stream(spark: Any, server: NatsServe
     want += len(selected(server_msgs(nats, "SO2"), sources[1]))
     run_all([job], spark)
     _same_sourcing(nats, lake, want)
-    tokens = [m["headers"][-1][1].split(" ")[5] for m in lake_msgs(lake, "AGG") if m["subject"].startswith("so2.")]
+    tokens = [m["headers"][-1][1].split(" ")[5] for m in lake_msgs(lake, "AGG") if m["subject"].startswith("agg.so2.")]
     assert len(set(tokens)) == 2 and tokens[-1] != tokens[0]  # the old SO2's, then the new one's
+
+    # a mirror of the sourcing stream keeps each message's Nats-Stream-Source (only a source
+    # replaces it), and applies its own stream transform to what it mirrors
+    mirror_cfg = {"name": "AGM", "mirror": {"name": "AGG"}, "subject_transform": {"src": "agg.>", "dest": "m.>"}}
+    nats.add_stream(storage="file", **mirror_cfg)
+    run_all([{**job, "stream": mirror_cfg}], spark)
+    _same_mirrors(nats, lake, {"AGM": mirror_cfg["mirror"]})
+    assert all(dict(m["headers"]).get(STREAM_SOURCE) for m in lake_msgs(lake, "AGM"))
+    heads = [m["subject"].split(".")[0] for m in lake_msgs(lake, "AGM")]
+    assert heads.count("m") == sum(m["subject"].startswith("agg.") for m in lake_msgs(lake, "AGG")) > 0
 
 
 def _same_sourcing(nats: SyncNats, lake: Any, want: int) -> None:

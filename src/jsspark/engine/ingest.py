@@ -15,12 +15,16 @@ the server's *internal* path, with its own rules (``stream.go:processInboundMirr
   ``Nats-Msg-Id`` only in the target's own window.
 
 Both honour the mirror's or source's ``filter_subject`` / ``subject_transforms`` (first match
-wins, ``engine.sourcing.Origin``) and store, in the same commit, the origin's progress marks
-(last origin sequence, lag, last seen) that restarts and ``stream_info`` read.
+wins, ``engine.sourcing.Origin``), then the target stream's own ``subject_transform``, which
+the server applies to every stored message, mirrored and sourced ones included
+(``processJetStreamMsg``: ``mset.itr``). Both store, in the same commit, the origin's progress
+marks (last origin sequence, lag, last seen) that restarts and ``stream_info`` read.
 
-Both drop ``Nats-Expected-*`` and ``Nats-Batch-*`` (and an incoming ``Nats-Stream-Source``) as
-the server does, and take ``txn=(app_id, version)`` so a replayed Spark batch is stored once.
-Limits of the target stream are then applied as after any store.
+Both drop ``Nats-Expected-*`` and ``Nats-Batch-*`` as the server does. A source also drops an
+incoming ``Nats-Stream-Source`` (daisy-chained sourcing: its own replaces it); a mirror keeps
+it, as ``processInboundMirrorMsg`` keeps the header block. Both take ``txn=(app_id, version)``
+so a replayed Spark batch is stored once. Limits of the target stream are then applied as after
+any store.
 """
 
 from __future__ import annotations
@@ -55,10 +59,11 @@ class SequenceRegression(ValueError):
 
 
 def _clean_headers(headers: pa.Array, extra: list[list[tuple[str, str]]] | None = None) -> pa.Array:
-    """Headers as ingest stores them: without ``Nats-Stream-Source``, ``Nats-Expected-*`` and
-    ``Nats-Batch-*``, an empty list as no headers, ``extra`` pairs appended per row. Rows are
-    touched one by one only when something is appended or dropped; otherwise (no headers at
-    all, or none to drop) the column is kept as it is."""
+    """Headers as ingest stores them: without ``Nats-Expected-*`` and ``Nats-Batch-*``, an
+    empty list as no headers. With ``extra`` (a source's own ``Nats-Stream-Source`` per row),
+    an incoming ``Nats-Stream-Source`` is dropped and ``extra`` appended; without it (a mirror)
+    the incoming one is kept. Rows are touched one by one only when something is appended or
+    dropped; otherwise (no headers at all, or none to drop) the column is kept as it is."""
     headers = one_chunk(headers)
     n = len(headers)
     if extra is None:
@@ -66,19 +71,32 @@ def _clean_headers(headers: pa.Array, extra: list[list[tuple[str, str]]] | None 
         if not pc.any(has).as_py():
             return pa.nulls(n, H.HEADER_TYPE)
         names = pc.struct_field(pc.list_flatten(headers), "name")
-        drop = pc.equal(names, H.STREAM_SOURCE)
-        for prefix in _DROP_PREFIXES:
+        drop = pc.starts_with(names, _DROP_PREFIXES[0])
+        for prefix in _DROP_PREFIXES[1:]:
             drop = pc.or_(drop, pc.starts_with(names, prefix))
         if not pc.any(drop).as_py():
             headers = headers.cast(H.HEADER_TYPE) if headers.type != H.HEADER_TYPE else headers
             return headers if pc.all(has).as_py() else pc.if_else(has, headers, pa.nulls(n, H.HEADER_TYPE))
+    replaced = (H.STREAM_SOURCE,) if extra is not None else ()
     rows = []
     for i, cell in enumerate(headers.to_pylist()):
-        pairs = H.without(H.from_arrow(cell), drop=(H.STREAM_SOURCE,), drop_prefixes=_DROP_PREFIXES) or []
+        pairs = H.without(H.from_arrow(cell), drop=replaced, drop_prefixes=_DROP_PREFIXES) or []
         if extra is not None:
             pairs = pairs + extra[i]
         rows.append(pairs or None)
     return H.to_arrow(rows)
+
+
+def _stored_subjects(ls: LakeStream, origin: Origin, subjects: pa.Array) -> pa.Array:
+    """The subjects an origin's messages are stored under: the mirror's or source's first
+    matching transform, then the target stream's own ``subject_transform`` (a subject it does
+    not match is kept), in the server's order."""
+    mapped = origin.map_subjects(subjects)
+    own = ls._subject_transform()
+    if own is None or not len(mapped):
+        return mapped
+    out = own.apply_array(mapped, keep_unmatched=True)
+    return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
 
 
 def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: Any = None,
@@ -211,7 +229,7 @@ def store_mirrored(lake: Lake, stream: str, rows: pa.Table, *, txn: tuple[str, i
     top_seen = int(arr[-1]) if len(arr) else 0
     if rows.num_rows and not pc.all(keep).as_py():
         rows, arr = rows.filter(keep), arr[keep.to_numpy(zero_copy_only=False)]
-    subjects = origin.map_subjects(column(rows, "subject"))
+    subjects = _stored_subjects(ls, origin, column(rows, "subject"))
     built_all = _message_rows(column(rows, "seq").cast(pa.int64()), column(rows, "ts_ns"), subjects,
                               _clean_headers(_headers_of(rows)), _data_of(rows))
 
@@ -294,7 +312,7 @@ def store_sourced(lake: Lake, stream: str, rows: pa.Table, *, origin: Any = None
         now = time.time_ns()
         seqs = pa.array(np.arange(last + 1, last + 1 + n, dtype=np.int64))
         ts = pa.array(np.full(n, now, dtype=np.int64))
-        built = _message_rows(seqs, ts, src.map_subjects(originals), headers, _data_of(part))
+        built = _message_rows(seqs, ts, _stored_subjects(ls, src, originals), headers, _data_of(part))
         return built, last + n, now if n else ls._last_ts_ns
 
     top = int(arr[-1]) if len(arr) else 0

@@ -113,6 +113,8 @@ CASES: list[tuple[dict[str, str], dict[str, Any]]] = [
      {"deliver_policy": "by_start_time", "opt_start_time": "T200", "filter_subjects": ["snap.a.*", "snap.c.1"]}),
     ({"deliverPolicy": "last", "filterSubject": "snap.b.>"}, {"deliver_policy": "last", "filter_subject": "snap.b.>"}),
     ({"deliverPolicy": "last"}, {"deliver_policy": "last"}),
+    # a filter no stored message matches: nothing, as the server's consumer delivers nothing
+    ({"deliverPolicy": "last", "filterSubject": "snap.none.>"}, {"deliver_policy": "last", "filter_subject": "snap.none.>"}),
     ({"deliverPolicy": "new"}, {"deliver_policy": "new"}),
     ({"headersOnly": "true", "deliverPolicy": "by_start_sequence", "optStartSeq": "500", "filterSubject": "snap.c.>"},
      {"headers_only": True, "deliver_policy": "by_start_sequence", "opt_start_seq": 500, "filter_subject": "snap.c.>"}),

@@ -168,7 +168,7 @@ async def resolve_bounds(opts: LiveReadOptions) -> Bounds:
                 found = [await _msg_get(nc, opts.conn, opts.stream, {"last_by_subj": f}) for f in filters]
                 seqs = [int(m["seq"]) for m in found if m]
                 start = max(seqs) if seqs else last + 1
-                last = max(last, *seqs)  # one that arrived since STREAM.INFO: the snapshot is this moment
+                last = max([last, *seqs])  # one that arrived since STREAM.INFO: the snapshot is this moment
         elif policy == "last_per_subject":
             if int(cfg.get("max_msgs_per_subject", -1)) == 1:
                 start = first  # each stored message is its subject's last (the server does the same)

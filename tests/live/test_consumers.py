@@ -9,10 +9,12 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from jsspark.live import consumer as C
 from jsspark.live.ingestor import Ingestor, LiveSourceError
 from jsspark.live.options import parse_live_read_options
 from jsspark.live.spill import mark_landed, read_spill
@@ -312,6 +314,76 @@ def test_ordered_mode_on_a_limits_origin(server: NatsServer, nats: SyncNats, tmp
         _, tail = drain(ing, start, 1000)
         assert tail == list(range(901, 1001)) and resets >= 1
         assert nats.state("LIM")["messages"] == 1000  # ordered mode never acks anything away
+    finally:
+        ing.stop()
+
+
+def test_a_restart_whose_reset_fails_is_made_again(server: NatsServer, nats: SyncNats, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reconnect or a gap restarts delivery with a reset. When that request fails (lost with a
+    half-open connection, no JetStream yet), deliveries of the old generation go on being
+    dropped while the reader waits for the reset's first one; the durable's heartbeats go on
+    too, so the watchdog sees no silence. The reader must reset again, not wait for good."""
+    real, calls = C.reset_consumer, []
+
+    async def fails_once(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append(args)
+        if len(calls) == 2:  # the first is the bind's
+            raise TimeoutError("nats: timeout")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(C, "reset_consumer", fails_once)
+    nats.add_stream(name="RF", subjects=["rf.>"])
+    fast_publish(nats, "rf", 0, 300)
+    ing = Ingestor(opts(server.url, "RF", tmp_path, consumer="lake"))
+    ing.start(None)
+    try:
+        start, got = drain(ing, 0, 300)
+        assert ing._loop is not None
+        asyncio.run_coroutine_threadsafe(ing._restart_delivery(), ing._loop).result(10)  # as a reconnect does
+        assert len(calls) == 2 and "timeout" in (ing.last_error or "")
+        fast_publish(nats, "rf", 300, 200)
+        _, more = drain(ing, start, 500)
+        assert got + more == list(range(1, 501))
+        assert len(calls) == 3  # reset again, once
+    finally:
+        ing.stop()
+
+
+def test_an_ordered_consumer_left_behind_by_a_failed_delete_cannot_reach_the_reader(
+    server: NatsServer, nats: SyncNats, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ordered reader recreates its consumer to restart delivery, deleting the old one. If
+    that delete fails, the old one lives on (a listener on its inbox holds it); were it on the
+    same inbox, its deliveries and heartbeats would come in with delivery seqs not ours and
+    restart delivery again and again. Each creation takes a new inbox (as nats.go's ordered
+    consumer does), so the old one is never heard again, and expires without interest."""
+    real, deletes = C.delete_consumer, []
+
+    async def fails(*args: Any, **kwargs: Any) -> None:
+        deletes.append(args)
+        raise TimeoutError("nats: timeout")
+
+    nats.add_stream(name="OD", subjects=["od.>"])
+    fast_publish(nats, "od", 0, 300)
+    ing = Ingestor(opts(server.url, "OD", tmp_path, consumerMode="ordered"))
+    ing.start(None)
+    try:
+        start, got = drain(ing, ing.floor, 300)
+        old = ing._consumer_name
+        monkeypatch.setattr(C, "delete_consumer", fails)
+        assert ing._loop is not None
+        asyncio.run_coroutine_threadsafe(ing._restart_delivery(), ing._loop).result(10)  # as a gap does
+        monkeypatch.setattr(C, "delete_consumer", real)
+        assert deletes and ing._consumer_name != old
+        assert "error" not in nats.api(f"CONSUMER.INFO.OD.{old}")  # left behind (30 s without interest)
+        resets = ing.resets
+        fast_publish(nats, "od", 300, 200)  # on one inbox, the old consumer would deliver these too
+        _, more = drain(ing, start, 500)
+        assert got + more == list(range(1, 501))
+        seen = ing.controls_seen
+        wait_for(lambda: ing.controls_seen >= seen + 3, 15, "three heartbeats of the reader's consumer")
+        assert ing.resets == resets  # nothing of the old consumer restarted delivery
     finally:
         ing.stop()
 

@@ -195,7 +195,7 @@ class Ingestor:
         self._deliver = ""
         self._sub: Any = None
         self._watch: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()  # flow-control answers under way
+        self._tasks: set[asyncio.Task[Any]] = set()  # flow-control answers and restarts under way
         # buffer (guarded by _cv)
         self._chunks: list[Chunk] = []  # spill files in origin seq order, those still being put too
         self._puts: dict[str, _Put] = {}  # chunk path -> its put on an object store, until it succeeded
@@ -219,6 +219,7 @@ class Ingestor:
         # is what a test of "no ack before commit" has to wait through.
         self.controls_seen = 0
         self._restarting = False
+        self._restart_ended = 0.0  # when the last restart of delivery ended, well or not (monotonic)
         self._held_fc: str | None = None  # a flow-control request we answer once Spark commits
         self._fc_dseq = 0  # the delivery seq a flow-control request last came after (loop thread)
         self._acked_sseq = 0
@@ -260,7 +261,9 @@ class Ingestor:
                                          f"on stream {self.opts.stream!r}: {e}", self.opts.conn)) from None
 
     def _call(self, coro: Any, timeout: float) -> Any:
-        assert self._loop is not None
+        if self._loop is None:
+            coro.close()
+            raise LiveSourceError(f"jetstream (live): the reader of stream {self.opts.stream!r} is stopped")
         fut: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return fut.result(timeout)
 
@@ -269,13 +272,18 @@ class Ingestor:
         return redact_storage(redact(text, self.opts.conn), self.opts.storage_options)
 
     def stop(self) -> None:
-        if self._loop is None:
+        """Close the connection and the loop; again, nothing more (the loop is gone)."""
+        loop = self._loop
+        if loop is None:
             return
         with contextlib.suppress(Exception):
             self._call(self._shutdown(), 10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        loop.call_soon_threadsafe(loop.stop)
         if self._thread:
             self._thread.join(5)
+        self._loop = None
+        if self._thread is None or not self._thread.is_alive():
+            loop.close()  # its selector's file descriptors, now rather than at garbage collection
         if self._dir is not None:
             # what is still spilled belongs to no committed batch: a new reader re-receives it
             self._dir.close()
@@ -315,16 +323,8 @@ class Ingestor:
         cls = wire.client_class(client_class()) if self._bulk else client_class()
         self._nc = await open_client(self.opts.conn, self.opts.wait_timeout / 2, cls,
                                      reconnected_cb=self._on_reconnect, error_cb=self._on_error)
-        if self.opts.mode == "ordered":
-            self._deliver = self._nc.new_inbox()
-        else:
-            self._deliver = C.deliver_subject_for(self.opts)
-        # Deliveries reach _on_frames in bulk (wire); nats-py's callback only sees what arrived
-        # before the route was set, all of it from before our reset below, so dropped anyway.
-        self._sub = await self._nc.subscribe(self._deliver, cb=_ignore if self._bulk else self._on_msg,
-                                             pending_msgs_limit=-1, pending_bytes_limit=-1)
-        if self._bulk:
-            wire.route(self._nc, self._sub, self._on_frames)
+        if self.opts.mode != "ordered":  # an ordered consumer gets a new inbox at each (re)creation
+            await self._subscribe(C.deliver_subject_for(self.opts))
         info = await self._restart_delivery(raise_errors=True)
         if from_consumer:
             key = "delivered" if self.opts.mode == "ordered" else "ack_floor"
@@ -332,6 +332,22 @@ class Ingestor:
                 self.floor = int((info.get(key) or {}).get("stream_seq", 0))
                 self._highest = max(self._highest, self.floor)
         self._watch = asyncio.get_running_loop().create_task(self._watchdog())
+
+    async def _subscribe(self, deliver: str) -> None:
+        """Take deliveries on ``deliver`` (instead of the subject taken so far, if any)."""
+        old = self._sub
+        self._deliver = deliver
+        # Deliveries reach _on_frames in bulk (wire); nats-py's callback only sees what arrived
+        # before the route was set, all of it from before our reset or creation, so dropped anyway.
+        self._sub = await self._nc.subscribe(deliver, cb=_ignore if self._bulk else self._on_msg,
+                                             pending_msgs_limit=-1, pending_bytes_limit=-1)
+        if self._bulk:
+            wire.route(self._nc, self._sub, self._on_frames)
+        if old is not None:
+            if self._bulk:
+                wire.route(self._nc, old, None)
+            with contextlib.suppress(Exception):
+                await old.unsubscribe()
 
     async def _restart_delivery(self, raise_errors: bool = False) -> dict[str, Any]:
         """(Re)start delivery above what we hold: reset the durable (or recreate the ordered
@@ -350,6 +366,9 @@ class Ingestor:
                 if self._consumer_name != o.consumer:
                     with contextlib.suppress(Exception):
                         await C.delete_consumer(nc, o.conn, o.stream, self._consumer_name)
+                # A new inbox, as nats.go's ordered consumer takes: one the delete above missed
+                # (it outlives it while anything listens on its inbox) cannot reach us.
+                await self._subscribe(nc.new_inbox())
                 start = self._highest + 1 if self._highest else None
                 info = await C.create_ordered(nc, o, start, self._deliver)
                 self._consumer_name = info["name"]
@@ -378,6 +397,7 @@ class Ingestor:
             return {}
         finally:
             self._restarting = False
+            self._restart_ended = time.monotonic()
 
     async def _orphans(self, info: dict[str, Any] | None) -> tuple[int | None, dict[str, Any]]:
         """On a WorkQueue origin, where the reset should restart delivery: the durable's oldest
@@ -441,7 +461,7 @@ class Ingestor:
     def _schedule_restart(self) -> None:
         if not self._restarting:
             self._restarting = True
-            asyncio.get_running_loop().create_task(self._restart_delivery())
+            self._spawn(self._restart_delivery())
 
     async def _on_reconnect(self) -> None:
         self._schedule_restart()
@@ -663,12 +683,19 @@ class Ingestor:
         last_c = int(hdrs.get(LAST_CONSUMER, "0") or 0)
         with self._cv:
             if self._awaiting:
-                if last_c == 0 and not self._restarting:
+                if self._restarting:
+                    return
+                if last_c == 0:
                     self._new_generation()  # reset done, nothing delivered yet
+                    return
+                if time.monotonic() - self._restart_ended < STALL_SECONDS:
+                    return  # sent before our reset took effect
+                # The consumer goes on delivering, long after the restart we wait on ended: it
+                # never took (its request failed, or a gap found while one was under way was
+                # not acted on). Restart again, as the server's sourcing does on a mismatch.
+            elif last_c == self._last_dseq:
                 return
-            if last_c == self._last_dseq:
-                return
-            if last_c == 0:
+            elif last_c == 0:
                 self._new_generation()  # someone reset the consumer, nothing delivered yet
                 return
             self._awaiting = True

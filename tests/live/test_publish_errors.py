@@ -5,6 +5,7 @@ text). Nothing published before the failure is lost: each was acked."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pyarrow as pa
@@ -68,3 +69,68 @@ def test_the_servers_refusal_stays_its_own_error(server: NatsServer, target: Syn
     assert (info.value.code, info.value.err_code, info.value.description) == (
         400, 10060, "expected stream does not match")
 
+
+
+def test_a_reply_that_is_no_pub_ack_is_not_counted_as_stored(server: NatsServer, target: SyncNats) -> None:
+    """A core NATS subscriber that answers requests on the subject is no stream: its reply has
+    no ``stream`` and ``seq``, so the message was stored nowhere."""
+    async def answer_everything() -> Any:
+        async def reply(msg: Any) -> None:
+            await msg.respond(b"{}")
+        return await target.nc.subscribe("core.x", cb=reply)
+
+    sub = target.run(answer_everything())
+    try:
+        with pytest.raises(PublishFailed) as info:
+            publish(server, [{"subject": "core.x", "data": b"x"}])
+    finally:
+        target.run(sub.unsubscribe())
+    assert str(info.value) == ("jetstream (live) sink: the reply to a publish to 'core.x' is not a JetStream PubAck "
+                               "(a core NATS subscriber answered, not a stream): b'{}'")
+
+
+def test_a_message_over_max_payload_with_its_headers_fails_naming_it(server: NatsServer, target: SyncNats) -> None:
+    """The server counts the header block with the payload against ``max_payload`` and resets
+    the connection of a client that sends more (nats-py checks the payload alone, and its
+    request then just times out); the sink refuses such a row itself, saying why."""
+    import nats
+
+    limit = target.nc.max_payload
+    data = b"x" * (limit - 10)  # fits alone; not with the Nats-Msg-Id header the row gets
+
+    async def raw_request() -> bool:  # what the server does with it
+        async def quiet(e: Exception) -> None:
+            """The reset it gets is what this looks at."""
+
+        nc = await nats.connect(server.url, max_reconnect_attempts=0, error_cb=quiet)
+        with contextlib.suppress(Exception):
+            await nc.request("errs.big", data, headers={"Nats-Msg-Id": "ERRS:1"}, timeout=2)
+        closed = nc.is_closed
+        await nc.close()
+        return closed
+
+    before = target.state("ERRS")["messages"]
+    assert target.run(raw_request())  # the server dropped that connection
+    assert target.state("ERRS")["messages"] == before  # and stored nothing
+    rows = [{"subject": "errs.ok", "data": b"1", "stream": "O", "seq": 1},
+            {"subject": "errs.big", "data": data, "stream": "O", "seq": 2}]
+    opts = parse_live_write_options({"servers": server.url, "maxInFlight": "1"})
+    schema = pa.schema([("subject", pa.string()), ("data", pa.binary()), ("stream", pa.string()), ("seq", pa.int64())])
+    with pytest.raises(PublishFailed) as info:
+        _run(opts, iter([pa.RecordBatch.from_pylist(rows, schema)]))
+    assert str(info.value) == (
+        f"jetstream (live) sink: a message to 'errs.big' of {limit + 20} bytes (header block 30, data {limit - 10}) "
+        f"exceeds the server's max_payload of {limit} bytes (Maximum Payload Violation)")
+    assert target.state("ERRS")["messages"] == before + 1  # the row before it was acked and stays
+
+
+def test_a_msg_id_column_the_dataframe_lacks_fails_at_the_start(server: NatsServer) -> None:
+    """Without it every row would go without an id, and a replayed batch would land twice."""
+    from jsspark.datasource.options import OptionError
+    from jsspark.live.publisher import live_writer
+
+    with pytest.raises(OptionError) as info:
+        live_writer({"servers": server.url, "msgIdColumn": "order_id"}, True, ["subject", "data", "orderid"])
+    assert str(info.value) == ("jetstream (live) sink: option msgIdColumn names column 'order_id', which the "
+                               "DataFrame does not have (its columns: subject, data, orderid)")
+    assert live_writer({"servers": server.url, "msgIdColumn": "orderid"}, True, ["subject", "data", "orderid"])

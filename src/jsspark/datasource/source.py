@@ -119,7 +119,7 @@ class JetStreamDataSource(DataSource):
         if "servers" in self.options:  # publish to a live JetStream server (jsspark.live)
             from jsspark.live.publisher import live_writer
 
-            return live_writer(self.options, streaming=False)
+            return live_writer(self.options, streaming=False, columns=schema.fieldNames())
         from jsspark.datasource.options import parse_write_options
         from jsspark.sink.lake_sink import make_writer
 
@@ -129,7 +129,7 @@ class JetStreamDataSource(DataSource):
         if "servers" in self.options:  # publish to a live JetStream server (jsspark.live)
             from jsspark.live.publisher import live_writer
 
-            return live_writer(self.options, streaming=True)
+            return live_writer(self.options, streaming=True, columns=schema.fieldNames())
         from jsspark.datasource.options import parse_write_options
         from jsspark.sink.lake_sink import make_writer
 

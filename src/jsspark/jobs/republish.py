@@ -256,7 +256,14 @@ async def publish_to_server(
     before the first publish. Returns (sent, duplicates)."""
     from nats.errors import NoRespondersError
 
-    from jsspark.live.client import publish_client_class, unacked, wire_headers
+    from jsspark.live.client import (
+        PublishFailed,
+        check_size,
+        pub_ack,
+        publish_client_class,
+        unacked,
+        wire_headers,
+    )
 
     async def quiet(e: Exception) -> None:
         """nats-py logs every failed attempt with a traceback; the failure itself is raised."""
@@ -277,20 +284,20 @@ async def publish_to_server(
     try:
         if not acked:
             for r in rows.to_pylist():
-                await nc.publish(r["subject"], r["data"] or b"", headers=wire_headers(_pairs(r["headers"]), hooked))
+                headers = wire_headers(_pairs(r["headers"]), hooked)
+                check_size(nc, r["subject"], r["data"] or b"", headers)
+                await nc.publish(r["subject"], r["data"] or b"", headers=headers)
                 sent += 1
             await nc.flush(timeout=dest.publish_timeout)
             return sent, 0
         sem = asyncio.Semaphore(dest.max_in_flight)
         failures: list[BaseException] = []
 
-        async def one(subject: str, data: bytes, pairs: list[tuple[str, str]]) -> None:
+        async def one(subject: str, data: bytes, headers: Any) -> None:
             nonlocal sent, dups
             try:
-                reply = await nc.request(subject, data, timeout=dest.publish_timeout, headers=wire_headers(pairs, hooked))
-                ack = json.loads(reply.data or b"{}")
-                if "error" in ack:
-                    raise APIError.from_dict(ack["error"])
+                reply = await nc.request(subject, data, timeout=dest.publish_timeout, headers=headers)
+                ack = pub_ack(subject, reply.data)
                 sent += 1
                 dups += bool(ack.get("duplicate"))
             except NoRespondersError:
@@ -306,9 +313,14 @@ async def publish_to_server(
         for r in rows.to_pylist():
             if failures:
                 break
+            headers = wire_headers(with_msg_id(storable(_pairs(r["headers"])), f"{stream}:{r['seq']}"), hooked)
+            try:
+                check_size(nc, r["subject"], r["data"] or b"", headers)
+            except PublishFailed as e:  # what is under way still gets its ack
+                failures.append(e)
+                break
             await sem.acquire()
-            pairs = with_msg_id(storable(_pairs(r["headers"])), f"{stream}:{r['seq']}")
-            tasks.append(asyncio.ensure_future(one(r["subject"], r["data"] or b"", pairs)))
+            tasks.append(asyncio.ensure_future(one(r["subject"], r["data"] or b"", headers)))
         await asyncio.gather(*tasks)
         if failures:
             raise failures[0]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import re
 import time
@@ -220,3 +221,37 @@ def unacked(subject: str, e: BaseException, timeout: float) -> BaseException:
     if isinstance(e, BadSubjectError):
         return PublishFailed(f"{subject!r} is not a valid subject to publish to")
     return e
+
+
+def pub_ack(subject: str, data: bytes) -> dict[str, Any]:
+    """The PubAck of a JetStream publish to ``subject`` (its reply's ``data``). The server's
+    refusal is raised as its own ``APIError``; a reply that is no PubAck (a core NATS responder
+    on the subject, not a stream) fails naming the subject rather than counting as stored."""
+    from jsspark.errors import APIError
+
+    try:
+        ack = json.loads(data or b"{}")
+    except ValueError:
+        ack = None
+    if isinstance(ack, dict) and isinstance(ack.get("error"), dict):
+        raise APIError.from_dict(ack["error"])
+    if not isinstance(ack, dict) or "stream" not in ack or "seq" not in ack:
+        raise PublishFailed(f"the reply to a publish to {subject!r} is not a JetStream PubAck (a core NATS "
+                            f"subscriber answered, not a stream): {bytes(data[:100])!r}")
+    return ack
+
+
+def check_size(nc: Any, subject: str, payload: bytes, headers: Any) -> None:
+    """Refuse a message the server would: it counts the header block and the payload against its
+    ``max_payload`` (nats-py counts the payload only), and answers a larger one with
+    ``-ERR 'Maximum Payload Violation'`` and a closed connection, which the task would report as a
+    closed connection, naming nothing. ``headers``: what ``wire_headers`` gave."""
+    if isinstance(headers, HeaderBlock):
+        size = len(headers.block)
+    else:
+        size = len(H.encode(list(headers.items()))) if headers else 0
+    limit = int(getattr(nc, "max_payload", 0) or 0)
+    if limit and size + len(payload) > limit:
+        raise PublishFailed(f"a message to {subject!r} of {size + len(payload)} bytes (header block {size}, data "
+                            f"{len(payload)}) exceeds the server's max_payload of {limit} bytes (Maximum Payload "
+                            "Violation)")

@@ -4,8 +4,8 @@ Each task publishes its rows as JetStream publishes (request/reply, so every mes
 PubAck) with at most ``maxInFlight`` outstanding, and fails with the server's own error
 (``APIError`` with its code, err_code and description) if any publish is refused. Spark may
 replay a batch (a retried task, or a restart before the commit log): every message carries
-``Nats-Msg-Id`` — the ``msgIdColumn`` value, or ``<origin stream>:<origin seq>`` for rows
-that came from a JetStream source — so the target's duplicate window drops the replays and a
+``Nats-Msg-Id`` — the ``msgIdColumn`` value, or (where that is null or not chosen)
+``<origin stream>:<origin seq>`` for rows that came from a JetStream source — so the target's duplicate window drops the replays and a
 batch never lands twice (the PubAck then says ``duplicate``). Rows without an id are published
 at least once. Columns: ``subject`` (or the ``subject`` option), ``data``, optional ``headers``
 (``array<struct<name,value>>``), and optionally ``stream``/``seq`` for the derived id.
@@ -22,7 +22,6 @@ row with a repeated key fails with an error saying so instead of losing values.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +30,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from jsspark.errors import APIError
-from jsspark.live.client import PublishFailed, unacked, wire_headers
+from jsspark.live.client import PublishFailed, check_size, pub_ack, unacked, wire_headers
 from jsspark.live.options import LiveWriteOptions, parse_live_write_options, redact
 
 MSG_ID = "Nats-Msg-Id"
@@ -46,9 +45,12 @@ class PublishedMessage(WriterCommitMessage):
 
 
 def _msg_id(row: dict[str, Any], opts: LiveWriteOptions) -> str | None:
+    """The row's ``Nats-Msg-Id``: its ``msgIdColumn`` value; where that is null or not chosen,
+    ``<stream>:<seq>`` of the origin message it came from; else none."""
     if opts.msg_id_column:
         value = row.get(opts.msg_id_column)
-        return None if value is None else str(value)
+        if value is not None:
+            return str(value)
     if row.get("stream") is not None and row.get("seq") is not None:
         return f"{row['stream']}:{row['seq']}"
     return None
@@ -90,9 +92,7 @@ async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBat
         nonlocal published, duplicates
         try:
             reply = await nc.request(subject, data, timeout=opts.publish_timeout, headers=headers)
-            ack = json.loads(reply.data or b"{}")
-            if "error" in ack:
-                raise APIError.from_dict(ack["error"])
+            ack = pub_ack(subject, reply.data)
             published += 1
             duplicates += bool(ack.get("duplicate"))
         except BaseException as e:
@@ -100,22 +100,30 @@ async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBat
         finally:
             sem.release()
 
+    def message(row: dict[str, Any]) -> tuple[str, bytes, Any]:
+        subject = row.get("subject") or opts.subject
+        if not subject:
+            raise PublishFailed("a row has no subject and no subject option is set")
+        data = row.get("data")
+        payload = b"" if data is None else (data.encode() if isinstance(data, str) else bytes(data))
+        headers = wire_headers(_headers(row, _msg_id(row, opts), opts), hooked)
+        check_size(nc, subject, payload, headers)
+        return subject, payload, headers
+
     tasks: set[asyncio.Task[None]] = set()
     try:
-        for batch in batches:
-            for row in batch.to_pylist():
-                if failures:
-                    raise failures[0]
-                subject = row.get("subject") or opts.subject
-                if not subject:
-                    raise PublishFailed("a row has no subject and no subject option is set")
-                data = row.get("data")
-                payload = b"" if data is None else (data.encode() if isinstance(data, str) else bytes(data))
-                await sem.acquire()
-                headers = wire_headers(_headers(row, _msg_id(row, opts), opts), hooked)
-                t = asyncio.ensure_future(one(subject, payload, headers))
-                tasks.add(t)
-                t.add_done_callback(tasks.discard)
+        for row in (row for batch in batches for row in batch.to_pylist()):
+            if failures:
+                break
+            try:
+                subject, payload, headers = message(row)
+            except Exception as e:  # a row that cannot be sent: what is under way still gets its ack
+                failures.append(e)
+                break
+            await sem.acquire()
+            t = asyncio.ensure_future(one(subject, payload, headers))
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
         if tasks:
             await asyncio.gather(*tasks)
         if failures:
@@ -169,7 +177,14 @@ class LiveStreamWriter(DataSourceStreamArrowWriter):
         """Acked publishes cannot be withdrawn; a re-run is made harmless by ``Nats-Msg-Id``."""
 
 
-def live_writer(options: Any, streaming: bool) -> LiveWriter | LiveStreamWriter:
-    """The dispatch target of ``JetStreamDataSource.writer``/``streamWriter`` with ``servers``."""
+def live_writer(options: Any, streaming: bool, columns: list[str] | None = None) -> LiveWriter | LiveStreamWriter:
+    """The dispatch target of ``JetStreamDataSource.writer``/``streamWriter`` with ``servers``
+    (``columns``: the DataFrame's). A ``msgIdColumn`` it does not have fails here: every row
+    would go without an id, and a replayed batch would land twice."""
     opts = parse_live_write_options(options)
+    if opts.msg_id_column and columns is not None and opts.msg_id_column not in columns:
+        from jsspark.datasource.options import OptionError
+
+        raise OptionError(f"jetstream (live) sink: option msgIdColumn names column {opts.msg_id_column!r}, which "
+                          f"the DataFrame does not have (its columns: {', '.join(columns)})")
     return LiveStreamWriter(opts) if streaming else LiveWriter(opts)

@@ -35,7 +35,10 @@ checkpoint on the same durable continues cleanly. Why a high-water mark and not 
 window expires), costs one number instead of an id per message, and allows several output
 rows per origin message. It is what the server's sourcing keeps (the last origin sequence
 received); like it, messages skipped by a reset ahead and then reached by a reset back are
-below the mark and are not stored.
+below the mark and are not stored. The mark holds back only what the batch read: a row of an
+origin message an earlier batch read (at or below where the batch's reading began: the
+previous batch's offset, or a reset's ``base``), which a stateful query (a stream-stream join)
+emits only now, is stored whatever the mark, with the batch's ``txn`` against a replay.
 
 Landing forms (``form``): ``mirror`` or ``source`` store rows of the live NATS source (columns
 ``stream``, ``seq``, ``ts_ns``, ``subject``, ``headers``, ``data``) the way a mirror or a sourcing
@@ -63,7 +66,7 @@ import json
 import os
 import uuid
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -368,12 +371,35 @@ def origin_keys(table: pa.Table, origins: Iterable[str] = ()) -> pa.Array:
     )
 
 
+def batch_starts(offsets: Sequence[dict[str, Any]], previous: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Per origin key, the origin seq a batch's reading of it started after: its offset's
+    ``base`` (the first batch after a reset), else the previous batch's offset of that origin.
+    An origin with neither (a query's first batch) is left out."""
+    before = {o["origin"]: int(o["seq"]) for o in previous if isinstance(o.get("origin"), str) and "seq" in o}
+    out = {}
+    for o in offsets:
+        key, base = o.get("origin"), o.get("base")
+        if not isinstance(key, str):
+            continue
+        if isinstance(base, dict) and "seq" in base:
+            out[key] = int(base["seq"])
+        elif key in before:
+            out[key] = before[key]
+    return out
+
+
 def publish(
-    opts: WriteOptions, table: pa.Table, txn: tuple[str, int] | None = None, origins: Iterable[str] = ()
+    opts: WriteOptions, table: pa.Table, txn: tuple[str, int] | None = None, origins: Iterable[str] = (),
+    starts: Mapping[str, int] | None = None,
 ) -> BatchAck | None:
     """One ``publish_batch`` (one Delta commit): deduplicated by origin when the rows carry
     one (the origins' marks are then the commit's txns; ``origins``: the ``origin`` keys of
     the batch's source offsets), else idempotent per ``txn`` when given.
+
+    ``starts`` (``batch_starts``): where the batch's reading of each origin began. A row of an
+    origin message at or below it was read by an earlier batch and comes out only now (a
+    stream-stream join matched it late, say): it is no redelivery, so it is stored whatever
+    the mark, and the batch's ``txn`` joins the commit to keep a replay of it out.
     ``None``: every row was already stored (nothing committed)."""
     if not table.num_rows:  # an empty micro-batch (e.g. right after a reset): nothing to store or replay
         return None
@@ -391,14 +417,22 @@ def publish(
     keys = origin_keys(table, origins)
     target = lake.stream(opts.stream).table.snapshot().table
     marks = {k: target.transaction_version(origin_app_id(k)) or 0 for k in pc.unique(keys).to_pylist()}
-    mark_of = pc.take(pa.array(list(marks.values()), pa.int64()), pc.index_in(keys, pa.array(list(marks), pa.string())))
-    fresh = table.append_column("origin_key", keys).filter(pc.greater(table.column("origin_seq"), mark_of))
+    where = pc.index_in(keys, pa.array(list(marks), pa.string()))
+    mark_of = pc.take(pa.array(list(marks.values()), pa.int64()), where)
+    start_of = pc.take(pa.array([(starts or {}).get(k, 0) for k in marks], pa.int64()), where)
+    seqs = table.column("origin_seq")
+    late = pc.less_equal(seqs, start_of)
+    table = table.append_column("origin_key", keys).append_column("late", late)
+    fresh = table.filter(pc.or_(pc.greater(seqs, mark_of), late))
     if not fresh.num_rows:
         return None
     fresh = fresh.sort_by([("origin_seq", "ascending")])  # each origin's order, however Spark partitioned
-    tops = fresh.group_by("origin_key", use_threads=False).aggregate([("origin_seq", "max")])
-    txns = sorted((origin_app_id(k), int(v)) for k, v in zip(
+    tops = fresh.filter(pc.invert(fresh.column("late"))).group_by("origin_key", use_threads=False).aggregate(
+        [("origin_seq", "max")])
+    txns = sorted((origin_app_id(k), max(int(v), marks[k])) for k, v in zip(
         tops["origin_key"].to_pylist(), tops["origin_seq_max"].to_pylist(), strict=True))
+    if txn is not None and pc.any(fresh.column("late")).as_py():
+        txns.append(txn)
     return lake.publish_batch(opts.stream, fresh.select(SINK_SCHEMA.names), txn=txns[0] if len(txns) == 1 else txns)
 
 
@@ -451,7 +485,9 @@ def store(
             land(opts, load_messages(messages, opts.location, FORM_SCHEMA, opts.storage_options, opts.form), txn)
         else:
             origins = [o["origin"] for o in offsets if isinstance(o.get("origin"), str)]
-            publish(opts, load_messages(messages, opts.location, TASK_SCHEMA, opts.storage_options), txn, origins)
+            previous = source_offsets(opts, txn[1] - 1) if origins and txn is not None and txn[1] > 0 else []
+            publish(opts, load_messages(messages, opts.location, TASK_SCHEMA, opts.storage_options), txn, origins,
+                    batch_starts(offsets, previous))
 
 
 def _checkpoint_fs(opts: WriteOptions) -> tuple[Any, str]:

@@ -3,9 +3,9 @@
 Streaming: the reader's driver process owns the connection and the consumer
 (``jsspark.live.ingestor``, whose docstring has the full design: origin-seq offsets, acks only
 for what Spark's checkpoint holds, spill files for executors, gap repair by consumer reset).
-This module is the Spark glue: offsets are ``{"seq": <origin stream seq>}``; ``read()`` on
-executors only opens the spill files its partition names (on an object store with the
-``storage.<key>`` options the partition carries). Errors leave every method with the storage
+This module is the Spark glue: offsets are ``{"seq": <origin stream seq>, "origin": <key>}``;
+``read()`` on executors only opens the spill files its partition names (on an object store with
+the ``storage.<key>`` options the partition carries). Errors leave every method with the storage
 secrets scrubbed (``datasource.redaction.scrubbed``), as the lake source's do.
 
 Batch (``spark.read``): a bounded snapshot pinned at ``load()``, read by executors straight from
@@ -84,9 +84,14 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
             self._ingestor.start(floor)
         return self._ingestor
 
+    def _offset(self, seq: int) -> dict[str, Any]:
+        """An offset: the origin seq, and the origin key a sink keeps its per-origin mark by
+        (``Ingestor.origin``), as the lake source's offsets carry theirs."""
+        return {"seq": int(seq), "origin": self._ingestor.origin}
+
     def initialOffset(self) -> dict[str, Any]:
         with scrubbed(self.opts.storage_options):
-            return {"seq": self._ing(None).floor}
+            return self._offset(self._ing(None).floor)
 
     def prepareForTriggerAvailableNow(self) -> None:
         try:
@@ -111,7 +116,7 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
             max_rows = int(limit.max_rows) if type(limit).__name__ == "ReadMaxRows" else self.opts.max_messages
             if type(limit).__name__ == "ReadAllAvailable":
                 max_rows = None
-            return {"seq": ing.latest(begin, max_rows, self._target)}
+            return self._offset(ing.latest(begin, max_rows, self._target))
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """With ``reportLatestOffset``: the origin's last seq and the consumer's ``num_pending``

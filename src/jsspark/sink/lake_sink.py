@@ -21,9 +21,10 @@ At most once per origin message (``dedupByOrigin``, on by default): when the row
 origin, the Delta ``txn`` ``("jsspark.origin.<key>", <highest origin seq stored>)``, written in
 the same Delta commit as the messages; rows at or below it are dropped before the publish.
 An origin is a stream table (its Delta table id: another lake's stream of the same name, or
-the stream deleted and created again, is another origin) read by one consumer (a durable's
+the stream deleted and created again, is another origin), or a stream on a server (told apart
+the same way by its creation time, ``Ingestor.origin``), read by one consumer (a durable's
 name; a non-durable query's filters), so two queries into one target keep their own marks.
-A streaming sink learns the origins from the lake sources' offsets of the batch
+A streaming sink learns the origins from the sources' offsets of the batch
 (``<checkpointLocation>/offsets/<batchId>``, ``planning.Origin``) and matches rows to them by
 ``stream`` (and ``consumer`` when two sources read streams of the same name); a batch may
 hold rows of several origins, each keeps its mark in the one commit. Rows whose origin is

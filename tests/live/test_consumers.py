@@ -22,6 +22,7 @@ from jsspark.nats_server import NatsServer
 from tests.live.conftest import SyncNats
 from tests.live.test_crashes import fast_publish
 from tests.live.test_durable_source import wait_for
+from tests.rawnats import RawNats
 
 pytestmark = [pytest.mark.nats]
 
@@ -384,6 +385,27 @@ def test_an_ordered_consumer_left_behind_by_a_failed_delete_cannot_reach_the_rea
         seen = ing.controls_seen
         wait_for(lambda: ing.controls_seen >= seen + 3, 15, "three heartbeats of the reader's consumer")
         assert ing.resets == resets  # nothing of the old consumer restarted delivery
+    finally:
+        ing.stop()
+
+
+def test_a_subject_that_is_not_utf8_is_stored_as_the_servers_api_shows_it(server: NatsServer, nats: SyncNats,
+                                                                           raw: RawNats, tmp_path: Path) -> None:
+    """The server stores a subject of any bytes (core publishes are not checked); its JSON API
+    shows one that is not UTF-8 with replacement characters. The reader stores it so, where it
+    could not store it at all before (every spill of the buffer failed, for good)."""
+    nats.add_stream(name="U8", subjects=["u8.>"])
+    raw._send(b"PUB u8.\xff\xfe 1\r\nx\r\nPUB u8.ok 1\r\ny\r\n")  # no client library sends such bytes
+    raw.flush()
+    wait_for(lambda: nats.state("U8")["messages"] == 2, 10, "the origin to store both")
+    ing = Ingestor(opts(server.url, "U8", tmp_path, consumer="lake"))
+    ing.start(None)
+    try:
+        end = ing.latest(0, None, None)
+        assert end == 2
+        rows = pa.Table.from_batches([b for p in ing.plan(0, end) for b in read_spill(p)])
+        server_subjects = [nats.api("STREAM.MSG.GET.U8", {"seq": s})["message"]["subject"] for s in (1, 2)]
+        assert rows.column("subject").to_pylist() == server_subjects == ["u8.\ufffd\ufffd", "u8.ok"]
     finally:
         ing.stop()
 

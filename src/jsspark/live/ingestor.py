@@ -665,6 +665,12 @@ class Ingestor:
             _dc, sseq, dseq, ts, pending = parse_ack_reply(reply.decode())
         except ValueError:
             return
+        try:
+            subject.decode()
+        except UnicodeDecodeError:  # the server takes any bytes; a lake subject is a string
+            subject = subject.decode(errors="replace").encode()
+            log.warning("jetstream (live): %s seq %d has a subject that is not UTF-8; stored as the server's JSON "
+                        "API shows it: %r", self.opts.stream, sseq, subject.decode())
         with self._cv:
             if self._awaiting:
                 if dseq != 1:

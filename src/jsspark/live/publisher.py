@@ -4,10 +4,10 @@ Each task publishes its rows as JetStream publishes (request/reply, so every mes
 PubAck) with at most ``maxInFlight`` outstanding, and fails with the server's own error
 (``APIError`` with its code, err_code and description) if any publish is refused. Spark may
 replay a batch (a retried task, or a restart before the commit log): every message carries
-``Nats-Msg-Id`` — the ``msgIdColumn`` value, or (where that is null or not chosen)
-``<origin stream>:<origin seq>`` for rows that came from a JetStream source — so the target's duplicate window drops the replays and a
-batch never lands twice (the PubAck then says ``duplicate``). Rows without an id are published
-at least once. Columns: ``subject`` (or the ``subject`` option), ``data``, optional ``headers``
+``Nats-Msg-Id`` — the ``msgIdColumn`` value, or (where that is null or not chosen) ``<origin
+stream>:<origin seq>`` for rows that came from a JetStream source — so the target's duplicate
+window drops the replays and a batch never lands twice (the PubAck then says ``duplicate``).
+Rows without an id are published at least once. Columns: ``subject`` (or the ``subject`` option), ``data``, optional ``headers``
 (``array<struct<name,value>>``), and optionally ``stream``/``seq`` for the derived id.
 
 Headers go out exactly as the row holds them: every value of a repeated key, in order, values

@@ -55,10 +55,10 @@ def _dataset(p: ReadPartition) -> tuple[ds.Dataset, bool]:
         return ds.FileSystemDataset(frags, p.table_schema, fmt, fs), True
     from deltalake import DeltaTable
 
-    from jsspark.engine.files import table_filesystem
+    from jsspark.engine.files import local_filesystem
 
     table = DeltaTable(p.uri, version=p.version, storage_options=p.storage_options)
-    dataset = table.to_pyarrow_dataset(filesystem=table_filesystem(p.uri, p.storage_options))
+    dataset = table.to_pyarrow_dataset(filesystem=local_filesystem(p.uri))
     if not p.files:
         return dataset, False
     wanted = set(p.files)

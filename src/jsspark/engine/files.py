@@ -1,7 +1,8 @@
-"""Where a table's files are read from: a pyarrow filesystem for a lake place.
+"""Where a table's files are read from: a pyarrow filesystem for a lake place (a table, or a
+spill, staging or checkpoint folder on the lake's store).
 
-Apart from ``engine.table`` so that a Spark read task, which must not import the table code
-(its Delta writes, commits and planning), opens files the same way the driver does.
+Apart from ``engine.table`` so that a Spark task, which must not import the table code (its
+Delta writes, commits and planning), opens files the same way the driver does.
 """
 
 from __future__ import annotations
@@ -19,18 +20,26 @@ def local_root(uri: str) -> str | None:
     return uri if "://" not in uri else None
 
 
+def local_filesystem(uri: str) -> pa_fs.FileSystem | None:
+    """pyarrow's own filesystem rooted at a local lake place (``table_filesystem`` says why);
+    ``None`` for an object store, where ``DeltaTable.to_pyarrow_dataset`` builds delta-rs's store
+    with the table's file sizes."""
+    root = local_root(uri)
+    return None if root is None else pa_fs.SubTreeFileSystem(os.path.abspath(root), pa_fs.LocalFileSystem())
+
+
 def table_filesystem(uri: str, storage_options: dict[str, str] | None = None,
                      sizes: dict[str, int] | None = None) -> pa_fs.FileSystem:
-    """A pyarrow filesystem rooted at a table, for reading its files (``sizes``: known file
-    sizes, which spare an object store its HEAD requests). An object store is delta-rs's own,
-    with the same storage options as ``DeltaTable``. A local table is pyarrow's native one.
-    Why not delta-rs's there too: its store is a Python filesystem to Arrow, and a file handle
+    """A pyarrow filesystem rooted at a table (or another lake place), paths relative to it
+    (``sizes``: known file sizes, which spare an object store its HEAD requests). An object
+    store is delta-rs's own, with the same storage options as ``DeltaTable``. A local place is
+    pyarrow's native one. Why not delta-rs's there too: its store is a Python filesystem to Arrow, and a file handle
     a scan's read-ahead still holds when the interpreter exits is released by an Arrow thread
     that needs the GIL, which aborts the process (SIGABRT, exit 134, "terminate called without
     an active exception": apache/arrow#34314) after a script that succeeded."""
-    root = local_root(uri)
-    if root is not None:
-        return pa_fs.SubTreeFileSystem(os.path.abspath(root), pa_fs.LocalFileSystem())
+    local = local_filesystem(uri)
+    if local is not None:
+        return local
     from deltalake.fs import DeltaStorageHandler
 
     return pa_fs.PyFileSystem(DeltaStorageHandler(uri, storage_options, sizes))

@@ -37,7 +37,7 @@ from deltalake import (
 )
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from jsspark.engine.files import table_filesystem
+from jsspark.engine.files import local_filesystem, table_filesystem
 from jsspark.engine.schema import MESSAGE_SCHEMA, PARTITION_COLUMN
 
 SEQ_APP_ID = "jsspark.seq"
@@ -128,8 +128,7 @@ class MessageTable:
         on ``part`` and ``seq`` skip whole files before any is opened.
         """
         if self._dataset is None or self._dataset[0] != snap.version:
-            fs = table_filesystem(self.uri, self.storage_options)
-            self._dataset = (snap.version, snap.table.to_pyarrow_dataset(filesystem=fs))
+            self._dataset = (snap.version, snap.table.to_pyarrow_dataset(filesystem=local_filesystem(self.uri)))
         return self._dataset[1]
 
     def read(

@@ -208,12 +208,12 @@ def is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
-def _store(uri: str, storage_options: Mapping[str, str] | None) -> pafs.PyFileSystem:
+def _store(uri: str, storage_options: Mapping[str, str] | None) -> pafs.FileSystem:
     """delta-rs's object store for ``uri`` as a pyarrow filesystem rooted there (paths relative
-    to it), as the lake source's executors read a table (``datasource.reading._filesystem``)."""
-    from deltalake.fs import DeltaStorageHandler
+    to it), as the lake source's executors read a table (``engine.files.table_filesystem``)."""
+    from jsspark.engine.files import table_filesystem
 
-    return pafs.PyFileSystem(DeltaStorageHandler(uri, dict(storage_options) if storage_options else None))
+    return table_filesystem(uri, dict(storage_options) if storage_options else None)
 
 
 def spill_location(value: str | None, storage_options: Mapping[str, str] | None = None) -> str:

@@ -231,9 +231,9 @@ def _filesystem(location: str, storage_options: dict[str, str] | None = None) ->
     if "://" not in location:
         return fs.LocalFileSystem(), os.path.abspath(location)
     if storage_options and not location.startswith("file://"):
-        from deltalake.fs import DeltaStorageHandler
+        from jsspark.engine.files import table_filesystem
 
-        return fs.PyFileSystem(DeltaStorageHandler(location.rstrip("/"), storage_options)), ""
+        return table_filesystem(location.rstrip("/"), storage_options), ""
     return fs.FileSystem.from_uri(location)
 
 

@@ -33,10 +33,11 @@ def table_filesystem(uri: str, storage_options: dict[str, str] | None = None,
     """A pyarrow filesystem rooted at a table (or another lake place), paths relative to it
     (``sizes``: known file sizes, which spare an object store its HEAD requests). An object
     store is delta-rs's own, with the same storage options as ``DeltaTable``. A local place is
-    pyarrow's native one. Why not delta-rs's there too: its store is a Python filesystem to Arrow, and a file handle
-    a scan's read-ahead still holds when the interpreter exits is released by an Arrow thread
-    that needs the GIL, which aborts the process (SIGABRT, exit 134, "terminate called without
-    an active exception": apache/arrow#34314) after a script that succeeded."""
+    pyarrow's native one. Why not delta-rs's there too: its store is a Python filesystem to
+    Arrow, and a file handle a scan's read-ahead still holds when the interpreter exits is
+    released by an Arrow thread that needs the GIL, which aborts the process (SIGABRT, exit 134,
+    "terminate called without an active exception": apache/arrow#34314) after a script that
+    succeeded."""
     local = local_filesystem(uri)
     if local is not None:
         return local

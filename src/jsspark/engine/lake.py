@@ -34,6 +34,7 @@ from jsspark.engine.api import BatchAck, ConsumerInfo, PubAck, RawStreamMsg, Str
 from jsspark.engine.catalog import Catalog, Change, Key, Record
 from jsspark.engine.consumers import Consumers, StreamView
 from jsspark.engine.directget import DirectGet, DirectReply
+from jsspark.engine.files import local_root
 from jsspark.engine.partitioning import DEFAULT_PARTITION_KEY
 from jsspark.engine.stream import Incoming, LakeStream, NoRespondersError
 from jsspark.engine.table import MessageTable
@@ -348,8 +349,9 @@ class Lake:
 
 def _remove_tree(uri: str, storage_options: dict[str, str] | None) -> None:
     """Delete a stream table's directory, on the same storage and credentials delta-rs used."""
-    if "://" not in uri or uri.startswith("file://"):
-        shutil.rmtree(uri.removeprefix("file://"), ignore_errors=True)
+    root = local_root(uri)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
         return
     filesystem, path = _filesystem(uri, storage_options or {})
     filesystem.delete_dir(path)

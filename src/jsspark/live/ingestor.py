@@ -233,7 +233,7 @@ class Ingestor:
         self.orphan_resets = 0  # resets back to acked messages a WorkQueue still stores (_orphans)
         self.ack_repairs = 0  # resets after an ack out of order or messages stranded (_check_acks)
         self._workqueue: bool | None = None  # the origin's retention is workqueue (asked once)
-        self._identity: str | None = None  # the origin stream's creation time, hashed (_learn_origin)
+        self.origin = ""  # this reader's origin key for its offsets, once bound (_learn_origin)
 
     # -- lifecycle -----------------------------------------------------------------------------
     @property
@@ -336,30 +336,27 @@ class Ingestor:
         self._watch = asyncio.get_running_loop().create_task(self._watchdog())
 
     async def _learn_origin(self) -> None:
-        """The origin stream's identity (its creation time, hashed) for ``origin``, and its
-        retention, from one ``STREAM.INFO``. A user allowed only the consumer API gets no
-        identity (``_oldest_stored`` then finds out the retention, and says it cannot)."""
+        """``origin``: this reader's origin key (``datasource.planning.Origin``), which its offsets
+        carry for a sink's per-origin mark. The origin stream, told from another of its name (on
+        another server, or deleted and created again) by its identity (its creation time, hashed),
+        and the consumer (a durable's name; an ordered consumer's filters). The same
+        ``STREAM.INFO`` gives the retention. A user allowed only the consumer API gets identity
+        ``unknown`` (``_oldest_stored`` then finds out the retention, and says it cannot)."""
+        from jsspark.datasource.planning import Origin
         from jsspark.engine.sourcing import server_hash
+        from jsspark.live.snapshot import filters_of
 
+        identity = "unknown"
         try:
             info = await C.stream_info(self._nc, self.opts.conn, self.opts.stream, LOOKUP_TIMEOUT)
         except Exception:
-            return
-        self._workqueue = (info.get("config") or {}).get("retention") == "workqueue"
-        if info.get("created"):
-            self._identity = server_hash(str(info["created"]))
-
-    @property
-    def origin(self) -> str:
-        """This reader's origin key (``datasource.planning.Origin``), which its offsets carry for
-        a sink's per-origin mark: the origin stream, told from another of its name (on another
-        server, or deleted and created again) by its identity, and the consumer (a durable's
-        name; an ordered consumer's filters)."""
-        from jsspark.datasource.planning import Origin
-        from jsspark.live.snapshot import filters_of
-
+            info = None
+        if info is not None:
+            self._workqueue = (info.get("config") or {}).get("retention") == "workqueue"
+            if info.get("created"):
+                identity = server_hash(str(info["created"]))
         durable = None if self.opts.mode == "ordered" else self.opts.consumer
-        return Origin.of(self.opts.stream, f"nats-{self._identity or 'unknown'}", durable, filters_of(self.opts)).key
+        self.origin = Origin.of(self.opts.stream, f"nats-{identity}", durable, filters_of(self.opts)).key
 
     async def _subscribe(self, deliver: str) -> None:
         """Take deliveries on ``deliver`` (instead of the subject taken so far, if any)."""

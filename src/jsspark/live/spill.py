@@ -54,6 +54,7 @@ import pyarrow.fs as pafs
 
 from jsspark.datasource.redaction import redact_storage
 from jsspark.datasource.schema import ARROW_SCHEMA, HEADERS_ARROW
+from jsspark.engine.files import local_root
 from jsspark.engine.headers import decode
 
 if TYPE_CHECKING:
@@ -205,7 +206,7 @@ def describe(e: BaseException) -> str:
 
 def is_remote(path: str) -> bool:
     """An object-store URI (not a local path, not ``file://``)."""
-    return "://" in path and not path.startswith("file://")
+    return local_root(path) is None
 
 
 def _store(uri: str, storage_options: Mapping[str, str] | None) -> pafs.FileSystem:

@@ -101,6 +101,7 @@ INVALID: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {
         False,
     ),
     "pedantic-max-deliver": (LIMITS, {"max_deliver": -3}, True),
+    "misspelt-field-10025": (LIMITS, {"ack_wiat": 30 * S, "ack_policy": "explicit"}, False),
     "pedantic-backoff-vs-ack-wait": (
         LIMITS,
         {"ack_policy": "explicit", "backoff": [S], "ack_wait": 2 * S},

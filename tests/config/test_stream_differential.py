@@ -72,6 +72,10 @@ INVALID: dict[str, dict[str, Any]] = {
     "server-managed-unknown-field-10025": {
         "sources": [{"name": "O", "consumer": {"name": "c", "server_managed": True}}]
     },
+    "misspelt-field-10025": {"max_msg": 5, "max_msgs": 5},
+    "misspelt-source-field-10025": {"sources": [{"name": "O", "filter_subjects": "o.a"}]},
+    "unknown-fields-first-in-document-order-10025": {"sources": [{"name": "O", "inner": 1}], "outer": 2},
+    "unknown-fields-outer-first-10025": {"outer": 2, "mirror": {"name": "O", "inner": 1}},
     "source-bad-name-10141": {"sources": [{"name": "a*"}]},
     "source-duplicate-10140": {"sources": [{"name": "O"}, {"name": "O"}]},
     "source-filter-and-transforms-10144": {

@@ -36,7 +36,7 @@ from jsspark.config.stream import (
 )
 from jsspark.config.timestamps import Timestamp, UTCTime
 from jsspark.config.update import check_stream_update
-from jsspark.config.validation import check_consumer_config, check_stream_config
+from jsspark.config.validation import check_consumer_config, check_decodable, check_stream_config
 
 __all__ = [
     "DYNAMIC_METADATA_KEYS",
@@ -65,6 +65,7 @@ __all__ = [
     "apply_consumer_defaults",
     "apply_stream_defaults",
     "check_consumer_config",
+    "check_decodable",
     "check_stream_config",
     "check_stream_update",
     "format_go_duration",

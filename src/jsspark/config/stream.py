@@ -59,6 +59,8 @@ class StreamConsumerSource(WireModel):
     does not know it and rejects any request carrying it, so it is ``None`` unless given.
     """
 
+    _unknown_to_server: ClassVar[frozenset[str]] = frozenset({"server_managed"})
+
     name: str = ""
     server_managed: bool | None = None
     deliver_subject: str = ""

@@ -164,11 +164,13 @@ def check_shared_stream_config(
     return out
 
 
-def check_decodable(cfg: StreamConfig) -> None:
-    """2.15.1 decodes requests strictly and does not know ``consumer.server_managed``."""
-    for src in [cfg.mirror, *cfg.sources]:
-        if src is not None and src.consumer is not None and src.consumer.server_managed is not None:
-            raise api_error("JSInvalidJSONErr", err='json: unknown field "server_managed"')
+def check_decodable(cfg: StreamConfig | ConsumerConfig) -> None:
+    """The server decodes create and update requests strictly (``Strict``, the default): a
+    field it does not know, a misspelt one or ``consumer.server_managed`` (2.15.1), fails
+    before anything else is looked at. Configs read back from a lake or a server keep them."""
+    unknown = cfg.unknown_field()
+    if unknown is not None:
+        raise api_error("JSInvalidJSONErr", err=f'json: unknown field "{unknown}"')
 
 
 def _check_create_request(cfg: StreamConfig) -> None:
@@ -523,6 +525,7 @@ def check_consumer_config(
     """Validate a consumer create request against its stream's config as a standalone server
     does and return the config it would store. Rules that need the stream's other consumers
     (work-queue uniqueness, max_consumers) are left to the caller."""
+    check_decodable(cfg)
     stream = apply_stream_defaults(stream_cfg)
     for name in (cfg.durable_name, cfg.name):
         if "\\" in name or "/" in name:

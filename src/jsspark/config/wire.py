@@ -4,7 +4,8 @@ Every config model lists, in ``_always``, the fields the server always writes (n
 ``omitempty`` in its Go struct); any other field is left out when it holds its zero value
 (``""``, ``0``, ``False``, ``[]``, ``{}``, an enum's first member) or, for pointer fields, when it is ``None``. Fields the
 model does not know are kept as they came and written back after the known ones, so a config
-from a newer server survives a round trip.
+from a newer server survives a round trip; a create or update request refuses them as the
+server's strict decoder does (``unknown_field``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 from enum import Enum
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
 
 from jsspark.config.timestamps import UTCTime
 
@@ -24,6 +25,32 @@ class WireModel(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True, validate_default=True)
 
     _always: ClassVar[frozenset[str]] = frozenset()
+    _unknown_to_server: ClassVar[frozenset[str]] = frozenset()
+    """Fields of the design documents that nats-server 2.15 does not know yet."""
+
+    _keys: tuple[str, ...] = PrivateAttr(default=())  # the document's key order
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_key_order(cls, data: Any, handler: Any) -> Any:
+        model = handler(data)
+        if isinstance(data, dict) and isinstance(model, WireModel):
+            model._keys = tuple(data)
+        return model
+
+    def unknown_field(self) -> str | None:
+        """The first field, in the document's order, that the server's strict decoder does not
+        know (Go's ``DisallowUnknownFields``, which reports the first one it meets), or None."""
+        fields, extra = type(self).model_fields, self.model_extra or {}
+        rest = [k for k in (*fields, *extra) if k not in self._keys]
+        for key in (*self._keys, *rest):
+            if key in extra or (key in self._unknown_to_server and getattr(self, key) is not None):
+                return key
+            value = getattr(self, key, None) if key in fields else None
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, WireModel) and (found := item.unknown_field()) is not None:
+                    return found
+        return None
 
     def to_json(self) -> dict[str, Any]:
         """The dict exactly as the server writes it (same keys present and omitted)."""

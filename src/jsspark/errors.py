@@ -190,6 +190,17 @@ def api_error(name: str, **fields: Any) -> APIError:
     return klass(spec.code, spec.err_code, spec.render(**fields))
 
 
+def check_uint64(request: str, **fields: int | None) -> None:
+    """A request field the server decodes as Go's ``uint64`` (a sequence, a count to keep): a
+    negative number fails to decode, with the decoder's text naming the request's struct."""
+    for field, value in fields.items():
+        if value is not None and value < 0:
+            raise api_error(
+                "JSInvalidJSONErr",
+                err=f"json: cannot unmarshal number {value} into Go struct field {request}.{field} of type uint64",
+            )
+
+
 def api_error_by_code(err_code: int, **fields: Any) -> APIError:
     """The server's error with JetStream code ``err_code`` (e.g. 10059)."""
     spec = _by_err_code().get(err_code)

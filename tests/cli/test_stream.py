@@ -214,6 +214,8 @@ def test_rmm_and_get(cli: Run, lake: Lake) -> None:
         == "jsspark: error: could not get message sequence 2 from stream ORDERS: no message found (10037)\n"
     )
     assert "say which message" in cli("stream", "get", "ORDERS").err
+    zero = cli("stream", "get", "ORDERS", "0")  # as STREAM.MSG.GET {"seq": 0} answers
+    assert zero.err == "jsspark: error: could not get message sequence 0 from stream ORDERS: bad request (10003)\n"
 
 
 @pytest.mark.parametrize(
@@ -236,6 +238,10 @@ def test_bad_configs_are_one_line_errors(cli: Run, tmp_path: Path) -> None:
     bad.write_text('{"name": "X", "max_msgs": "lots"}')
     res = cli("stream", "add", "--config", str(bad))
     assert res.code == 1 and "could not create stream X: invalid configuration: max_msgs:" in res.err
+    bad.write_text('{"name": "X", "subjects": ["x"], "max_msg": 5}')  # misspelt: the server's strict decoder
+    assert cli("stream", "add", "--config", str(bad)).err == (
+        'jsspark: error: could not create stream X: invalid JSON: json: unknown field "max_msg" (10025)\n'
+    )
     bad.write_text("[1, 2]")
     assert "must hold a config mapping" in cli("stream", "add", "--config", str(bad)).err
     bad.write_text("name: X\nsubjects: [a.*]\nretention: forever\n")
@@ -258,3 +264,8 @@ def test_usage_errors_exit_2(cli: Run) -> None:
     assert res.code == 2 and "invalid size 'lots'" in res.err
     assert cli("stream", "add", "X", "--max-age", "forever").code == 2
     assert cli("stream").code == 2
+    # sequences and keep counts are uint64 on the wire: -1 is not "all", and nothing is purged
+    for argv in (["stream", "purge", "X", "--keep", "-1", "-f"], ["stream", "purge", "X", "--seq", "-5", "-f"],
+                 ["stream", "rmm", "X", "-3", "-f"], ["consumer", "reset", "X", "C", "--seq", "-1"]):
+        res = cli(*argv)
+        assert res.code == 2 and "cannot be negative" in res.err, argv

@@ -91,6 +91,16 @@ class ServerBackend:
         r = self._req(f"$JS.API.STREAM.MSG.DELETE.{name}", {"seq": seq})
         return {"error": r["error"]} if "error" in r else {"ok": True}
 
+    def msg_get(self, name: str, seq: int | None = None, subject: str | None = None, next: bool = False) -> dict[str, Any]:
+        """``$JS.API.STREAM.MSG.GET`` with the request nats-py's ``get_msg`` would send."""
+        body: dict[str, Any] = {} if seq is None else {"seq": seq}
+        if subject is not None:
+            body["next_by_subj" if next else "last_by_subj"] = subject
+        r = self._req(f"$JS.API.STREAM.MSG.GET.{name}", body)
+        if "error" in r:
+            return {"error": r["error"]}
+        return {"seq": r["message"]["seq"], "subject": r["message"]["subject"]}
+
     def messages(self, name: str) -> list[tuple[int, str, bytes, list[tuple[str, str]] | None]]:
         """Every stored message, read back one by one through the get API."""
         st = self._req(f"$JS.API.STREAM.INFO.{name}")["state"]
@@ -232,6 +242,10 @@ class LakeBackend:
     def delete_msg(self, name: str, seq: int) -> dict[str, Any]:
         r = self._call(self.lake.delete_msg, name, seq)
         return r if isinstance(r, dict) else {"ok": True}
+
+    def msg_get(self, name: str, seq: int | None = None, subject: str | None = None, next: bool = False) -> dict[str, Any]:
+        r = self._call(self.lake.get_msg, name, seq=seq, subject=subject, next=next)
+        return r if isinstance(r, dict) else {"seq": r.seq, "subject": r.subject}
 
     def messages(self, name: str) -> list[tuple[int, str, bytes, list[tuple[str, str]] | None]]:
         t = self.lake.stream(name).read(columns=["seq", "subject", "data", "headers"]).sort_by("seq")

@@ -7,6 +7,7 @@ replies) must be equal on both; the only normalisation is dropping times, which 
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +35,19 @@ class Pair:
             return s
 
         return both
+
+    def settled(self, op: str, *a: Any, timeout: float = 5.0) -> Any:
+        """``op`` on both, where the server updates the answer after it acked the step before
+        (a consumer's ``num_pending`` after a publish): asked again until it equals the lake's,
+        for at most ``timeout`` seconds, then compared."""
+        lk = getattr(self.lake, op)(*a)
+        deadline = time.monotonic() + timeout
+        s = getattr(self.server, op)(*a)
+        while s != lk and time.monotonic() < deadline:
+            time.sleep(0.02)  # polling the server's answer, bounded by the deadline
+            s = getattr(self.server, op)(*a)
+        assert s == lk, f"{op}{a}: server {s!r} != lake {lk!r} (after {timeout}s)"
+        return s
 
     def stream(self, **cfg: Any) -> str:
         n = next(_names)
@@ -177,6 +191,8 @@ def _fill(pair: Pair, s: str) -> None:
         {"seq": 10},
         {"filter": "SUBJ.a", "seq": 4},
         {"seq": 2, "keep": 1},
+        {"keep": -1},  # a uint64 on the wire: invalid JSON (10025), nothing purged
+        {"seq": -5},
     ],
 )
 def test_purge_variants(pair: Pair, req: dict[str, Any]) -> None:
@@ -212,6 +228,30 @@ def test_delete_message_keeps_numbering(pair: Pair) -> None:
     pair.delete_msg(s, 99)
     pair.check(s)
     pair.publish(subj(s, "z"), b"next")
+    pair.check(s)
+
+
+def test_message_get_requests_and_negative_sequences(pair: Pair) -> None:
+    """``STREAM.MSG.GET`` (nats-py's ``get_msg``) by each form, the requests it refuses before
+    looking the stream up, and negative sequences, which do not decode as uint64 anywhere."""
+    s = pair.stream()
+    _fill(pair, s)
+    pair.consumer_create(s, {"durable_name": "R", "ack_policy": "explicit"})
+    for form in [
+        {"seq": 2},
+        {"seq": 0},
+        {},
+        {"seq": -3},
+        {"subject": subj(s, "a")},
+        {"seq": 2, "subject": subj(s, "a")},
+        {"seq": 2, "subject": subj(s, "a"), "next": True},
+        {"subject": subj(s, "b"), "next": True},
+        {"seq": 99},
+    ]:
+        pair.msg_get(s, **form)
+    pair.msg_get("NO_SUCH_STREAM")  # a bad request, before the stream is looked up
+    pair.delete_msg(s, -3)
+    pair.consumer_reset(s, "R", -1)
     pair.check(s)
 
 

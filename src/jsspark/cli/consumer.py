@@ -15,7 +15,7 @@ from jsspark.cli import render
 from jsspark.cli.documents import read_config
 from jsspark.cli.errors import CLIError, doing
 from jsspark.cli.interact import confirm
-from jsspark.cli.units import duration_arg, human_duration, parse_duration, size_arg
+from jsspark.cli.units import duration_arg, human_duration, parse_duration, size_arg, uint_arg
 
 if TYPE_CHECKING:
     from jsspark.cli.session import Session
@@ -63,7 +63,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = verbs.add_parser("reset", help="move a consumer back (or forward) to a sequence", parents=[common])
     p.add_argument("stream", metavar="STREAM")
     p.add_argument("name", metavar="NAME")
-    p.add_argument("--seq", type=int, help="the next sequence to deliver (default: its start position)")
+    p.add_argument(
+        "--seq", type=uint_arg, help="the next sequence to deliver (default: just above the ack floor, as the server)"
+    )
     p.set_defaults(func=cmd_reset)
 
 

@@ -14,7 +14,7 @@ from jsspark.cli import render
 from jsspark.cli.documents import read_config
 from jsspark.cli.errors import CLIError, doing
 from jsspark.cli.interact import Progress, confirm
-from jsspark.cli.units import duration_arg, human_bytes, human_duration, size_arg
+from jsspark.cli.units import duration_arg, human_bytes, human_duration, size_arg, uint_arg
 
 if TYPE_CHECKING:
     from jsspark.cli.session import Session
@@ -67,20 +67,20 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = verbs.add_parser("purge", help="remove messages from a stream", parents=[common])
     p.add_argument("name", metavar="NAME")
     p.add_argument("--subject", help="only messages on this subject (wildcards allowed)")
-    p.add_argument("--seq", type=int, help="remove messages below this sequence")
-    p.add_argument("--keep", type=int, help="keep this many newest messages")
+    p.add_argument("--seq", type=uint_arg, help="remove messages below this sequence")
+    p.add_argument("--keep", type=uint_arg, help="keep this many newest messages")
     p.add_argument("-f", "--force", action="store_true", help="purge without asking")
     p.set_defaults(func=cmd_purge)
 
     p = verbs.add_parser("rmm", help="remove one message", parents=[common])
     p.add_argument("name", metavar="NAME")
-    p.add_argument("seq", type=int, metavar="SEQ")
+    p.add_argument("seq", type=uint_arg, metavar="SEQ")
     p.add_argument("-f", "--force", action="store_true", help="remove without asking")
     p.set_defaults(func=cmd_rmm)
 
     p = verbs.add_parser("get", help="show one stored message", parents=[common])
     p.add_argument("name", metavar="NAME")
-    p.add_argument("seq", type=int, nargs="?", metavar="SEQ")
+    p.add_argument("seq", type=uint_arg, nargs="?", metavar="SEQ")
     p.add_argument("--last-for", metavar="SUBJECT", help="the last message on SUBJECT")
     p.add_argument("--next-for", metavar="SUBJECT", help="the first message on SUBJECT at or after SEQ")
     p.set_defaults(func=cmd_get)

@@ -98,6 +98,33 @@ def size_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def seconds_arg(text: str) -> float:
+    """A timeout as an argparse ``type``: seconds (``3600``) or a duration (``90s``, ``1h``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            value = parse_duration(text) / 1e9
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
+    return value
+
+
+def uint_arg(text: str) -> int:
+    """A sequence or a count to keep, as an argparse ``type``: Go's ``uint64`` on the wire, so a
+    negative one is a usage error here (the server refuses it as invalid JSON, 10025; ``-1`` is
+    not "all" as it is for limits)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}: it cannot be negative")
+    return value
+
+
 def duration_arg(text: str) -> int:
     """``parse_duration`` as an argparse ``type``."""
     try:

@@ -38,7 +38,7 @@ from jsspark.engine.files import local_root
 from jsspark.engine.partitioning import DEFAULT_PARTITION_KEY
 from jsspark.engine.stream import Incoming, LakeStream, NoRespondersError
 from jsspark.engine.table import MessageTable
-from jsspark.errors import APIError, JSSparkError, api_error
+from jsspark.errors import APIError, JSSparkError, api_error, check_uint64
 from jsspark.subjects import subject_matches, subjects_collide, validate_asset_name
 
 STREAM = "stream"
@@ -243,6 +243,7 @@ class Lake:
 
         Consumers within the purged subject move past the purged messages, as on the server.
         """
+        check_uint64("JSApiStreamPurgeRequest", seq=seq, keep=keep)
         engine = self.stream(name)
         before = StreamView(engine.index().frozen(), engine.state().last_seq, engine.config)
         purged = engine.purge(subject=subject, seq=seq, keep=keep)
@@ -250,6 +251,7 @@ class Lake:
         return purged
 
     def delete_msg(self, stream_name: str, seq: int) -> bool:
+        check_uint64("JSApiMsgDeleteRequest", seq=seq)
         self.stream(stream_name).delete_msg(seq)
         return True
 
@@ -273,7 +275,16 @@ class Lake:
         self, stream_name: str, seq: int | None = None, subject: str | None = None, direct: bool = False,
         next: bool = False,
     ) -> RawStreamMsg:
-        """nats-py's ``get_msg``: by sequence, last by subject, or next by subject from ``seq``."""
+        """nats-py's ``get_msg``: by sequence, last by subject, or next by subject from ``seq``.
+
+        Without ``direct`` it answers as ``$JS.API.STREAM.MSG.GET`` does, whose request checks
+        come before the stream is looked up: a sequence and a last-by-subject together, or
+        neither a sequence nor a subject, is a bad request (10003)."""
+        if not direct:
+            check_uint64("JSApiMsgGetRequest", seq=seq)
+            last_for = subject is not None and not next
+            if (seq and last_for) or not (seq or subject is not None):
+                raise api_error("JSBadRequestErr")
         return self.direct(stream_name).get_msg(seq=seq, subject=subject, next=next)
 
     def direct_get(
@@ -316,6 +327,7 @@ class Lake:
 
     def reset_consumer(self, stream: str, consumer: str, seq: int | None = None) -> ConsumerInfo:
         """``$JS.API.CONSUMER.RESET``: the answer carries ``reset_seq``."""
+        check_uint64("JSApiConsumerResetRequest", seq=seq)
         return self.consumers.reset(stream, consumer, seq)
 
     def start_sequence(self, stream: str, config: ConsumerConfig | dict[str, Any]) -> tuple[int, list[int]]:

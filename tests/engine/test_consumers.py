@@ -80,7 +80,7 @@ def test_start_sequence_and_delivery_match_the_server(pair: Pair, policy: dict[s
         assert [seq for seq, _, _ in delivered[: len(skip)]] == skip
     pair.consumer_info(s, "C")
     pair.publish(subj(s, "a"), b"late")
-    pair.consumer_info(s, "C")
+    pair.settled("consumer_info", s, "C")  # the server counts the new message in after its ack
     pair.fetch(s, "C", 20)
     pair.consumer_info(s, "C")
 
@@ -305,6 +305,58 @@ def test_interest_reset_forward_removes_messages_that_lost_interest(pair: Pair) 
     pair.consumer_reset(s, "R", 2)
     pair.check(s)
     pair.consumer_info(s, "B")
+
+
+def test_interest_reset_beyond_the_last_seq_removes_nothing(pair: Pair) -> None:
+    """A new ack floor past the stream's last seq: the server's interest check stops there
+    (``errAckFloorHigherThanLastSeq``), with a seq and without one (a start beyond the end)."""
+    s = pair.stream(retention="interest")
+    pair.consumer_create(s, {"durable_name": "R", "ack_policy": "none", "filter_subject": subj(s, "c.>")})
+    pair.consumer_create(s, {"durable_name": "F", "ack_policy": "none", "deliver_policy": "by_start_sequence",
+                             "opt_start_seq": 30, "filter_subject": subj(s, "c.x")})
+    pair.publish(subj(s, "c.y"), b"y")
+    pair.publish(subj(s, "c.x"), b"x")
+    pair.consumer_reset(s, "R", 8)
+    pair.check(s)
+    pair.consumer_reset(s, "F")
+    pair.check(s)
+
+
+def test_explicit_ack_floor_moves_below_the_next_pending_delivery(pair: Pair) -> None:
+    """``moveAckFloor``: acking the oldest pending delivery moves the floor to just below the
+    next one still pending (skipping what the filter never delivers), so a reset with no seq
+    starts there."""
+    s = pair.stream()
+    pair.consumer_create(s, {"durable_name": "E", "ack_policy": "explicit", "filter_subject": subj(s, "a")})
+    for t in "ababa":  # the last one stays pending: where the floor goes once none is depends on
+        pair.publish(subj(s, t), t.encode())  # how far the server's pull scanned
+    got = pair.fetch(s, "E", 3)
+    pair.ack(s, "E", *got[0][:2])
+    pair.consumer_info(s, "E")
+    pair.ack(s, "E", *got[1][:2])
+    pair.consumer_info(s, "E")
+    pair.consumer_reset(s, "E")
+
+
+def test_last_per_subject_skipped_messages_are_never_pending(pair: Pair) -> None:
+    """The messages a last-per-subject skip list jumped over were never delivered: not pending
+    acks, also once the list is used up, and on an interest stream an ack does not remove them."""
+    s = pair.stream(retention="interest")
+    pair.consumer_create(s, {"durable_name": "K", "ack_policy": "all"})  # holds the messages meanwhile
+    for t in "bdd":
+        pair.publish(subj(s, t), t.encode())
+    pair.consumer_create(s, {"durable_name": "C", "ack_policy": "all", "deliver_policy": "last_per_subject",
+                             "filter_subject": subj(s, "*")})
+    pair.consumer_delete(s, "K")
+    got = pair.fetch(s, "C", 1)
+    pair.consumer_info(s, "C")
+    got += pair.fetch(s, "C", 5)
+    pair.consumer_info(s, "C")
+    pair.ack(s, "C", *got[0][:2])
+    pair.consumer_info(s, "C")
+    pair.ack(s, "C", *got[-1][:2])
+    pair.consumer_info(s, "C")
+    pair.check(s)
 
 
 def test_interest_ack_none_removes_on_delivery(pair: Pair) -> None:

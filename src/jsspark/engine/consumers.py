@@ -12,6 +12,8 @@ order and acks cumulatively):
                      the skip list is the last message per matching subject at or below it
     skipped_to       the last skip-list entry handed out (a reset keeps the skip list, as the
                      server keeps ``o.lss``); both are 0 once the list is used up
+    skipped_below    the ``resume`` of a used-up skip list, until a reset: the messages it
+                     jumped over were never delivered, so they are not pending acks
     reset_generation how many resets happened; see below
 
 Every change goes through ``Catalog.transact``: it is planned on the current record and
@@ -35,7 +37,7 @@ import secrets
 import string
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,6 +51,7 @@ from jsspark.config import (
     RetentionPolicy,
     StreamConfig,
     check_consumer_config,
+    check_decodable,
 )
 from jsspark.config.defaults import SERVER_LEVEL_KEY, SERVER_VERSION_KEY
 from jsspark.config.timestamps import UTCTime
@@ -119,6 +122,7 @@ class ConsumerState:
     resume: int = 0
     skipped_to: int = 0
     reset_generation: int = 0
+    skipped_below: int = 0
 
     @classmethod
     def starting_at(cls, sseq: int, resume: int = 0, skipped_to: int = 0, generation: int = 0) -> ConsumerState:
@@ -132,6 +136,7 @@ class ConsumerState:
             "resume": self.resume,
             "skipped_to": self.skipped_to,
             "reset_generation": self.reset_generation,
+            "skipped_below": self.skipped_below,
         }
 
     @classmethod
@@ -142,6 +147,7 @@ class ConsumerState:
             int(d.get("resume", 0)),
             int(d.get("skipped_to", 0)),
             int(d.get("reset_generation", 0)),
+            int(d.get("skipped_below", 0)),
         )
 
 
@@ -236,6 +242,18 @@ class StreamView:
         if st.resume:
             skip = np.isin(self.seqs, np.array(self.skip_list(filters, st), dtype=np.int64))
             mask = (mask & (self.seqs > st.resume)) | skip
+        return mask
+
+    def delivered_or_due(self, filters: list[str], st: ConsumerState) -> np.ndarray:
+        """What a consumer delivers or has delivered, for counting deliveries and pending acks
+        (the server's pending map): the whole skip list, handed out or not, and every match
+        after it. The messages a skip list jumped over were never delivered, also once it is
+        used up (``skipped_below``)."""
+        end = st.resume or st.skipped_below
+        mask = self.match(filters)
+        if end:
+            lasts = np.array(self.multi_last_seqs(filters, end), dtype=np.int64)
+            mask = (mask & (self.seqs > end)) | np.isin(self.seqs, lasts)
         return mask
 
     def num_pending(self, sseq: int, filters: list[str], last_per_subject: bool = False) -> int:
@@ -340,7 +358,8 @@ class Consumers:
             pending = min(int((deliverable & (view.seqs >= nxt)).sum()), len(view.seqs), view.last - nxt + 1)
         ack_pending = 0
         if c.config.ack_policy is not AckPolicy.NONE:
-            ack_pending = view.count(deliverable, st.ack_floor.stream_seq, st.delivered.stream_seq)
+            delivered = view.delivered_or_due(c.filters, st)
+            ack_pending = view.count(delivered, st.ack_floor.stream_seq, st.delivered.stream_seq)
         return ConsumerInfo(
             stream_name=c.stream,
             name=c.name,
@@ -369,6 +388,7 @@ class Consumers:
     def add(self, stream: str, cfg: ConsumerConfig, action: str = "") -> ConsumerInfo:
         """``$JS.API.CONSUMER.CREATE``: ``action`` "" is create-or-update (what nats-py sends),
         "create" fails on a different existing config, "update" needs an existing consumer."""
+        check_decodable(cfg)  # the request is decoded before the stream is looked up
         engine = self.lake.stream(stream)
         scfg = engine.config
         deferred: APIError | None = None
@@ -500,19 +520,18 @@ class Consumers:
                 return []
             dseq = consumer_seq
             if dseq is None:
-                mask = view.deliverable(c.filters, st)
+                mask = view.delivered_or_due(c.filters, st)
                 dseq = st.delivered.consumer_seq + view.count(mask, st.delivered.stream_seq, stream_seq)
-            resume, skipped_to = st.resume, st.skipped_to
+            resume, skipped_to, skipped_below = st.resume, st.skipped_to, st.skipped_below
             if resume:  # hand out skip-list entries; once all are out, deliver normally
                 left = view.skip_list(c.filters, st)
                 handed = [x for x in left if x <= stream_seq]
                 if len(handed) == len(left):
-                    resume, skipped_to = 0, 0
+                    resume, skipped_to, skipped_below = 0, 0, resume
                 elif handed:
                     skipped_to = handed[-1]
-            new = ConsumerState(
-                Position(dseq, stream_seq, now), st.ack_floor, resume, skipped_to, st.reset_generation
-            )
+            new = replace(st, delivered=Position(dseq, stream_seq, now), resume=resume, skipped_to=skipped_to,
+                          skipped_below=skipped_below)
             if c.config.ack_policy is AckPolicy.NONE:
                 new.ack_floor = Position(dseq, stream_seq, now)
                 moved.update(c=c, old=st.ack_floor.stream_seq, new=stream_seq, upto=stream_seq)
@@ -553,7 +572,7 @@ class Consumers:
                 return []
             dseq = consumer_seq
             if dseq is None:
-                mask = view.deliverable(c.filters, st)
+                mask = view.delivered_or_due(c.filters, st)
                 d = st.delivered
                 dseq = (
                     d.consumer_seq - view.count(mask, stream_seq, d.stream_seq)
@@ -562,9 +581,15 @@ class Consumers:
                 )
             if dseq <= st.ack_floor.consumer_seq or stream_seq <= st.ack_floor.stream_seq:
                 return []
-            new = ConsumerState(
-                st.delivered, Position(dseq, stream_seq, now), st.resume, st.skipped_to, st.reset_generation
-            )
+            floor = Position(dseq, stream_seq, now)
+            if c.config.ack_policy is AckPolicy.EXPLICIT:
+                # moveAckFloor: up to just below the next delivery still pending, or to the
+                # delivered position when none is
+                mask = view.delivered_or_due(c.filters, st) & (view.seqs > stream_seq)
+                later = view.seqs[mask & (view.seqs <= st.delivered.stream_seq)]
+                floor = (Position(dseq, int(later[0]) - 1, now) if len(later)
+                         else Position(st.delivered.consumer_seq, st.delivered.stream_seq, now))
+            new = replace(st, ack_floor=floor)
             moved.update(c=c, old=st.ack_floor.stream_seq, new=stream_seq, upto=st.delivered.stream_seq)
             return [Change(CONSUMER, stream, name, c.body(new))]
 
@@ -605,8 +630,9 @@ class Consumers:
 
         self.catalog.transact(plan)
         c, target = result["c"], result["seq"]
-        if engine.config.retention is RetentionPolicy.INTEREST:
-            # checkStateForInterestStream: this consumer's messages below the new start
+        if engine.config.retention is RetentionPolicy.INTEREST and target - 1 <= engine.state().last_seq:
+            # checkStateForInterestStream: this consumer's messages below the new start; none
+            # when the new ack floor lies beyond the stream's last seq (errAckFloorHigherThanLastSeq)
             self._remove_unneeded(engine, lambda v, _cs: (v.seqs < target) & v.match(c.filters))
         return self.info_of(c, StreamView.of(engine), reset_seq=target)
 
@@ -620,7 +646,7 @@ class Consumers:
         old, new, upto = moved["old"], moved["new"], min(moved["new"], moved["upto"])
 
         def candidates(v: StreamView, _cs: list[Consumer]) -> np.ndarray:
-            pending = v.deliverable(c.filters, c.state) & (v.seqs > old) & (v.seqs <= upto)
+            pending = v.delivered_or_due(c.filters, c.state) & (v.seqs > old) & (v.seqs <= upto)
             return pending | (v.seqs == new)
 
         self._remove_unneeded(engine, candidates)
@@ -678,7 +704,7 @@ class Consumers:
                 if delivered.stream_seq + 1 < start:
                     delivered = Position(delivered.consumer_seq, start - 1, now)
                 # pending before the purge: delivered, unacked, in the consumer's filter
-                was = before.deliverable(c.filters, st)
+                was = before.delivered_or_due(c.filters, st)
                 pending = before.seqs[was & (before.seqs > floor.stream_seq) & (before.seqs <= st.delivered.stream_seq)]
                 dropped = pending[pending < start] if floor.stream_seq < start else pending[:0]
                 if wider:
@@ -698,7 +724,7 @@ class Consumers:
                 if len(dropped) == len(pending):  # nothing stays pending
                     floor = Position(delivered.consumer_seq, delivered.stream_seq, now)
                 if (delivered, floor) != (st.delivered, st.ack_floor):
-                    new = ConsumerState(delivered, floor, st.resume, st.skipped_to, st.reset_generation)
+                    new = replace(st, delivered=delivered, ack_floor=floor)
                     changes.append(Change(CONSUMER, stream, c.name, c.body(new)))
             return changes
 

@@ -79,14 +79,27 @@ def batch(n: int, rows: int, rate: float = 100.0) -> dict[str, Any]:
 
 
 class FakeJob:
-    """The runner's Job as ``run`` uses it: ``spark``, ``start``, ``plans``, ``queries``, ``stop``."""
+    """The runner's Job as ``run`` uses it: ``probe``, ``spark``, ``start``, ``plans``, ``queries``,
+    ``stop``."""
 
-    def __init__(self, spec: Any, queries: list[FakeQuery], start_error: Exception | None = None) -> None:
-        self.spec, self._queries, self.start_error = spec, queries, start_error
-        self.spark = object()
+    def __init__(
+        self, spec: Any, queries: list[FakeQuery], start_error: Exception | None = None,
+        probe_error: Exception | None = None,
+    ) -> None:
+        self.spec, self._queries, self.start_error, self.probe_error = spec, queries, start_error, probe_error
+        self.sessions = 0
         self.plans: list[Any] = []
         self.queries: list[FakeQuery] = []
         self.stops = 0
+
+    @property
+    def spark(self) -> object:
+        self.sessions += 1
+        return object()
+
+    def probe(self) -> None:
+        if self.probe_error is not None:
+            raise self.probe_error
 
     def start(self) -> list[FakeQuery]:
         cfg = self.spec.stream
@@ -124,12 +137,14 @@ def scripted(monkeypatch: pytest.MonkeyPatch, lake: Lake) -> Scripted:
     """``scripted(steps..., ends=True)``: the next ``jsspark run`` gets one scripted mirror query."""
     made: list[FakeJob] = []
 
-    def script(*steps: Any, ends: bool = True, start_error: Exception | None = None) -> FakeJob:
+    def script(
+        *steps: Any, ends: bool = True, start_error: Exception | None = None, probe_error: Exception | None = None
+    ) -> FakeJob:
         def make(spec: Any) -> FakeJob:
             if "MIRROR" not in lake.stream_names():
                 lake.add_stream(spec.stream)
             job = FakeJob(
-                spec, [FakeQuery(f"{spec.job_name}:mirror-ORDERS-h", list(steps), ends)], start_error
+                spec, [FakeQuery(f"{spec.job_name}:mirror-ORDERS-h", list(steps), ends)], start_error, probe_error
             )
             made.append(job)
             return job
@@ -264,6 +279,16 @@ def test_start_failure_is_one_line(cli: Run, job_file: Path, scripted: Scripted)
     assert (
         res.err.strip().splitlines()[-1]
         == "jsspark: error: could not start job MIRROR: stream not found (10059)"
+    )
+
+
+def test_an_origin_that_does_not_answer_fails_before_spark_starts(cli: Run, job_file: Path, scripted: Scripted) -> None:
+    jobs = scripted(probe_error=ConnectionError("nats: no servers available for connection nats://app:pw123456@h"))
+    res = cli("run", str(job_file))
+    assert res.code == 1 and jobs[0].sessions == 0 and "pw123456" not in res.err
+    assert res.err.splitlines()[-1] == (
+        "jsspark: error: could not start job MIRROR: nats: no servers available for connection "
+        "nats://app:***@h"
     )
 
 

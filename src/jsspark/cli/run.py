@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from jsspark.cli import render
 from jsspark.cli.errors import CLIError
-from jsspark.cli.units import human_duration, parse_duration
+from jsspark.cli.units import human_duration, seconds_arg
 
 if TYPE_CHECKING:
     from jsspark.cli.session import Session
@@ -56,32 +56,19 @@ def register(sub: argparse._SubParsersAction, json_only: argparse.ArgumentParser
     )
     p.add_argument(
         "--timeout",
-        type=_seconds_arg,
+        type=seconds_arg,
         metavar="SECONDS",
         help="stop the queries after this long (seconds, or 90s, 10m, 1h)",
     )
     p.add_argument(
         "--interval",
-        type=_seconds_arg,
+        type=seconds_arg,
         default=5.0,
         metavar="SECONDS",
         help="seconds between progress lines when stderr is not a terminal (default 5)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="show a failed query's whole error")
     p.set_defaults(func=cmd_run)
-
-
-def _seconds_arg(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        try:
-            value = parse_duration(text) / 1e9
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
-    return value
 
 
 # -- the job ---------------------------------------------------------------------------------------
@@ -113,27 +100,27 @@ def make_job(spec: JobSpec) -> Any:
 
 class Redactor:
     """Scrubs a job's secrets from any text: connection passwords, tokens and nkey seeds, the
-    password in ``scheme://user:pass@host`` URLs, and secret-looking storage options."""
-
-    _URL = re.compile(r"(\b[a-z][\w+.-]*://[^/@\s:]+:)[^/@\s]+@", re.IGNORECASE)
+    password or token in ``scheme://user:pass@host`` / ``scheme://token@host`` URLs, and
+    secret-looking storage options."""
 
     def __init__(self, spec: JobSpec) -> None:
-        from jsspark.datasource.redaction import storage_secrets  # not at import: engine verbs stay light
+        from jsspark.datasource.redaction import (  # not at import: engine verbs stay light
+            storage_secrets,
+            url_secrets,
+        )
 
         endpoints = [spec.target, *spec.origins.values(), *([spec.republish_to] if spec.republish_to else [])]
         found: set[str] = set()
         for ep in endpoints:
             found.update(v for v in (ep.password, ep.token, ep.nkey_seed) if v)
-            servers = ep.servers if isinstance(ep.servers, list) else [ep.servers] if ep.servers else []
-            for url in servers:
-                m = re.match(r"\w+://[^/@\s:]+:([^/@\s]+)@", url)
-                if m:
-                    found.add(m.group(1))
+            found.update(url_secrets(ep.servers))
             found.update(storage_secrets(ep.storage_options))  # the rule the jetstream source redacts by
         self.secrets = sorted(found, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
-        text = self._URL.sub(r"\1***@", text)
+        from jsspark.datasource.redaction import redact_urls
+
+        text = redact_urls(text)
         for secret in self.secrets:
             text = text.replace(secret, "***")
         return text
@@ -480,6 +467,10 @@ def cmd_run(args: argparse.Namespace, session: Session) -> int:
     board.note(f"Starting job {spec.job_name} from {args.job}: stream {spec.stream.name} "
                f"(origins {origins}), trigger {spec.trigger}")  # fmt: skip
     job = make_job(spec)
+    try:
+        job.probe()  # an origin that cannot be reached fails now, not after Spark's start-up
+    except Exception as exc:
+        raise CLIError(f"could not start job {spec.job_name}: {redact(concise(_describe(exc)))}") from None
     try:
         job.spark  # noqa: B018  (the session starts here, in the main thread, where Ctrl-C lands)
     except Exception as exc:

@@ -15,6 +15,27 @@ from contextlib import contextmanager
 SECRET_STORAGE_KEY = re.compile(r"secret|token|password|passwd|sas|signature|credential|private|key$", re.I)
 
 
+# The userinfo of a URL: ``scheme://user:password@`` (group 2 the user) or ``scheme://token@``.
+_URL_USERINFO = re.compile(r"(\b[a-z][\w+.-]*://)(?:([^/@\s:]*):)?([^/@\s]+)@", re.I)
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with the secret of every URL's userinfo (the password of ``user:password@``, or
+    the token of ``token@``) replaced by ``***``; the user stays, to say who connected."""
+    return _URL_USERINFO.sub(lambda m: f"{m.group(1)}{'' if m.group(2) is None else m.group(2) + ':'}***@", text)
+
+
+def url_secrets(urls: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """The passwords and tokens in URLs' userinfo, to scrub wherever else they show up."""
+    texts = [urls] if isinstance(urls, str) else list(urls or ())
+    return [m.group(3) for text in texts for m in _URL_USERINFO.finditer(text) if len(m.group(3)) >= 4]
+
+
+def redact_storage_options(options: Mapping[str, str] | None) -> dict[str, str]:
+    """Storage options to show: each secret one's value (``SECRET_STORAGE_KEY``) as ``***``."""
+    return {k: ("***" if v and SECRET_STORAGE_KEY.search(k) else v) for k, v in (options or {}).items()}
+
+
 def storage_secrets(options: Mapping[str, str] | None) -> list[str]:
     """The secret values among storage options, longest first (for scrubbing texts)."""
     found = {v for k, v in (options or {}).items() if v and len(v) >= 4 and SECRET_STORAGE_KEY.search(k)}

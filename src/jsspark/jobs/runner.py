@@ -75,22 +75,16 @@ class Job:
         self._spark = spark
         self.queries: list[Any] = []
         self.plans: list[OriginPlan] = []
+        self._origin_facts: dict[str, OriginFacts] = {}
 
     @property
     def spark(self) -> Any:
+        """The session the queries run on: the active one, the cluster's (a driver launched by
+        spark-submit or a platform), else a new local one (``jobs.submit.session``)."""
         if self._spark is None:
-            from pyspark.sql import SparkSession
+            from jsspark.jobs.submit import session
 
-            active = SparkSession.getActiveSession()
-            if active is None:
-                from jsspark.local_spark import local_spark
-
-                active = local_spark(f"jsspark-{self.spec.job_name}")
-            else:
-                from jsspark.datasource import register
-
-                register(active)
-            self._spark = active
+            self._spark = session(f"jsspark-{self.spec.job_name}")
         return self._spark
 
     @property
@@ -123,6 +117,23 @@ class Job:
         if current.to_json() != check_stream_config(cfg).to_json():  # as stored: defaults applied
             lake.update_stream(cfg)
 
+    def probe(self) -> None:
+        """Ask each origin about itself (a server's STREAM.INFO, a lake's stream info) before
+        anything else, so an origin that cannot be reached or does not exist fails the job
+        before its target is created or Spark starts. ``plan`` uses the answers."""
+        cfg = self.spec.stream
+        for source in [*([cfg.mirror] if cfg.mirror is not None else []), *(cfg.sources or ())]:
+            self._facts(source)
+
+    def _facts(self, source: StreamSource) -> OriginFacts:
+        key = json.dumps(source.to_json(), sort_keys=True)
+        if key not in self._origin_facts:
+            endpoint = self.spec.origin(source.name)
+            durable = consumer_name(self.spec.stream.name, Origin.of(source))
+            self._origin_facts[key] = (lake_facts(endpoint, source.name) if endpoint.is_lake
+                                       else server_facts(endpoint, source.name, durable))
+        return self._origin_facts[key]
+
     def plan(self) -> list[OriginPlan]:
         """The origin queries, with where each resumes (read from the target, once)."""
         cfg = self.lake.stream_info(self.spec.stream.name).config
@@ -138,7 +149,7 @@ class Job:
         endpoint = self.spec.origin(source.name)
         origin = Origin.of(source)
         durable = consumer_name(self.spec.stream.name, origin)
-        facts = lake_facts(endpoint, source.name) if endpoint.is_lake else server_facts(endpoint, source.name, durable)
+        facts = self._facts(source)
         if kind == "mirror":
             last = self.lake.stream_info(self.spec.stream.name).state.last_seq
             if not last and not facts.messages and facts.last_seq:
@@ -269,11 +280,13 @@ class Job:
         """Prepare the target and start every query; returns them (``StreamingQuery``)."""
         from jsspark.sink.lake_sink import landing_frame
 
+        self.probe()
         self.prepare()
+        plans = self.plan()
         spark = self.spark
         trigger = self.spec.trigger_kwargs()
         root = self.spec.checkpoint_root
-        for plan in self.plan():
+        for plan in plans:
             opts = dict(plan.reader_options)
             location = opts.pop("path", None)
             reader = spark.readStream.format("jetstream").options(**opts)
@@ -311,8 +324,9 @@ class Job:
         dest = self.spec.republish_to
         assert dest is not None
         destination: dict[str, Any] = (
-            {"location": dest.location, **({"stream": dest.stream} if dest.stream else {})}
-            if dest.is_lake else dest.connection_options()
+            {"location": dest.location, **({"stream": dest.stream} if dest.stream else {}),
+             **({"storage_options": dest.storage_options} if dest.storage_options else {})}
+            if dest.is_lake else {**dest.connection_options(), **dest.options}
         )
         return start_republish(
             self.spark,
@@ -362,7 +376,10 @@ class Job:
 
 
 def _where(endpoint: Endpoint) -> str:
-    return f"lake {endpoint.location}" if endpoint.is_lake else f"server {endpoint.server_urls}"
+    """An endpoint for a log line: a server's URLs without their credentials."""
+    from jsspark.datasource.redaction import redact_urls
+
+    return f"lake {endpoint.location}" if endpoint.is_lake else f"server {redact_urls(endpoint.server_urls)}"
 
 
 def run_job(job: str | Path | dict[str, Any] | JobSpec, spark: Any = None, *, trigger: str | None = None) -> Job:

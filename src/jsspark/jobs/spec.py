@@ -21,6 +21,7 @@ Connection fields are JetStream users' names in snake case (``servers``, ``user`
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -28,9 +29,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from jsspark.config import StreamConfig
+from jsspark.config import StreamConfig, check_stream_config
+from jsspark.config.durations import parse_go_duration
 from jsspark.config.loading import load_stream_config
 from jsspark.datasource.options import interval_seconds
+from jsspark.datasource.redaction import redact_storage_options, redact_urls
+from jsspark.errors import APIError
 
 _SECRET = ("password", "token", "nkey_seed")
 # snake-case job fields -> the live source/sink option names (jsspark.live.options)
@@ -78,6 +82,16 @@ class Endpoint(BaseModel):
                 raise ValueError(f"{', '.join(lake_only)}: connection fields need 'servers', not 'location'")
         return self
 
+    def __repr_args__(self) -> Any:
+        """What a ``repr`` shows: secrets left out (passwords, tokens, seeds), secret storage
+        options and URL credentials as ``***``."""
+        for key, value in super().__repr_args__():
+            if key == "storage_options" and value:
+                value = redact_storage_options(value)
+            elif key == "servers" and value:
+                value = [redact_urls(u) for u in value] if isinstance(value, list) else redact_urls(value)
+            yield key, value
+
     @property
     def is_lake(self) -> bool:
         return self.location is not None
@@ -124,6 +138,9 @@ class JobSpec(BaseModel):
         if isinstance(value, StreamConfig):
             return value
         if isinstance(value, str):
+            names_a_file = "\n" not in value and not value.lstrip().startswith("{")
+            if names_a_file and not Path(value).is_file():
+                raise ValueError(f"no such stream config file: {value}")
             return load_stream_config(value)
         if isinstance(value, dict):
             return StreamConfig.from_json(value)
@@ -138,9 +155,14 @@ class JobSpec(BaseModel):
             # start, in bounded batches), since a live origin's one batch would hold only what
             # happened to be buffered yet
             return "available_now"
-        if interval_seconds(text) is None:
+        seconds = interval_seconds(text)
+        if seconds is None:  # a Go duration, as the CLI's --timeout takes: 1m30s
+            with contextlib.suppress(ValueError):
+                seconds = parse_go_duration(text.replace(" ", "")) / 1e9
+        if seconds is None or seconds < 0:
             raise ValueError(f"trigger {value!r}: use 'available_now', 'once' or an interval like '5 seconds'")
-        return text
+        # in the one form Spark's processingTime reads: it refuses '5s', '2m' or '1 min'
+        return f"{round(seconds * 1000)} milliseconds" if seconds % 1 else f"{int(seconds)} seconds"
 
     @model_validator(mode="after")
     def _places(self) -> JobSpec:
@@ -159,6 +181,10 @@ class JobSpec(BaseModel):
                              "'republish_to' must say where (a server 'servers' or a lake 'location')")
         if self.republish_to is not None and cfg.republish is None:
             raise ValueError("'republish_to' is set but the stream config has no 'republish'")
+        try:  # the server's rules for the config alone, before Spark starts or anything is created
+            check_stream_config(cfg)
+        except APIError as e:
+            raise ValueError(f"stream {cfg.name!r}: {e.description} ({e.err_code})") from None
         return self
 
     # -- derived ---------------------------------------------------------------------------------

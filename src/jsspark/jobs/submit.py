@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jsspark.cli.units import seconds_arg
+
 if __name__ == "__main__" and not __package__:  # run as a file (spark-submit .../submit.py)
     _here = str(Path(__file__).resolve().parent)
     sys.path[:] = [p for p in sys.path if p and str(Path(p).resolve()) != _here]  # jobs/ is no top level
@@ -36,9 +38,9 @@ if __name__ == "__main__" and not __package__:  # run as a file (spark-submit ..
 PROG = "jsspark.jobs.submit"
 
 
-def session() -> Any:
-    """The SparkSession to run on: spark-submit's (the gateway it launched us with), an active
-    one, or a new local one for a plain ``python -m`` run."""
+def session(app_name: str = "jsspark-submit") -> Any:
+    """The SparkSession to run on: an active one, the cluster's (spark-submit or a platform
+    launched this driver with a gateway), or a new local one for a plain ``python -m`` run."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -49,7 +51,7 @@ def session() -> Any:
     else:
         from jsspark.local_spark import local_spark
 
-        return local_spark("jsspark-submit")  # registers the data source itself
+        return local_spark(app_name)  # registers the data source itself
     from jsspark.datasource import register
 
     register(spark)
@@ -62,7 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("job", metavar="JOB", help="the job file (.json, .yaml or .yml)")
     parser.add_argument("--trigger", help="override the file's trigger: available_now, once or '5 seconds'")
-    parser.add_argument("--timeout", type=float, metavar="SECONDS", help="stop the queries after this long")
+    parser.add_argument(
+        "--timeout", type=seconds_arg, metavar="DURATION", help="stop the queries after this long: 3600, 90s, 1h"
+    )
     args = parser.parse_args(argv)
 
     from jsspark.cli.errors import CLIError, describe

@@ -11,7 +11,6 @@ log line and error message: ``LiveOptions.__repr__`` prints them as ``***`` and
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -26,6 +25,7 @@ from jsspark.datasource.options import (
     parse_subject_list,
     storage_options,
 )
+from jsspark.datasource.redaction import redact_urls, url_secrets
 
 DEFAULT_CONSUMER_PREFIX = "jsspark_"  # a server-managed durable without option consumer: jsspark_<stream>
 CONNECTION_OPTIONS = (
@@ -47,7 +47,6 @@ WRITE_OPTIONS = ("subject", "msgIdColumn", "maxInFlight", "publishTimeout", "che
 SECRET_OPTIONS = ("password", "token", "nkeySeed")
 CONSUMER_MODES = ("server", "user", "ordered")
 DELIVER_POLICIES = ("all", "by_start_sequence", "by_start_time", "last", "new", "last_per_subject")
-_URL_CREDS = re.compile(r"(\w+://)[^/@\s]+@")
 
 
 def _canonical(options: Mapping[str, str], allowed: tuple[str, ...]) -> dict[str, str]:
@@ -144,7 +143,7 @@ class Connection:
             if f.name in ("password", "token", "nkey_seed"):
                 value = "***"
             elif f.name == "servers":
-                value = tuple(_URL_CREDS.sub(r"\1***@", s) for s in value)
+                value = tuple(redact_urls(s) for s in value)
             shown.append(f"{f.name}={value!r}")
         return f"Connection({', '.join(shown)})"
 
@@ -159,12 +158,7 @@ class Connection:
 
     def secrets(self) -> list[str]:
         """Every secret value, for scrubbing texts (URL passwords included)."""
-        out = [s for s in (self.password, self.token, self.nkey_seed) if s]
-        for url in self.servers:
-            m = re.match(r"\w+://([^/@\s]+)@", url)
-            if m:
-                out.extend(p for p in m.group(1).split(":", 1)[1:] if p)
-        return out
+        return [s for s in (self.password, self.token, self.nkey_seed) if s] + url_secrets(self.servers)
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``nats.connect``: only what was set, TLS as an SSL context."""
@@ -200,7 +194,7 @@ class Connection:
 
 def redact(text: str, conn: Connection | None) -> str:
     """``text`` with every secret of ``conn`` and any ``user:pass@`` in URLs replaced by ``***``."""
-    text = _URL_CREDS.sub(r"\1***@", text)
+    text = redact_urls(text)
     for secret in conn.secrets() if conn is not None else ():
         text = text.replace(secret, "***")
     return text

@@ -1,0 +1,101 @@
+"""A job file's checks before anything runs: no Spark, no target stream touched.
+
+A job that cannot run fails at load (or at the origins' first answer) with the server's text,
+not after Spark's start-up, and nothing in a spec's ``repr`` or the runner's log shows a secret.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import jsspark
+from jsspark.jobs import runner
+from jsspark.jobs.runner import Job
+from jsspark.jobs.spec import JobError, load_job
+
+
+def job(tmp_path: Path, stream: Any, **more: Any) -> dict[str, Any]:
+    return {"stream": stream, "target": {"location": str(tmp_path / "target")},
+            "origins": {"*": {"location": str(tmp_path / "origin")}}, **more}
+
+
+@pytest.mark.parametrize(
+    ("text", "spark_form"),
+    [("5s", "5 seconds"), ("2m", "120 seconds"), ("1h", "3600 seconds"), ("1m30s", "90 seconds"),
+     ("500ms", "500 milliseconds"), ("1 min", "60 seconds"), ("5 seconds", "5 seconds"), ("1.5s", "1500 milliseconds")],
+)  # fmt: skip
+def test_a_trigger_interval_is_kept_in_the_form_spark_reads(tmp_path: Path, text: str, spark_form: str) -> None:
+    spec = load_job(job(tmp_path, {"name": "T", "sources": [{"name": "O"}]}, trigger=text))
+    assert spec.trigger == spark_form and spec.trigger_kwargs() == {"processingTime": spark_form}
+
+
+@pytest.mark.parametrize(
+    ("stream", "text"),
+    [({"name": "X", "mirror": {"name": "X"}}, "detected cycle (10052)"),
+     ({"name": "X", "mirror": {"name": "O"}, "subjects": ["a"]}, "stream mirrors can not contain subjects (10034)"),
+     ({"name": "X", "sources": [{"name": "O"}, {"name": "O"}]}, "duplicate source configuration detected (10140)"),
+     ({"name": "X", "sources": [{"name": "O"}], "max_msg": 4}, 'invalid JSON: json: unknown field "max_msg" (10025)'),
+     ({"name": "X", "sources": [{"name": "O", "filter_subjects": "o.eu.>"}]},
+      'invalid JSON: json: unknown field "filter_subjects" (10025)')],
+)  # fmt: skip
+def test_a_stream_config_the_server_refuses_fails_at_load(tmp_path: Path, stream: dict[str, Any], text: str) -> None:
+    with pytest.raises(JobError) as e:
+        load_job(job(tmp_path, stream))
+    assert str(e.value) == f"job: stream 'X': {text}"
+
+
+def test_a_republish_cycle_fails_at_load(tmp_path: Path) -> None:
+    stream = {"name": "X", "subjects": ["x.>"], "republish": {"src": "x.>", "dest": "x.a"}}
+    with pytest.raises(JobError, match="republish destination forms a cycle"):
+        load_job(job(tmp_path, stream, republish_to={"servers": "nats://127.0.0.1:4222"}))
+
+
+def test_a_stream_file_that_is_not_there_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "job.json"
+    path.write_text('{"stream": "missing.json", "target": {"location": "/tmp/lake"}}')
+    with pytest.raises(JobError) as e:
+        load_job(path)
+    assert str(e.value) == f"{path}: stream: no such stream config file: {tmp_path / 'missing.json'}"
+
+
+def test_a_spec_repr_and_the_runner_log_show_no_secret(tmp_path: Path) -> None:
+    spec = load_job({
+        "stream": {"name": "X", "sources": [{"name": "O"}]},
+        "target": {"location": "s3://b/x", "storage_options": {"aws_secret_access_key": "SUPERSECRET",
+                                                               "aws_region": "eu-west-1"}},
+        "origins": {"O": {"servers": "nats://alice:Pw0rdXYZ@nats:4222", "password": "hunter22",
+                          "token": "tok3nABCD", "nkey_seed": "SUAKSEED"}},
+    })  # fmt: skip
+    shown = repr(spec)
+    for secret in ("SUPERSECRET", "Pw0rdXYZ", "hunter22", "tok3nABCD", "SUAKSEED"):
+        assert secret not in shown
+    assert "nats://alice:***@nats:4222" in shown and "'aws_region': 'eu-west-1'" in shown
+    assert runner._where(spec.origin("O")) == "server nats://alice:***@nats:4222"
+    assert runner._where(load_job(job(tmp_path, {"name": "Y", "sources": [{"name": "O"}]}, origins={
+        "*": {"servers": "nats://tok3nABCD@nats:4222"}})).origin("O")) == "server nats://***@nats:4222"
+
+
+def test_an_origin_that_is_not_there_fails_before_the_target_is_made(tmp_path: Path) -> None:
+    spec = load_job(job(tmp_path, {"name": "T", "sources": [{"name": "NOPE"}]}))
+    jsspark.connect(str(tmp_path / "origin"))  # the origin lake exists, its stream does not
+    running = Job(spec, spark=object())  # no session is started: probe and start fail first
+    with pytest.raises(jsspark.errors.APIError, match="stream not found"):
+        running.start()
+    assert jsspark.connect(str(tmp_path / "target")).streams_info() == []
+
+
+def test_republish_to_passes_its_own_store_and_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    got: list[dict[str, Any]] = []
+    monkeypatch.setattr("jsspark.jobs.republish.start_republish", lambda *a, **kw: got.append(kw))
+    stream = {"name": "X", "subjects": ["x.>"], "republish": {"src": "x.>", "dest": "out.>"}}
+    lake_dest = {"location": "s3://other/lake", "storage_options": {"aws_region": "us-east-1"}, "stream": "B"}
+    server_dest = {"servers": "nats://h:4222", "options": {"publishTimeout": "60s", "maxInFlight": "10"}}
+    for dest in (lake_dest, server_dest):
+        spec = load_job({**job(tmp_path, stream, republish_to=dest),
+                         "target": {"location": str(tmp_path / "t"), "storage_options": {"aws_region": "eu-west-1"}}})
+        Job(spec, spark=object())._start_republish({"availableNow": True}, str(tmp_path / "ck"))
+    assert got[0]["destination"] == lake_dest and got[0]["storage_options"] == {"aws_region": "eu-west-1"}
+    assert got[1]["destination"] == {"servers": "nats://h:4222", "publishTimeout": "60s", "maxInFlight": "10"}

@@ -42,6 +42,24 @@ def test_add_ls_select_info_rm(cli: Run, home: Path, tmp_path: Path) -> None:
     assert "needs --location" in cli("context", "add", "empty", where=None).err
 
 
+def test_url_credentials_are_hidden_and_a_broken_file_hides_no_other(cli: Run, home: Path, tmp_path: Path) -> None:
+    cli("context", "add", "prod", "--location", str(tmp_path / "p"), "--server", "nats://alice:s3cr3tpw@nats:4222",
+        where=None)  # fmt: skip
+    cli("context", "add", "tok", "--location", str(tmp_path / "t"), "--server", "nats://tok3nABC@nats:4222", where=None)
+    shown = [cli("context", "info", "prod", where=None).out, cli("context", "ls", where=None).out,
+             cli("context", "ls", "-j", where=None).out, cli("context", "info", "tok", "-j", where=None).out]
+    assert not any("s3cr3tpw" in text or "tok3nABC" in text for text in shown)
+    assert "nats://alice:***@nats:4222" in shown[0] and "nats://***@nats:4222" in shown[3]
+    folder = home / "jsspark" / "context"
+    (folder / "broken.json").write_text("{not json")
+    (folder / "weird.json").write_text('{"location": 5, "storage_options": "x"}')
+    table = cli("context", "ls", where=None)
+    assert table.code == 0 and "prod" in table.out and "tok" in table.out and "unreadable" in table.out
+    res = cli("stream", "ls", "--context", "weird", where=None)
+    assert res.code == 1 and "Traceback" not in res.err
+    assert res.err.endswith(f"could not read context 'weird' from {folder / 'weird.json'}: location must be a string\n")
+
+
 def test_location_precedence(cli: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     lakes = {k: str(tmp_path / k) for k in ("flag", "ctx", "env", "selected")}
     cli("context", "add", "named", "--location", lakes["ctx"], where=None)

@@ -99,3 +99,23 @@ def test_republish_to_passes_its_own_store_and_options(tmp_path: Path, monkeypat
         Job(spec, spark=object())._start_republish({"availableNow": True}, str(tmp_path / "ck"))
     assert got[0]["destination"] == lake_dest and got[0]["storage_options"] == {"aws_region": "eu-west-1"}
     assert got[1]["destination"] == {"servers": "nats://h:4222", "publishTimeout": "60s", "maxInFlight": "10"}
+
+
+def test_an_endpoint_names_a_saved_context_for_its_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``{"context": NAME}``: the server and credentials ``jsspark context add`` saved, as
+    ``nats --context``; fields given next to it win."""
+    from jsspark.cli.context import Context, save
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    seed = tmp_path / "user.nk"
+    seed.write_text("SUAFAKESEED\n")
+    save(Context("prod", url="nats://alice:pw123456@nats:4222", user="alice", password="hunter22", nkey=str(seed)))
+    save(Context("lakeonly", location=str(tmp_path / "lake")))
+    spec = load_job(job(tmp_path, {"name": "X", "sources": [{"name": "O"}, {"name": "P"}]},
+                        origins={"O": {"context": "prod"}, "P": {"context": "prod", "user": "bob"}}))
+    assert spec.origin("O").connection_options() == {
+        "servers": "nats://alice:pw123456@nats:4222", "user": "alice", "password": "hunter22", "nkeySeed": "SUAFAKESEED"}
+    assert spec.origin("P").user == "bob" and "hunter22" not in repr(spec) and "SUAFAKESEED" not in repr(spec)
+    for name, text in [("lakeonly", "context 'lakeonly' has no server"), ("nope", "unknown context 'nope'")]:
+        with pytest.raises(JobError, match=text):
+            load_job(job(tmp_path, {"name": "X", "sources": [{"name": "O"}]}, origins={"O": {"context": name}}))

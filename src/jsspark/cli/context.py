@@ -5,9 +5,9 @@ Laid out like the nats CLI's contexts so the habit carries over:
     $XDG_CONFIG_HOME/jsspark/context/<NAME>.json   one context
     $XDG_CONFIG_HOME/jsspark/context.txt           the selected context's name
 
-(``~/.config`` when ``XDG_CONFIG_HOME`` is unset). Server fields (URL, credentials) are kept
-for the mirror/source jobs that will talk to a nats-server; engine verbs use only the
-location and storage options. Secrets are stored as given (the file is written 0600) and never
+(``~/.config`` when ``XDG_CONFIG_HOME`` is unset). Server fields (URL, credentials) are what a
+job's origin or ``republish_to`` names with ``{"context": NAME}`` (``jobs.spec.Endpoint``);
+engine verbs use only the location and storage options. Secrets are stored as given (the file is written 0600) and never
 printed: ``redacted()`` is what ``context info`` and ``context ls`` show.
 """
 
@@ -25,7 +25,6 @@ from jsspark.cli.errors import CLIError
 ENV_LOCATION = "JSSPARK_LOCATION"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _SECRET_FIELDS = ("password", "token", "nkey_seed")
-_SECRET_WORDS = ("secret", "password", "token", "key", "credential", "sas")
 REDACTED = "*********"
 
 
@@ -46,15 +45,18 @@ class Context:
     storage_options: dict[str, str] = field(default_factory=dict)
 
     def redacted(self) -> dict[str, Any]:
-        """The context as JSON with every secret replaced: passwords, tokens, seeds and
-        storage options whose key names a secret (``aws_secret_access_key``...)."""
+        """The context as JSON with every secret replaced: passwords, tokens, seeds, the
+        password or token in the server URL, and storage options whose key names a secret
+        (``aws_secret_access_key``...)."""
+        from jsspark.datasource.redaction import SECRET_STORAGE_KEY, redact_urls
+
         data = asdict(self)
         for key in _SECRET_FIELDS:
             if data[key]:
                 data[key] = REDACTED
+        data["url"] = redact_urls(self.url)
         data["storage_options"] = {
-            k: (REDACTED if any(w in k.lower() for w in _SECRET_WORDS) else v)
-            for k, v in self.storage_options.items()
+            k: (REDACTED if SECRET_STORAGE_KEY.search(k) else v) for k, v in self.storage_options.items()
         }
         return data
 
@@ -84,8 +86,18 @@ def load(name: str) -> Context:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise CLIError(f"could not read context {name!r} from {path}: {exc}") from exc
-    known = set(Context.__dataclass_fields__)
-    return Context(**{k: v for k, v in data.items() if k in known and k != "name"}, name=name)
+    if not isinstance(data, dict):
+        raise CLIError(f"could not read context {name!r} from {path}: not a JSON object")
+    fields = {k: v for k, v in data.items() if k in Context.__dataclass_fields__ and k != "name"}
+    for key, value in fields.items():
+        if key == "storage_options":
+            ok = isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            want = "an object of strings" if key == "storage_options" else "a string"
+            raise CLIError(f"could not read context {name!r} from {path}: {key} must be {want}")
+    return Context(**fields, name=name)
 
 
 def save(ctx: Context) -> Path:

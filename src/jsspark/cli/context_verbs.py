@@ -28,7 +28,9 @@ def register(
     p.add_argument("ctx_name", metavar="NAME")
     p.add_argument("--location", dest="ctx_location", metavar="PATH", help="the lake: a path or URI")
     p.add_argument("--description")
-    p.add_argument("--server", metavar="URL", help="nats-server URL (for mirror/source jobs)")
+    p.add_argument(
+        "--server", metavar="URL", help='nats-server URL; a job names it with {"context": NAME} in origins or republish_to'
+    )
     p.add_argument("--user")
     p.add_argument("--password")
     p.add_argument("--token")
@@ -94,14 +96,22 @@ def cmd_add(args: argparse.Namespace, session: Session) -> None:
 def cmd_ls(args: argparse.Namespace, session: Session) -> None:
     names = context.names()
     chosen = context.selected()
-    ctxs = [context.load(n) for n in names]
+    ctxs, broken = [], {}
+    for n in names:  # one unreadable file does not hide the others
+        try:
+            ctxs.append(context.load(n))
+        except CLIError as e:
+            broken[n] = str(e)
     if session.json:
-        render.print_json([{**c.redacted(), "selected": c.name == chosen} for c in ctxs])
+        render.print_json([{**c.redacted(), "selected": c.name == chosen} for c in ctxs]
+                          + [{"name": n, "error": why} for n, why in broken.items()])
         return
-    if not ctxs:
+    if not ctxs and not broken:
         render.print_line("No contexts defined (add one with `jsspark context add NAME --location PATH`)")
         return
-    rows = [(c.name + (" *" if c.name == chosen else ""), c.location, c.url, c.description) for c in ctxs]
+    rows = [(c.name + (" *" if c.name == chosen else ""), c.location, c.redacted()["url"], c.description)
+            for c in ctxs]
+    rows += [(n, "", "", f"unreadable: {why}") for n, why in broken.items()]
     render.print_line(render.table("Known Contexts", ["Name", "Location", "Server", "Description"], rows))
 
 

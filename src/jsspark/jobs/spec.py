@@ -70,6 +70,34 @@ class Endpoint(BaseModel):
     api_prefix: str | None = None
     name: str | None = None
     options: dict[str, str] = Field(default_factory=dict)
+    context: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_context(cls, data: Any) -> Any:
+        """``{"context": NAME}`` stands for the server and credentials saved in that context
+        (``jsspark context add NAME --server URL ...``), as ``nats --context`` does; fields
+        given next to it win."""
+        if not isinstance(data, dict) or not data.get("context"):
+            return data
+        from jsspark.cli.context import load  # saved by the CLI, read where a job names one
+
+        name = str(data["context"])
+        try:
+            ctx = load(name)
+        except Exception as e:
+            raise ValueError(str(e)) from None
+        if not ctx.url:
+            raise ValueError(f"context {name!r} has no server (save one with `jsspark context add {name} --server URL`)")
+        seed = ctx.nkey_seed
+        if not seed and ctx.nkey:
+            try:
+                seed = Path(ctx.nkey).expanduser().read_text(encoding="utf-8").strip()
+            except OSError as e:
+                raise ValueError(f"context {name!r}: cannot read its nkey seed file {ctx.nkey}: {e.strerror}") from None
+        saved = {"servers": ctx.url, "user": ctx.user, "password": ctx.password, "token": ctx.token,
+                 "creds": ctx.creds, "nkey_seed": seed}
+        return {**{k: v for k, v in saved.items() if v}, **data}
 
     @model_validator(mode="after")
     def _one_place(self) -> Endpoint:

@@ -145,12 +145,19 @@ def test_databricks_job_runs_the_console_script_on_a_job_file(capsys: pytest.Cap
     assert [Path(lib["whl"]).name for lib in task["libraries"]] == [WHEEL]
     clusters = {c["job_cluster_key"]: c["new_cluster"] for c in job["job_clusters"]}
     runtime = clusters[task["job_cluster_key"]]["spark_version"]
-    assert int(runtime.split(".")[0]) >= 17, runtime  # Spark 4 runtimes: Python data sources
+    assert int(runtime.split(".")[0]) >= 17, runtime  # an example: Spark 4 runtimes have Python data sources
+    assert not any(d.startswith("pyspark") for d in PROJECT["dependencies"])  # pip keeps the runtime's own
     assert job["max_concurrent_runs"] == 1  # two runs of one job would share its checkpoints
 
     module, func = PROJECT["scripts"][wheel_task["entry_point"]].split(":")
-    main = getattr(importlib.import_module(module), func)
-    assert main(["run", "--help"]) == 0 and "JOB" in capsys.readouterr().out  # the verb the task calls
+    entry = getattr(importlib.import_module(module), func)
+    # a wheel task may ignore the entry point's return value: the exit status is raised
+    with pytest.raises(SystemExit) as ok:
+        entry(["run", "--help"])
+    assert ok.value.code == 0 and "JOB" in capsys.readouterr().out  # the verb the task calls
+    with pytest.raises(SystemExit) as failed:
+        entry(["run", str(CONF / "no-such-job.json")])
+    assert failed.value.code == 1 and "cannot read the job file" in capsys.readouterr().err
 
 
 def test_emr_step_submits_the_entry_module_with_the_wheel() -> None:

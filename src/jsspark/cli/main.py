@@ -85,6 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(code or 0)
 
 
+def entry(argv: Sequence[str] | None = None) -> None:
+    """The ``jsspark`` console script: ``main``'s code as the process's exit status. A caller
+    that ignores a return value (a platform's wheel task calling the entry point) still sees a
+    failed run fail."""
+    raise SystemExit(main(argv))
+
+
 def _fail(message: str) -> int:
     sys.stderr.write(f"{PROG}: error: {message}\n")
     return 1

@@ -46,8 +46,24 @@ try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python source
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
     _STREAM_BASES: tuple[type, ...] = (DataSourceStreamReader, SupportsTriggerAvailableNow)
+    _NO_ADMISSION_CONTROL: str | None = None
 except ImportError:  # pragma: no cover - Spark 4.0/4.1
     _STREAM_BASES = (DataSourceStreamReader,)
+    import pyspark
+
+    _NO_ADMISSION_CONTROL = (
+        f"jetstream: streaming reads need admission control for Python data sources "
+        f"(pyspark.sql.streaming.datasource, Apache Spark 4.2 or later), which this Spark's pyspark "
+        f"{pyspark.__version__} lacks: without it a batch cannot be planned from where the last one "
+        "ended. Run on a Spark 4.2+ runtime; batch reads and the writers work here."
+    )
+
+
+def _require_admission_control() -> None:
+    """A streaming read on an older Spark fails at start, saying why, instead of planning every
+    batch from the first offset (Spark 4.0/4.1 call ``latestOffset()`` without a start)."""
+    if _NO_ADMISSION_CONTROL is not None:  # pragma: no cover - Spark 4.0/4.1
+        raise RuntimeError(_NO_ADMISSION_CONTROL)
 
 
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -107,6 +123,7 @@ class JetStreamDataSource(DataSource):
         return JetStreamBatchReader(parse_read_options(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        _require_admission_control()
         if "servers" in self.options:  # a live JetStream server (jsspark.live)
             from jsspark.datasource.live_source import live_stream_reader
 

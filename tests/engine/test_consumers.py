@@ -468,3 +468,17 @@ def test_flow_control_ack_beyond_delivered_moves_the_floor(tmp_path: Any) -> Non
 def _stored(lake: Any, seq: int) -> bool:
     rows = lake.stream("S").index().rows
     return seq in set(rows["seq"].to_pylist())
+
+
+def test_created_again_and_generated_names_as_the_server(pair: Pair) -> None:
+    """A generated name is the consumer's, not its config's; ``create`` of a named non-durable
+    again is refused (its stored config carries the 5 s inactive threshold the request lacks),
+    of a durable with the same config it is not."""
+    s = pair.stream()
+    server, lake = pair.server.consumer_create(s, {"ack_policy": "explicit"}), pair.lake.consumer_create(
+        s, {"ack_policy": "explicit"})
+    assert "name" not in server["config"] and server["config"] == lake["config"]
+    for cfg in ({"name": "N", "ack_policy": "explicit"}, {"durable_name": "D", "ack_policy": "explicit"}):
+        pair.consumer_create(s, cfg, "create")
+        pair.consumer_create(s, cfg, "create")
+        pair.consumer_create(s, cfg)

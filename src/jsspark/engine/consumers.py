@@ -400,6 +400,8 @@ class Consumers:
             deferred = e
             checked = check_consumer_config(cfg, scfg.model_copy(update={"retention": RetentionPolicy.LIMITS}))
         name = checked.durable_name or checked.name
+        # a non-durable's 5 s inactive_threshold is stamped on what is stored, not on the request
+        stamped = not checked.is_durable and cfg.inactive_threshold <= 0
         view = StreamView.of(engine)
         result: dict[str, Any] = {}
 
@@ -409,7 +411,7 @@ class Consumers:
             others = self._all(stream, records)
             existing = next((c for c in others if c.name == name), None) if name else None
             if existing is not None:
-                return self._update(existing, cfg_now, others, action, scfg, result)
+                return self._update(existing, cfg_now, others, action, scfg, result, stamped)
             if action == "update":
                 raise api_error("JSConsumerDoesNotExist")
             limitable = [c for c in others if c.limitable]
@@ -424,14 +426,14 @@ class Consumers:
                     raise api_error("JSConsumerWQMultipleUnfilteredErr")
                 if not _partition_unique(name, mine, others):
                     raise api_error("JSConsumerWQConsumerNotUniqueErr")
-            if not name:
+            given = name
+            if not given:  # the generated name is the consumer's, not its config's (as the server stores it)
                 taken = {c.name for c in others}
-                new = _random_name()
-                while new in taken:
-                    new = _random_name()
-                cfg_now.name = new
+                given = _random_name()
+                while given in taken:
+                    given = _random_name()
             sseq, _, resume = select_starting_seq(view, cfg_now)
-            c = Consumer(stream, cfg_now.name, cfg_now, ConsumerState.starting_at(sseq, resume), time.time_ns())
+            c = Consumer(stream, given, cfg_now, ConsumerState.starting_at(sseq, resume), time.time_ns())
             result["consumer"] = c
             return [Change(CONSUMER, stream, c.name, c.body())]
 
@@ -444,11 +446,13 @@ class Consumers:
 
     def _update(
         self, existing: Consumer, cfg: ConsumerConfig, others: list[Consumer], action: str,
-        scfg: StreamConfig, result: dict[str, Any],
+        scfg: StreamConfig, result: dict[str, Any], stamped: bool = False,
     ) -> list[Change]:
-        """The existing-consumer branch of ``addConsumerWithAssignmentAndMode``."""
+        """The existing-consumer branch of ``addConsumerWithAssignmentAndMode``. ``create``
+        compares the request with the stored config, which for a non-durable carries the 5 s
+        inactive threshold the request did not (``stamped``): never the same, as on the server."""
         same = cfg.to_json() == existing.config.to_json()
-        if action == "create" and not same:
+        if action == "create" and (stamped or not same):
             raise api_error("JSConsumerAlreadyExists")
         if scfg.retention is RetentionPolicy.WORK_QUEUE and not _partition_unique(existing.name, filters_of(cfg), others):
             raise api_error("JSConsumerWQConsumerNotUniqueErr")

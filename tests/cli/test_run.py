@@ -362,3 +362,15 @@ def test_redactor_and_concise() -> None:
                                          "loading credentials: failed to load IMDS session token")
     py4j = "An error occurred while calling o42.start.\n: java.io.IOException: No space left\n\tat x"
     assert run_verb.concise(py4j) == "IOException: No space left"
+
+
+def test_an_engine_verbs_store_error_is_one_line_with_its_causes() -> None:
+    """What ``stream ls`` prints for a lake whose object store refuses: delta-rs's first line
+    hides the cause, which follows on coloured lines."""
+    from jsspark.cli.errors import describe
+
+    exc = OSError("Kernel error -> Operation not supported\n          \x1b[31m\u21b3\x1b[0m an error occurred "
+                  "while loading credentials\n           \x1b[31m\u21b3\x1b[0m failed to load IMDS session token")
+    assert describe(exc) == ("Kernel error -> Operation not supported: an error occurred while loading credentials: "
+                             "failed to load IMDS session token")
+    assert describe(ValueError("two\nplain lines")) == "two\nplain lines"  # no cause chain: left whole

@@ -9,6 +9,7 @@ descriptions alone ("stream not found") do not say *which* stream.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -36,7 +37,27 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
     text = str(exc).strip()
-    return text or type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    first, *rest = text.splitlines()
+    causes = error_causes(rest)
+    return ": ".join([_ANSI.sub("", first).strip(), *causes]) if causes else text
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def error_causes(lines: list[str]) -> list[str]:
+    """The cause chain that follows a delta-rs (object store) error's first line, one ``↳``
+    line per cause, without its terminal colours: "Kernel error -> Operation not supported"
+    alone hides that loading credentials failed."""
+    causes = []
+    for line in lines:
+        plain = _ANSI.sub("", line).strip()
+        if not plain.startswith("↳"):
+            break
+        causes.append(plain[1:].strip())
+    return causes
 
 
 @contextmanager

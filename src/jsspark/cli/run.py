@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from jsspark.cli import render
-from jsspark.cli.errors import CLIError
+from jsspark.cli.errors import CLIError, error_causes
 from jsspark.cli.units import human_duration, seconds_arg
 
 if TYPE_CHECKING:
@@ -130,7 +130,6 @@ _STREAM_FAILED = re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated wit
 _SQLSTATE = re.compile(r"\s*SQLSTATE: \w+")
 _QUALIFIED = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b)")
 _PY4J = "An error occurred while calling "
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def concise(text: str) -> str:
@@ -148,22 +147,9 @@ def concise(text: str) -> str:
         at = next((i for i, line in enumerate(lines) if line.startswith(": ")), at)
         lines[at] = lines[at].removeprefix(": ")
     first = lines[at].strip() if at is not None else text.strip()
-    first = ": ".join([first, *_causes(lines[at + 1 :] if at is not None else [])])
+    first = ": ".join([first, *error_causes(lines[at + 1 :] if at is not None else [])])
     first = _QUALIFIED.sub("", _STREAM_FAILED.sub("", first))
     return _SQLSTATE.sub("", first).strip() or "failed"
-
-
-def _causes(lines: list[str]) -> list[str]:
-    """The cause chain that follows a delta-rs (object store) error's first line, one ``↳``
-    line per cause: "Kernel error -> Operation not supported" alone hides that loading
-    credentials failed."""
-    causes = []
-    for line in lines:
-        plain = _ANSI.sub("", line).strip()
-        if not plain.startswith("↳"):
-            break
-        causes.append(plain[1:].strip())
-    return causes
 
 
 # -- watching ---------------------------------------------------------------------------------------

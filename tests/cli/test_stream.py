@@ -247,6 +247,7 @@ def test_bad_configs_are_one_line_errors(cli: Run, tmp_path: Path) -> None:
     bad.write_text("name: X\nsubjects: [a.*]\nretention: forever\n")
     assert "retention" in cli("stream", "add", "--config", str(bad)).err
     assert "needs a NAME" in cli("stream", "add", "--subjects", "x").err
+    assert "--republish-headers needs --republish-destination" in cli("stream", "add", "R", "--republish-headers").err
     assert cli("stream", "add", "BAD.NAME").err == (
         "jsspark: error: could not create stream BAD.NAME: stream name is required and can not contain "
         "'.', '*', '>', '\\', '/' (10052)\n"

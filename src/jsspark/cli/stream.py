@@ -157,6 +157,8 @@ def _flag_wire(args: argparse.Namespace) -> dict[str, Any]:
             wire[key] = value
     if args.retention is not None:
         wire["retention"] = _RETENTION[args.retention]
+    if args.republish_headers is not None and args.republish_destination is None:
+        raise CLIError("--republish-headers needs --republish-destination (a republish is given whole)")
     if args.republish_source is not None or args.republish_destination is not None:
         if not args.republish_destination:
             raise CLIError("--republish-source needs --republish-destination")

@@ -106,6 +106,9 @@ def test_dedup_within_window_returns_original_seq(pair: Pair) -> None:
     pair.publish(subj(s, "a"), b"2", headers=[("Nats-Msg-Id", "id-2")])
     pair.publish(subj(s, "b"), b"dup", headers=[("Nats-Msg-Id", "id-1")])
     pair.publish(subj(s, "a"), b"3")
+    # an empty id is no id: both stored (a client that always sends the header loses nothing)
+    pair.publish(subj(s, "a"), b"4", headers=[("Nats-Msg-Id", "")])
+    pair.publish(subj(s, "a"), b"5", headers=[("Nats-Msg-Id", "")])
     pair.check(s)
 
 
@@ -123,6 +126,10 @@ def test_dedup_within_window_returns_original_seq(pair: Pair) -> None:
         [("Nats-Expected-Last-Subject-Sequence", "2"), ("Nats-Expected-Last-Subject-Sequence-Subject", "SUBJ.*")],
         [("Nats-Expected-Last-Msg-Id", "first")],
         [("Nats-Expected-Last-Msg-Id", "")],
+        [("Nats-Expected-Stream", "")],  # empty values expect nothing, as unset ones
+        [("Nats-Expected-Last-Sequence", "")],
+        [("Nats-Expected-Last-Subject-Sequence-Subject", "")],
+        [("Nats-Msg-Id", "first"), ("Nats-Expected-Last-Msg-Id", "")],
         [("Nats-Expected-Last-Msg-Id", "nope")],
         [("Nats-Msg-Id", "first"), ("Nats-Expected-Last-Sequence", "9")],
         [("Nats-Msg-Id", "first"), ("Nats-Expected-Last-Msg-Id", "nope")],

@@ -91,10 +91,12 @@ def encoded_len(pairs: HeaderPairs | None) -> int:
 
 
 def get(pairs: HeaderPairs | None, key: str) -> str | None:
-    """The server's lookup: first exact match, leading spaces skipped."""
+    """The server's lookup: first exact match, leading spaces skipped. An empty value is no
+    value (``None``): every server check treats it as unset (``len(v) == 0``, ``v == _EMPTY_``),
+    so an empty ``Nats-Msg-Id`` deduplicates nothing and an empty expectation expects nothing."""
     for k, v in pairs or ():
         if k == key:
-            return v.lstrip(" ")
+            return v.lstrip(" ") or None
     return None
 
 
@@ -141,7 +143,7 @@ def column_encoded_len(headers: pa.Array) -> np.ndarray:
 
 
 def column_lookup(headers: pa.Array, key: str) -> pa.Array:
-    """Vectorised ``get``: the first value of ``key`` per row (null where absent)."""
+    """Vectorised ``get``: the first value of ``key`` per row (null where absent or empty)."""
     headers = one_chunk(headers)
     n = len(headers)
     if n == 0 or headers.null_count == n:
@@ -158,6 +160,7 @@ def column_lookup(headers: pa.Array, key: str) -> pa.Array:
     rows = parents[idx]  # ascending: entries are in row order
     first = np.r_[True, rows[1:] != rows[:-1]]  # the first hit of each row
     values = pc.utf8_ltrim(pc.struct_field(entries, "value").take(pa.array(idx[first])), characters=" ")
+    values = pc.if_else(pc.equal(values, ""), pa.scalar(None, values.type), values)  # empty: unset, as ``get``
     at = np.full(n, -1, dtype=np.int64)
     at[rows[first]] = np.arange(int(first.sum()))
     return values.cast(pa.string()).take(pa.array(at, mask=at < 0))

@@ -353,3 +353,14 @@ def test_direct_get_by_time(pair: Pair, form: dict[str, Any]) -> None:
 
     strip = lambda rs: [(st, {k: v for k, v in h.items() if k != "Nats-Time-Stamp"}, d) for st, h, d in rs]  # noqa: E731
     assert strip(pair.server.direct_get(s, build(server_time))) == strip(pair.lake.direct_get(s, build(lake_time)))
+
+
+@pytest.mark.parametrize("first_seq", [1, 10])
+def test_first_seq_numbers_the_first_message(pair: Pair, first_seq: int) -> None:
+    """``first_seq``: the store starts purged up to it, also under ``deny_purge``."""
+    s = pair.stream(first_seq=first_seq, deny_purge=True)
+    pair.check(s)
+    pair.publish(subj(s, "a"), b"first")
+    pair.publish(subj(s, "b"), b"second")
+    pair.delete_msg(s, 2)
+    pair.check(s)

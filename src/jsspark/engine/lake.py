@@ -98,6 +98,8 @@ class Lake:
         changes = self.catalog.transact(plan)
         if changes:
             MessageTable.create(uri, self.storage_options, name=name)
+            if cfg.first_seq:
+                self.stream(name).start_at(cfg.first_seq)
             with warnings.catch_warnings():
                 warnings.simplefilter("always")
                 report_ignored_fields(cfg)

@@ -686,6 +686,16 @@ class LakeStream:
             self._mark_purged()
         return removed
 
+    def start_at(self, first_seq: int) -> None:
+        """A new stream's ``first_seq``: its store is purged up to it (the file store's
+        ``purge(cfg.FirstSeq)`` at creation), so the first message gets that seq and the state
+        reads first ``first_seq``, last ``first_seq - 1``. Not a user's purge: ``deny_purge``
+        does not apply."""
+        if first_seq > 1:
+            self._compact(first_seq)
+        elif first_seq == 1:
+            self._mark_purged()
+
     def _mark_purged(self) -> None:
         """A never-written stream reports first_seq 0 until its first purge, then last+1: record it."""
 

@@ -188,7 +188,8 @@ def test_load_yaml_and_json(tmp_path: Path) -> None:
 def test_ignored_fields_warn_once_per_stream_name() -> None:
     name = unique("W")
     cfg = StreamConfig.from_json(
-        {"name": name, "num_replicas": 3, "placement": {"cluster": "c1"}, "storage": "memory"}
+        {"name": name, "num_replicas": 3, "placement": {"cluster": "c1"}, "storage": "memory",
+         "allow_rollup_hdrs": True, "allow_msg_ttl": True}
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -197,7 +198,8 @@ def test_ignored_fields_warn_once_per_stream_name() -> None:
         report_ignored_fields(checked)
     ours = [w for w in caught if issubclass(w.category, ConfigIgnoredWarning)]
     assert len(ours) == 1
-    assert all(k in str(ours[0].message) for k in ("placement", "num_replicas", "storage"))
+    assert all(k in str(ours[0].message)
+               for k in ("placement", "num_replicas", "storage", "allow_rollup_hdrs", "allow_msg_ttl"))
     assert checked.num_replicas == 3 and checked.placement is not None and checked.storage.value == "memory"
 
 

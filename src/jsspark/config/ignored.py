@@ -1,8 +1,9 @@
-"""Config fields a lake stream keeps but cannot honour.
+"""Config fields a lake stream keeps but does not honour.
 
 A Delta-backed stream has no cluster to place on, no replicas to keep in sync and no memory
-store; such settings are kept (they round-trip and reach a real server unchanged) and
-reported once per stream name and field, so nothing is dropped silently.
+store; and it does not (yet) apply ``Nats-Rollup`` or ``Nats-TTL`` headers or place subject
+delete markers. Such settings are kept (they round-trip and reach a real server unchanged)
+and reported once per stream name and field, so nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ def ignored_fields(cfg: StreamConfig) -> dict[str, object]:
         found["num_replicas"] = cfg.num_replicas
     if cfg.storage is StorageType.MEMORY:
         found["storage"] = cfg.storage.value
+    for key in ("allow_rollup_hdrs", "allow_msg_ttl", "subject_delete_marker_ttl"):  # not applied yet
+        if getattr(cfg, key):
+            found[key] = getattr(cfg, key)
     return found
 
 

@@ -48,16 +48,14 @@ class Context:
         """The context as JSON with every secret replaced: passwords, tokens, seeds, the
         password or token in the server URL, and storage options whose key names a secret
         (``aws_secret_access_key``...)."""
-        from jsspark.datasource.redaction import SECRET_STORAGE_KEY, redact_urls
+        from jsspark.datasource.redaction import redact_storage_options, redact_urls
 
         data = asdict(self)
         for key in _SECRET_FIELDS:
             if data[key]:
                 data[key] = REDACTED
         data["url"] = redact_urls(self.url)
-        data["storage_options"] = {
-            k: (REDACTED if SECRET_STORAGE_KEY.search(k) else v) for k, v in self.storage_options.items()
-        }
+        data["storage_options"] = redact_storage_options(self.storage_options, REDACTED)
         return data
 
 

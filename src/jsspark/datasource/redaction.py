@@ -31,9 +31,9 @@ def url_secrets(urls: str | list[str] | tuple[str, ...] | None) -> list[str]:
     return [m.group(3) for text in texts for m in _URL_USERINFO.finditer(text) if len(m.group(3)) >= 4]
 
 
-def redact_storage_options(options: Mapping[str, str] | None) -> dict[str, str]:
-    """Storage options to show: each secret one's value (``SECRET_STORAGE_KEY``) as ``***``."""
-    return {k: ("***" if v and SECRET_STORAGE_KEY.search(k) else v) for k, v in (options or {}).items()}
+def redact_storage_options(options: Mapping[str, str] | None, mask: str = "***") -> dict[str, str]:
+    """Storage options to show: each secret one's value (``SECRET_STORAGE_KEY``) as ``mask``."""
+    return {k: (mask if v and SECRET_STORAGE_KEY.search(k) else v) for k, v in (options or {}).items()}
 
 
 def storage_secrets(options: Mapping[str, str] | None) -> list[str]:

@@ -574,9 +574,10 @@ class Consumers:
                 return []
             if stream_seq > st.delivered.stream_seq and not c.config.flow_control:
                 return []
+            explicit = c.config.ack_policy is AckPolicy.EXPLICIT
+            mask = view.delivered_or_due(c.filters, st) if consumer_seq is None or explicit else None
             dseq = consumer_seq
             if dseq is None:
-                mask = view.delivered_or_due(c.filters, st)
                 d = st.delivered
                 dseq = (
                     d.consumer_seq - view.count(mask, stream_seq, d.stream_seq)
@@ -586,11 +587,10 @@ class Consumers:
             if dseq <= st.ack_floor.consumer_seq or stream_seq <= st.ack_floor.stream_seq:
                 return []
             floor = Position(dseq, stream_seq, now)
-            if c.config.ack_policy is AckPolicy.EXPLICIT:
+            if explicit:
                 # moveAckFloor: up to just below the next delivery still pending, or to the
                 # delivered position when none is
-                mask = view.delivered_or_due(c.filters, st) & (view.seqs > stream_seq)
-                later = view.seqs[mask & (view.seqs <= st.delivered.stream_seq)]
+                later = view.seqs[mask & (view.seqs > stream_seq) & (view.seqs <= st.delivered.stream_seq)]
                 floor = (Position(dseq, int(later[0]) - 1, now) if len(later)
                          else Position(st.delivered.consumer_seq, st.delivered.stream_seq, now))
             new = replace(st, ack_floor=floor)

@@ -121,8 +121,7 @@ class Job:
         """Ask each origin about itself (a server's STREAM.INFO, a lake's stream info) before
         anything else, so an origin that cannot be reached or does not exist fails the job
         before its target is created or Spark starts. ``plan`` uses the answers."""
-        cfg = self.spec.stream
-        for source in [*([cfg.mirror] if cfg.mirror is not None else []), *(cfg.sources or ())]:
+        for source in self.spec.origin_sources():
             self._facts(source)
 
     def _facts(self, source: StreamSource) -> OriginFacts:

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from jsspark.config import StreamConfig, check_stream_config
+from jsspark.config import StreamConfig, StreamSource, check_stream_config
 from jsspark.config.durations import parse_go_duration
 from jsspark.config.loading import load_stream_config
 from jsspark.datasource.options import interval_seconds
@@ -225,11 +225,13 @@ class JobSpec(BaseModel):
         base = self.checkpoint or f"{str(self.target.location).rstrip('/')}/_checkpoints"
         return f"{base.rstrip('/')}/{self.job_name}"
 
-    def origin_names(self) -> list[str]:
+    def origin_sources(self) -> list[StreamSource]:
+        """The mirror, or the sources: one query each."""
         cfg = self.stream
-        if cfg.mirror is not None:
-            return [cfg.mirror.name]
-        return [s.name for s in cfg.sources or ()]
+        return [cfg.mirror] if cfg.mirror is not None else list(cfg.sources or ())
+
+    def origin_names(self) -> list[str]:
+        return [s.name for s in self.origin_sources()]
 
     def origin(self, name: str) -> Endpoint:
         return self.origins.get(name) or self.origins["*"]

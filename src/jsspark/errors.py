@@ -227,5 +227,10 @@ class DirectGetError(JSSparkError):
         return hash((self.status, self.description))
 
 
+class UnsupportedConfigError(JSSparkError, ValueError):
+    """A stream config asks for a server feature a lake stream does not have (message counters,
+    schedules, atomic batch publish): refused rather than stored and silently not applied."""
+
+
 class ConfigIgnoredWarning(UserWarning):
     """A config field a lake stream cannot honour (placement, replicas, storage) was kept but ignored."""

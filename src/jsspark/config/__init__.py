@@ -22,7 +22,7 @@ from jsspark.config.enums import (
     RetentionPolicy,
     StorageType,
 )
-from jsspark.config.ignored import ignored_fields, report_ignored_fields
+from jsspark.config.ignored import ignored_fields, refuse_unsupported, report_ignored_fields
 from jsspark.config.loading import load_consumer_config, load_stream_config
 from jsspark.config.stream import (
     ExternalStream,
@@ -73,5 +73,6 @@ __all__ = [
     "load_consumer_config",
     "load_stream_config",
     "parse_go_duration",
+    "refuse_unsupported",
     "report_ignored_fields",
 ]

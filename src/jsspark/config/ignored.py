@@ -1,9 +1,12 @@
-"""Config fields a lake stream keeps but does not honour.
+"""Config fields a lake stream keeps but does not honour, and those it refuses.
 
 A Delta-backed stream has no cluster to place on, no replicas to keep in sync and no memory
-store; and it does not (yet) apply ``Nats-Rollup`` or ``Nats-TTL`` headers or place subject
-delete markers. Such settings are kept (they round-trip and reach a real server unchanged)
-and reported once per stream name and field, so nothing is dropped silently.
+store; and it does not (yet) expire messages by their ``Nats-TTL`` or place subject delete
+markers. Such settings are kept (they round-trip and reach a real server unchanged) and
+reported once per stream name and field, so nothing is dropped silently.
+
+Message counters, schedules and atomic batch publish change what a publish stores and
+answers; a lake stream has none of them, so a config enabling one is refused.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import warnings
 
 from jsspark.config.enums import StorageType
 from jsspark.config.stream import StreamConfig
-from jsspark.errors import ConfigIgnoredWarning
+from jsspark.errors import ConfigIgnoredWarning, UnsupportedConfigError
 
 _reported: set[tuple[str, str]] = set()
 _lock = threading.Lock()
@@ -28,10 +31,27 @@ def ignored_fields(cfg: StreamConfig) -> dict[str, object]:
         found["num_replicas"] = cfg.num_replicas
     if cfg.storage is StorageType.MEMORY:
         found["storage"] = cfg.storage.value
-    for key in ("allow_rollup_hdrs", "allow_msg_ttl", "subject_delete_marker_ttl"):  # not applied yet
+    for key in ("allow_msg_ttl", "subject_delete_marker_ttl"):  # TTLs are checked but do not expire yet
         if getattr(cfg, key):
             found[key] = getattr(cfg, key)
     return found
+
+
+UNSUPPORTED = {
+    "allow_msg_counter": "message counters",
+    "allow_msg_schedules": "message schedules",
+    "allow_atomic": "atomic batch publish",
+}
+
+
+def refuse_unsupported(cfg: StreamConfig) -> None:
+    """Raise ``UnsupportedConfigError`` naming the first enabled feature a lake stream lacks."""
+    for key, feature in UNSUPPORTED.items():
+        if getattr(cfg, key):
+            raise UnsupportedConfigError(
+                f"stream {cfg.name!r}: {key} is not supported by a lake stream ({feature} are not "
+                "implemented); create the lake stream without it, or keep this stream on a nats-server"
+            )
 
 
 def report_ignored_fields(cfg: StreamConfig) -> dict[str, object]:

@@ -31,7 +31,16 @@ EXPECTED_LAST_SUBJ_SEQ_SUBJ = "Nats-Expected-Last-Subject-Sequence-Subject"
 EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
 STREAM_SOURCE = "Nats-Stream-Source"
 TTL = "Nats-TTL"
+ROLLUP = "Nats-Rollup"
+INCR = "Nats-Incr"
+SCHEDULE = "Nats-Schedule"
+SCHEDULE_NEXT = "Nats-Schedule-Next"
+SCHEDULER = "Nats-Scheduler"
+BATCH_ID = "Nats-Batch-Id"
 EXPECTED_PREFIX = "Nats-Expected-"
+CHECKED_ONE_BY_ONE = (EXPECTED_PREFIX, ROLLUP, TTL, INCR, SCHEDULE, BATCH_ID)
+"""Key prefixes of the headers whose rules depend on the message before (expectations,
+rollups) or that the server checks message by message (TTL, counters, schedules, batches)."""
 
 
 def normalize(headers: HeadersLike) -> HeaderPairs | None:
@@ -183,11 +192,14 @@ def column_has_prefix(headers: pa.Array, prefix: str) -> np.ndarray:
     return out
 
 
-def any_has_prefix(headers: pa.Array, prefix: str) -> bool:
-    """Does any row have a header key starting with ``prefix``? (``column_has_prefix(...).any()``
-    without a per-row array.)"""
+def any_has_prefix(headers: pa.Array, prefix: str | tuple[str, ...]) -> bool:
+    """Does any row have a header key starting with ``prefix`` (or one of them)?
+    (``column_has_prefix(...).any()`` without a per-row array.)"""
     headers = one_chunk(headers)
     if len(headers) == 0 or headers.null_count == len(headers):
         return False
     entries = pc.list_flatten(headers)
-    return len(entries) > 0 and bool(pc.any(pc.starts_with(pc.struct_field(entries, "name"), prefix)).as_py())
+    if len(entries) == 0:
+        return False
+    names = pc.struct_field(entries, "name")
+    return any(pc.any(pc.starts_with(names, p)).as_py() for p in ((prefix,) if isinstance(prefix, str) else prefix))

@@ -19,6 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from jsspark.config import (
@@ -26,6 +27,7 @@ from jsspark.config import (
     StreamConfig,
     check_stream_config,
     check_stream_update,
+    refuse_unsupported,
     report_ignored_fields,
 )
 from jsspark.config.validation import check_shared_stream_config
@@ -75,6 +77,7 @@ class Lake:
     def add_stream(self, config: StreamConfig | dict[str, Any] | str | None = None, **params: Any) -> StreamInfo:
         """Create a stream (nats-py ``add_stream``); the same config again is a no-op, as on the server."""
         cfg = check_stream_config(self._coerce_config(config, params))
+        refuse_unsupported(cfg)
         name = cfg.name
         uri = self.stream_uri(name)
         body = {"config": cfg.to_json(), "created_ns": time.time_ns(), "partition_key": DEFAULT_PARTITION_KEY}
@@ -126,11 +129,12 @@ class Lake:
                 check_shared_stream_config(new)  # the server validates before it looks the stream up
                 raise api_error("JSStreamNotFoundErr")
             cfg = check_stream_update(StreamConfig.from_json(existing.body["config"]), new)
+            refuse_unsupported(cfg)
             self._check_overlap(records, cfg)
             return [Change(STREAM, name, "", {**existing.body, "config": cfg.to_json()})]
 
         self.catalog.transact(plan)
-        self.stream(name).enforce_limits()  # lowered limits apply at once, as on the server
+        self.enforce_limits(name)  # lowered limits apply at once, as on the server
         return self.stream_info(name)
 
     def delete_stream(self, name: str) -> bool:
@@ -247,19 +251,37 @@ class Lake:
         """
         check_uint64("JSApiStreamPurgeRequest", seq=seq, keep=keep)
         engine = self.stream(name)
-        before = StreamView(engine.index().frozen(), engine.state().last_seq, engine.config)
+        before = StreamView(engine.index().rows, engine.state().last_seq, engine.config)
         purged = engine.purge(subject=subject, seq=seq, keep=keep)
         self.consumers.on_purge(name, subject if subject and subject != ">" else None, before)
         return purged
 
     def delete_msg(self, stream_name: str, seq: int) -> bool:
+        """``$JS.API.STREAM.MSG.DELETE``; a consumer that had the message pending takes it as
+        acked, as on the server (``Consumers.on_removed``)."""
         check_uint64("JSApiMsgDeleteRequest", seq=seq)
-        self.stream(stream_name).delete_msg(seq)
+        engine = self.stream(stream_name)
+        index = engine.index()
+        pos = int(index.positions_of(np.array([seq], dtype=np.int64))[0])
+        subject = index.rows["subject"][pos].as_py() if pos >= 0 else None
+        engine.delete_msg(seq)  # refuses a seq that is not live
+        if subject is not None:
+            self.consumers.on_removed(stream_name, [seq], [subject])
         return True
 
     def enforce_limits(self, name: str) -> int:
-        """Apply ``max_age`` and the other limits now (jobs schedule this); returns removed count."""
-        return self.stream(name).enforce_limits()
+        """Apply ``max_age`` and the other limits now (jobs schedule this); returns removed count.
+        Consumers take the removed messages they had pending as acked (``Consumers.on_removed``):
+        the messages live before and gone after, which include any another writer removed
+        meanwhile (taking those as acked too is what the server did when they went)."""
+        engine = self.stream(name)
+        before = engine.index().frozen()
+        removed = engine.enforce_limits()
+        if removed:
+            seqs = before.seq_array()
+            gone = engine.index().positions_of(seqs) < 0
+            self.consumers.on_removed(name, seqs[gone], before.rows["subject"].filter(pa.array(gone)))
+        return removed
 
     def compact(self, name: str, target_size: int | None = None) -> dict[str, Any]:
         """Merge a stream's small files (schedule it with ``enforce_limits``)."""

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import Transaction
 
+from jsspark.engine import header_rules as rules
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, SourceInfo, StreamState
 from jsspark.engine.arrays import column
@@ -32,6 +33,7 @@ from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.index_store import IndexStore
 from jsspark.engine.limits import removal_mask, seq_ranges_predicate
 from jsspark.engine.partitioning import PartitionKey
+from jsspark.engine.rollups import Rollup, purged_by
 from jsspark.engine.schema import (
     INDEX_COLUMNS,
     MESSAGE_SCHEMA,
@@ -49,6 +51,10 @@ MAX_HEADER_BYTES = 65535
 MAX_ATTEMPTS = 100
 T = TypeVar("T")
 _EMPTY_INDEX_ROWS = INDEX_SCHEMA.empty_table()
+LAST_MSG_ID = "last_msg_id"
+"""Recorded-state key of the last accepted message's id, which ``Nats-Expected-Last-Msg-Id``
+compares with: the server keeps it whatever removed the message since, or whether it was
+stored at all (interest retention)."""
 
 
 class NoRespondersError(JSSparkError):
@@ -132,6 +138,16 @@ class Plan:
     ids: list[str | None] | None = None  # per input row, when the dedup window needed them
 
 
+@dataclass
+class Checked:
+    """The checks' verdict on a batch: which rows are accepted (the rest are duplicates),
+    each row's seq, and the accepted rows that roll up (batch position, ``sub``/``all``)."""
+
+    accepted: np.ndarray
+    seqs: np.ndarray
+    rollups: list[tuple[int, str]]
+
+
 class LakeStream:
     """A stream's semantics over its ``MessageTable``; one instance per process and stream."""
 
@@ -152,6 +168,7 @@ class LakeStream:
         self._index: MessageIndex | None = None
         self._last_ts: int | None = 0  # None: not computed for the current index yet
         self._recorded_last_ts = 0
+        self._recorded_last_id: str | None = None  # None: the newest commit recorded none
         self._dedup = DedupWindow()  # the msg ids of the dedup window (see dedup.py)
         self._store = IndexStore(table)
 
@@ -185,6 +202,7 @@ class LakeStream:
             self._index = index
             recorded = self.table.recorded_state(snap)
             self._recorded_last_ts = int(recorded["last_ts_ns"]) if recorded else 0
+            self._recorded_last_id = recorded.get(LAST_MSG_ID) if recorded else None
             self._last_ts = None
         return snap, self._index
 
@@ -204,6 +222,12 @@ class LakeStream:
     def _last_ts_ns(self, value: int) -> None:
         self._last_ts = value
 
+    def _last_msg_id(self, index: MessageIndex) -> str:
+        """The id of the last accepted message ('' if it had none): the newest commit's record,
+        else (a table another engine wrote last) the newest stored message's, as the server
+        derives it when it rebuilds a stream."""
+        return self._recorded_last_id if self._recorded_last_id is not None else index.last_msg_id()
+
     def save_index(self) -> bool:
         """Persist the index as of the current table version (``index_store.py``), so the next
         process to open the stream loads it instead of rebuilding it; jobs may call this on
@@ -217,12 +241,14 @@ class LakeStream:
         recorded = self.table.recorded_state(snap)
         if recorded is None:
             snap, index = self._load()
-            recorded = self._state_of(index, snap.last_seq, self._last_ts_ns)
-        return StreamState(consumer_count=consumer_count, **recorded)
+            recorded = self._state_of(index, snap.last_seq)
+        return StreamState(consumer_count=consumer_count, **{k: v for k, v in recorded.items() if k != LAST_MSG_ID})
 
-    @staticmethod
-    def _state_of(index: MessageIndex, last_seq: int, last_ts_ns: int) -> dict[str, Any]:
-        return index.state_after(_EMPTY_INDEX_ROWS, None, last_seq, last_ts_ns)
+    def _state_of(self, index: MessageIndex, last_seq: int) -> dict[str, Any]:
+        """The state to record with a commit that stores and removes nothing."""
+        state = index.state_after(_EMPTY_INDEX_ROWS, None, last_seq, self._last_ts_ns)
+        state[LAST_MSG_ID] = self._last_msg_id(index)
+        return state
 
     # -- publish -------------------------------------------------------------------------------
     def publish_batch(
@@ -293,6 +319,7 @@ class LakeStream:
         removed = all_seqs[mask]
         last_seq = snap.last_seq if last_seq is None else last_seq
         state = index.state_after(_EMPTY_INDEX_ROWS, mask, last_seq, self._last_ts_ns)
+        state[LAST_MSG_ID] = self._last_msg_id(index)
         where = (predicate or seq_ranges_predicate(all_seqs, removed)) if len(removed) else None
         version = self.table.commit(snap, None, last_seq=last_seq, remove_predicate=where, state=state)
         self._after_commit(index, snap, version, None, removed, state)
@@ -307,6 +334,7 @@ class LakeStream:
                 self._dedup.removed(index, removed)
             index.apply(added, removed, version, groups)
             self._last_ts_ns = state["last_ts_ns"]
+            self._recorded_last_id = state.get(LAST_MSG_ID)
         else:  # someone else's commit slipped in between: rebuild on next use
             self._index = None
 
@@ -396,30 +424,25 @@ class LakeStream:
         window = int(cfg.duplicate_window or 0)
         known_ids = self._known_ids(index, now - window) if window > 0 else None
         ids = msg_ids.to_pylist() if known_ids is not None and msg_ids.null_count < n else None
-        if H.any_has_prefix(batch.headers, H.EXPECTED_PREFIX):
-            accepted, seqs = self._check_sequential(snap, index, batch, subjects, msg_ids, known_ids, hdr_len, data_len)
+        # Interest retention: a message no consumer wants is not stored, but uses its sequence.
+        wanted = self._wanted(subjects) if _v(cfg.retention) == "interest" else None
+        self._check_sizes(hdr_len, data_len)  # the server's first check, before dedup
+        if H.any_has_prefix(batch.headers, H.CHECKED_ONE_BY_ONE):
+            checked = self._check_sequential(snap, index, batch, subjects, msg_ids, known_ids, wanted)
         else:
-            accepted, seqs = self._check_vectorised(snap, batch, ids, msg_ids.null_count, known_ids, hdr_len, data_len)
+            checked = self._check_vectorised(snap, batch, ids, msg_ids.null_count, known_ids)
+        accepted, seqs = checked.accepted, checked.seqs
         duplicates = ~accepted
         last_seq = snap.last_seq + int(accepted.sum())
-
-        # Interest retention: a message no consumer wants is not stored, but uses its sequence.
-        store = accepted
-        if _v(cfg.retention) == "interest":
-            store = accepted.copy()
-            filters = self.interest_filters()
-            if not filters:
-                store[:] = False
-            else:
-                wanted = np.zeros(n, dtype=bool)
-                for fs in filters:
-                    wanted |= match_filter(subjects, fs or [">"]).to_numpy(zero_copy_only=False)
-                store &= wanted
+        store = accepted if wanted is None else accepted & wanted
 
         # the file store's size of every message, summed into the data lengths (checked above)
         sizes = stored_sizes(plain, hdr_len, data_len, reuse=True)
         del data_len
         counts = coded.counts
+        rollups = [Rollup(int(seqs[i]), plain[i].as_py(), kind) for i, kind in checked.rollups]
+        rollup_rows = np.zeros(n, dtype=bool)
+        rollup_rows[[i for i, _ in checked.rollups]] = True
         if store.all():
             new_subjects, new_headers, new_data, new_ids = subjects, batch.headers, batch.data, msg_ids
             new_seqs, new_sizes = seqs, sizes
@@ -430,6 +453,7 @@ class LakeStream:
             new_subjects, new_headers = subjects.take(idx), batch.headers.take(idx)
             new_data, new_ids = batch.data.take(idx), msg_ids.take(idx)
             new_seqs, new_sizes = seqs[keep], sizes[keep]
+            rollup_rows = rollup_rows[keep]
             plain = plain.take(idx)
         k = len(new_subjects)
         rows = pa.Table.from_arrays(
@@ -447,31 +471,69 @@ class LakeStream:
             schema=MESSAGE_SCHEMA,
         )
         groups = SubjectGroups.of(new_subjects, new_seqs, known, counts)
-        self._check_discard_new(index, rows)
-        n_old = index.rows.num_rows
-        removed_mask = None
-        if self._has_limits():
-            combined = pa.concat_tables([index.rows, rows.select(INDEX_COLUMNS).cast(index.rows.schema)])
-            per_subject = int(cfg.max_msgs_per_subject)
-            drop = removal_mask(
-                combined,
-                max_msgs=int(cfg.max_msgs),
-                max_bytes=int(cfg.max_bytes),
-                # no subject over its limit after this batch (from the subject stats): nothing to rank
-                max_per_subject=per_subject if per_subject > 0 and self._most_on_a_subject(index, groups) > per_subject
-                else 0,
-                max_age_ns=int(cfg.max_age or 0),
-                now_ns=now,
-                discard_old=_v(cfg.discard) != "new",
-            )
-            removed_mask = drop[:n_old]
-            if drop[n_old:].any():
-                rows = rows.filter(pa.array(~drop[n_old:]))
-                groups = SubjectGroups.of(rows["subject"], rows["seq"].to_numpy())
+        self._check_discard_new(index, rows, rollup_rows)
+        removed_mask = self._removals(index, rows, groups, rollups, now)
+        if removed_mask is not None and removed_mask[index.rows.num_rows :].any():
+            rows = rows.filter(pa.array(~removed_mask[index.rows.num_rows :]))
+            groups = SubjectGroups.of(rows["subject"], rows["seq"].to_numpy())
+        removed_mask = removed_mask[: index.rows.num_rows] if removed_mask is not None else None
         removed = index.seq_array()[removed_mask] if removed_mask is not None else np.zeros(0, np.int64)
         last_ts = now if accepted.any() else self._last_ts_ns
         state = index.state_after(rows.select(INDEX_COLUMNS), removed_mask, last_seq, last_ts, groups)
+        took = np.flatnonzero(accepted)
+        state[LAST_MSG_ID] = (msg_ids[int(took[-1])].as_py() or "") if len(took) else self._last_msg_id(index)
         return Plan(rows, removed, last_seq, seqs, duplicates, state, groups, ids)
+
+    def _wanted(self, subjects: pa.Array) -> np.ndarray:
+        """Per row of an interest stream's batch: does some consumer's filter match it?"""
+        wanted = np.zeros(len(subjects), dtype=bool)
+        for fs in self.interest_filters():
+            wanted |= match_filter(subjects, fs or [">"]).to_numpy(zero_copy_only=False)
+        return wanted
+
+    def _removals(
+        self, index: MessageIndex, rows: pa.Table, groups: SubjectGroups, rollups: list[Rollup], now: int
+    ) -> np.ndarray | None:
+        """What the limits and rollups remove once ``rows`` are stored: a mask over the index's
+        rows followed by ``rows`` (None: nothing).
+
+        The server stores each message (applying limits) and then rolls up. Per-subject limits,
+        ages and rollups remove the same whatever the order, so one pass does; ``max_msgs`` and
+        ``max_bytes`` drop the oldest, which depends on what an earlier rollup of the batch freed,
+        so with both, the batch is replayed rollup by rollup."""
+        cfg = self.config
+        if not rollups and not self._has_limits():
+            return None
+        combined = pa.concat_tables([index.rows, rows.select(INDEX_COLUMNS).cast(index.rows.schema)])
+        seqs = combined["seq"].to_numpy()
+        gone = np.zeros(combined.num_rows, dtype=bool)
+        per_subject = int(cfg.max_msgs_per_subject)
+        # no subject over its limit after this batch (from the subject stats): nothing to rank
+        if per_subject > 0 and self._most_on_a_subject(index, groups) <= per_subject:
+            per_subject = 0
+
+        def limits(upto: int) -> None:
+            alive = np.flatnonzero(~gone[:upto])
+            gone[alive[removal_mask(
+                combined.take(alive) if len(alive) < combined.num_rows else combined,
+                max_msgs=int(cfg.max_msgs),
+                max_bytes=int(cfg.max_bytes),
+                max_per_subject=per_subject,
+                max_age_ns=int(cfg.max_age or 0),
+                now_ns=now,
+                discard_old=_v(cfg.discard) != "new",
+            )]] = True
+
+        totals = _v(cfg.discard) != "new" and (int(cfg.max_msgs) >= 0 or int(cfg.max_bytes) >= 0)
+        if rollups and totals:
+            for r in rollups:  # stored up to this rollup, limits applied, then rolled up
+                limits(int(np.searchsorted(seqs, r.seq, side="right")))
+                gone |= purged_by(seqs, combined["subject"], [r])
+        if self._has_limits():
+            limits(combined.num_rows)
+        if rollups and not totals:
+            gone |= purged_by(seqs, combined["subject"], rollups)
+        return gone
 
     @staticmethod
     def _most_on_a_subject(index: MessageIndex, added: SubjectGroups) -> int:
@@ -492,12 +554,11 @@ class LakeStream:
 
     def _check_vectorised(
         self, snap: Snapshot, batch: Incoming, ids: list[str | None] | None, no_ids: int, known: KnownIds | None,
-        hdr_len: np.ndarray, data_len: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """No expectation headers anywhere in the batch: every check is a column operation, and
-        the dedup window's ids are looked up row by row only if some id repeats in the batch or
-        may be known (``ids``: each row's msg id, None when the window is off or no row has one;
-        ``no_ids``: how many rows have none)."""
+    ) -> Checked:
+        """No header in the batch needs a message-by-message check (``H.CHECKED_ONE_BY_ONE``):
+        every check is a column operation, and the dedup window's ids are looked up row by row
+        only if some id repeats in the batch or may be known (``ids``: each row's msg id, None
+        when the window is off or no row has one; ``no_ids``: how many rows have none)."""
         n = len(batch)
         if H.any_has_prefix(batch.headers, H.STREAM_SOURCE):
             raise api_error("JSMessageSourceHdrNotAllowedErr")
@@ -520,63 +581,67 @@ class LakeStream:
                     orig[i] = -first_at[mid] - 1  # resolved below once seqs exist
                 else:
                     first_at[mid] = i
-        self._check_sizes(hdr_len, data_len, accepted)
         if accepted.all():  # no duplicates: the next n sequences
-            return accepted, sequence(snap.last_seq + 1, n)
+            return Checked(accepted, sequence(snap.last_seq + 1, n), [])
         seqs = snap.last_seq + np.cumsum(accepted, dtype=np.int64)
         seqs = np.where(accepted, seqs, orig)
         in_batch = seqs < 0
         if in_batch.any():
             seqs[in_batch] = seqs[-seqs[in_batch] - 1]
-        return accepted, seqs
+        return Checked(accepted, seqs, [])
 
-    def _check_sizes(self, hdr_len: np.ndarray, data_len: np.ndarray, accepted: np.ndarray) -> None:
-        """The server's size checks on the accepted messages (header block, then whole message)."""
-        every = accepted.all()
+    def _check_sizes(self, hdr_len: np.ndarray, data_len: np.ndarray) -> None:
+        """The server's size checks, before any other (whole message against ``max_msg_size``,
+        then the header block against 64 KiB), on every message, duplicates included."""
         no_headers = hdr_len.strides == (0,) and (not len(hdr_len) or not hdr_len[0])  # the zero view
-        hdr = hdr_len if every or no_headers else hdr_len[accepted]
-        if len(hdr) and not no_headers and hdr.max() > MAX_HEADER_BYTES:
-            raise api_error("JSStreamHeaderExceedsMaximumErr")
         max_size = int(self.config.max_msg_size)
-        if max_size >= 0:
+        if max_size >= 0 and len(data_len):
             total = data_len if no_headers else hdr_len + data_len
-            total = total if every else total[accepted]
-            if len(total) and total.max() > max_size:
+            if total.max() > max_size:
                 raise api_error("JSStreamMessageExceedsMaximumErr")
+        if len(hdr_len) and not no_headers and hdr_len.max() > MAX_HEADER_BYTES:
+            raise api_error("JSStreamHeaderExceedsMaximumErr")
 
     def _check_sequential(
         self, snap: Snapshot, index: MessageIndex, batch: Incoming, subjects: pa.Array,
-        msg_ids: pa.Array, known: KnownIds | None, hdr_len: np.ndarray, data_len: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Expectation headers present: check message by message, in the server's order."""
+        msg_ids: pa.Array, known: KnownIds | None, wanted: np.ndarray | None,
+    ) -> Checked:
+        """Headers whose checks depend on the messages before: check message by message, in
+        the server's order (``header_rules`` holds the rules that read no state)."""
+        cfg = self.config
         n = len(batch)
         accepted = np.zeros(n, dtype=bool)
         seqs = np.zeros(n, dtype=np.int64)
+        rollups: list[tuple[int, str]] = []
         last_seq = snap.last_seq
-        last_id = index.last_msg_id()
+        last_id = self._last_msg_id(index)
         subj_list = subjects.to_pylist()
         hdr_list = [H.from_arrow(h) for h in batch.headers.to_pylist()]
         ids = msg_ids.to_pylist()
         batch_last: dict[str, int] = {}  # literal subject -> last seq assigned in this batch
-        window = int(self.config.duplicate_window or 0)
+        window = int(cfg.duplicate_window or 0)
+        may_roll_up = bool(cfg.allow_rollup_hdrs) and not cfg.deny_purge
         for i in range(n):
             hdrs, subject = hdr_list[i], subj_list[i]
-            exp_stream = H.get(hdrs, H.EXPECTED_STREAM)
-            if exp_stream is not None and exp_stream != self.name:
-                raise api_error("JSStreamNotMatchErr")
+            if not hdrs:
+                last_seq += 1
+                accepted[i], seqs[i] = True, last_seq
+                batch_last[subject] = last_seq
+                last_id = ""
+                continue
+            rules.check_before_expectations(hdrs, self.name, bool(cfg.allow_msg_ttl))
             exp_subj_seq = H.get(hdrs, H.EXPECTED_LAST_SUBJ_SEQ)
             exp_subj = H.get(hdrs, H.EXPECTED_LAST_SUBJ_SEQ_SUBJ)
             if exp_subj_seq is not None:
-                want = _parse_seq(exp_subj_seq)
-                on = exp_subj or subject
-                actual = self._last_seq_on(index, batch_last, on)
-                if want != actual:
+                actual = self._last_seq_on(index, batch_last, exp_subj or subject)
+                if rules.parse_seq(exp_subj_seq) != actual:
                     raise api_error("JSStreamWrongLastSequenceErrF", seq=actual)
             elif exp_subj is not None:
                 raise api_error("JSStreamExpectedLastSeqPerSubjectInvalid")
             exp_seq = H.get(hdrs, H.EXPECTED_LAST_SEQ)
-            if exp_seq is not None and _parse_seq(exp_seq) != last_seq:
+            if exp_seq is not None and rules.parse_seq(exp_seq) != last_seq:
                 raise api_error("JSStreamWrongLastSequenceErrF", seq=last_seq)
+            rules.check_schedules(hdrs, subject)
             if H.get(hdrs, H.STREAM_SOURCE) is not None:
                 raise api_error("JSMessageSourceHdrNotAllowedErr")
             mid = ids[i]
@@ -586,16 +651,19 @@ class LakeStream:
             exp_id = H.get(hdrs, H.EXPECTED_LAST_MSG_ID)
             if exp_id is not None and exp_id != last_id:
                 raise api_error("JSStreamWrongLastMsgIDErrF", id=last_id)
-            one = np.array([True])
-            self._check_sizes(hdr_len[i : i + 1], data_len[i : i + 1], one)
+            rollup = rules.rollup_of(hdrs, may_roll_up)
+            if wanted is None or wanted[i]:  # a message nobody wants is skipped before this
+                rules.check_ttl(hdrs)
             last_seq += 1
             accepted[i] = True
             seqs[i] = last_seq
             batch_last[subject] = last_seq
             last_id = mid or ""
+            if rollup is not None:
+                rollups.append((i, rollup))
             if mid is not None and window > 0:
                 known[mid] = last_seq
-        return accepted, seqs
+        return Checked(accepted, seqs, rollups)
 
     @staticmethod
     def _last_seq_on(index: MessageIndex, batch_last: dict[str, int], subject: str) -> int:
@@ -608,7 +676,9 @@ class LakeStream:
             return max([base, *mine])
         return batch_last.get(subject) or index.last_seq_of(subject)
 
-    def _check_discard_new(self, index: MessageIndex, rows: pa.Table) -> None:
+    def _check_discard_new(self, index: MessageIndex, rows: pa.Table, rollup_rows: np.ndarray) -> None:
+        """Discard-new limits refuse the batch. A rollup passes the per-subject one (the file
+        store lets it in: its purge brings the subject back under the limit)."""
         cfg = self.config
         if _v(cfg.discard) != "new" or rows.num_rows == 0:
             return
@@ -624,7 +694,9 @@ class LakeStream:
             over = existing + incoming - per_subj
             if (over > 0).any():
                 if cfg.discard_new_per_subject:
-                    raise api_error("JSStreamStoreFailedF", err="maximum messages per subject exceeded")
+                    rolling = set(rows["subject"].filter(pa.array(rollup_rows)).to_pylist()) if rollup_rows.any() else set()
+                    if not set(joined["subject"].filter(pa.array(over > 0)).to_pylist()) <= rolling:
+                        raise api_error("JSStreamStoreFailedF", err="maximum messages per subject exceeded")
                 replaced = int(np.clip(over, 0, None).sum())
                 replaced_bytes = self._oldest_bytes_of(index, joined["subject"], np.clip(over, 0, existing))
         k = rows.num_rows
@@ -659,21 +731,21 @@ class LakeStream:
         return self._optimistic("removing messages", attempt)
 
     def purge(self, subject: str | None = None, seq: int | None = None, keep: int | None = None) -> int:
-        """The server's ``PurgeEx``: ``seq`` is exclusive; ``keep`` keeps the newest K across the filter."""
+        """The server's ``PurgeEx``: ``seq`` is exclusive; ``keep`` keeps the newest K across the
+        filter. A filter of ``>`` is no filter, as in the file store."""
+        if seq and keep:  # the request's own check comes first
+            raise api_error("JSBadRequestErr")
         if self.config.sealed:  # before deny_purge, which sealing always sets: the server answers 10109
             raise api_error("JSStreamSealedErr")
         if self.config.deny_purge:
             raise api_error("JSStreamPurgeFailedF", err="stream purge not permitted")
-        if seq is not None and keep is not None:
-            raise api_error("JSBadRequestErr")
+        subject = None if subject in ("", ">") else subject
         if not subject and not keep and seq is not None and seq > 1:
             return self._compact(seq)
 
         def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
             rows = index.rows
-            mask = match_filter(rows["subject"], subject) if subject and subject != ">" else pa.array(
-                np.ones(rows.num_rows, dtype=bool)
-            )
+            mask = match_filter(rows["subject"], subject) if subject else pa.array(np.ones(rows.num_rows, dtype=bool))
             if seq is not None and seq > 0:
                 mask = pc.and_(mask, pc.less(rows["seq"], seq))
             chosen = rows["seq"].filter(mask).to_numpy()
@@ -682,7 +754,7 @@ class LakeStream:
             return chosen
 
         removed = self.remove_seqs(choose)
-        if not removed and not subject and seq is None and not keep:
+        if not removed and not subject and not seq and not keep:
             self._mark_purged()
         return removed
 
@@ -700,7 +772,7 @@ class LakeStream:
         """A never-written stream reports first_seq 0 until its first purge, then last+1: record it."""
 
         def attempt(snap: Snapshot, index: MessageIndex) -> None:
-            state = self._state_of(index, snap.last_seq, self._last_ts_ns)
+            state = self._state_of(index, snap.last_seq)
             if state["messages"] or state["first_seq"]:
                 return
             state["first_seq"] = snap.last_seq + 1
@@ -729,9 +801,14 @@ class LakeStream:
 
         def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
             if not index.has(seq):
-                # the file store's answers: past the end of the stream, or a gap inside it
-                err = "stream store EOF" if seq > snap.last_seq else "no message found"
-                raise api_error("JSStreamMsgDeleteFailedF", err=err)
+                # the file store's answers: past the end of the stream, below its first message,
+                # or already deleted inside it (``removeMsgFromBlock`` finds it in the delete map)
+                if seq > snap.last_seq:
+                    raise api_error("JSStreamMsgDeleteFailedF", err="stream store EOF")
+                first = int(index.seq_array()[0]) if index.msgs else snap.last_seq + 1
+                if seq < first:
+                    raise api_error("JSStreamMsgDeleteFailedF", err="no message found")
+                raise api_error("JSSequenceNotFoundErrF", seq=seq)
             return np.array([seq])
 
         self.remove_seqs(choose)
@@ -758,7 +835,7 @@ class LakeStream:
         """Bound the file count: merge small files (publish batches make one per partition)."""
 
         def attempt(snap: Snapshot, index: MessageIndex) -> dict[str, Any]:
-            metrics = self.table.compact(snap, self._state_of(index, snap.last_seq, self._last_ts_ns), target_size)
+            metrics = self.table.compact(snap, self._state_of(index, snap.last_seq), target_size)
             if metrics.get("numFilesAdded", 0) or metrics.get("numFilesRemoved", 0):
                 index.version = snap.table.version()  # same messages, new layout
                 self._store.save_if_large(index, self.table.snapshot())  # every file changed
@@ -838,15 +915,6 @@ def _constant(n: int, value: int, type_: pa.DataType) -> pa.Array:
     values = arrow_backed(n)
     values.fill(value)
     return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(values)])
-
-
-def _parse_seq(text: str) -> int:
-    """The server parses expected sequences as uint64; anything else is -1 (never matches)."""
-    try:
-        value = int(text.strip())
-    except ValueError:
-        return -1
-    return value if value >= 0 else -1
 
 
 __all__ = ["APIError", "Incoming", "LakeStream", "NoRespondersError"]

@@ -1,0 +1,95 @@
+"""The server's publish-header rules that read no stream state, in its order.
+
+``processJetStreamMsg`` checks a message's headers one rule after another and answers with
+the first one broken; the stream engine runs these between the rules that read the stream
+(expected sequences, dedup, the last msg id). A lake stream has no message counters,
+schedules or atomic batches, so it refuses their headers as a server stream that does not
+enable them does.
+"""
+
+from __future__ import annotations
+
+import re
+
+from jsspark.config.durations import SECOND, parse_go_duration
+from jsspark.config.validation import go_quote
+from jsspark.engine import headers as H
+from jsspark.errors import api_error
+from jsspark.subjects.tokens import is_valid_publish_subject
+
+_BIG_INT = re.compile(r"[+-]?[0-9]+")  # Go's big.Int SetString(s, 10)
+_UINT = re.compile(r"[0-9]+")  # the server's parseInt64: ASCII digits only
+
+ROLLUP_SUBJECT, ROLLUP_ALL = "sub", "all"
+
+
+def parse_seq(text: str) -> int:
+    """An expected sequence as the server parses it: ASCII digits, else -1 (never matches)."""
+    return int(text) if _UINT.fullmatch(text) else -1
+
+
+def message_ttl(text: str | None) -> int | None:
+    """``Nats-TTL`` in seconds as the server reads it (``parseMessageTTL``): -1 for ``never``,
+    0 for none, ``None`` for a value it refuses (under a second, or neither a Go duration
+    nor a whole number of seconds)."""
+    if text is None:
+        return 0
+    if text.lower() == "never":
+        return -1
+    try:
+        ns = parse_go_duration(text)
+    except ValueError:
+        return int(text) if _UINT.fullmatch(text) else None
+    return ns // SECOND if ns >= SECOND else None
+
+
+def check_before_expectations(hdrs: H.HeaderPairs, stream: str, allow_msg_ttl: bool) -> None:
+    """Atomic batch, counter increment, expected stream and a TTL where TTLs are off: the
+    rules the server applies before the expected sequences, in its order."""
+    if H.get(hdrs, H.BATCH_ID) is not None:
+        raise api_error("JSAtomicPublishDisabledErr")
+    incr = H.get(hdrs, H.INCR)
+    if incr is not None:
+        raise api_error("JSMessageIncrDisabledErr" if _BIG_INT.fullmatch(incr) else "JSMessageIncrInvalidErr")
+    expected = H.get(hdrs, H.EXPECTED_STREAM)
+    if expected is not None and expected != stream:
+        raise api_error("JSStreamNotMatchErr")
+    if not allow_msg_ttl and message_ttl(H.get(hdrs, H.TTL)) not in (0, None):
+        raise api_error("JSMessageTTLDisabledErr")
+
+
+def check_schedules(hdrs: H.HeaderPairs, subject: str) -> None:
+    """The schedule headers, after the expected sequences: any schedule is refused (10188),
+    and ``Nats-Schedule-Next``/``Nats-Scheduler`` not forming a schedule purge are invalid
+    (10212) before that."""
+    if H.get(hdrs, H.SCHEDULE) is not None:
+        raise api_error("JSMessageSchedulesDisabledErr")
+    scheduler = H.get(hdrs, H.SCHEDULER)
+    if H.get(hdrs, H.SCHEDULE_NEXT) is not None:
+        if H.get(hdrs, H.SCHEDULE_NEXT) != "purge" or scheduler in (None, subject) or not is_valid_publish_subject(
+            scheduler
+        ):
+            raise api_error("JSMessageSchedulesSchedulerInvalidErr")
+        raise api_error("JSMessageSchedulesDisabledErr")
+    if scheduler is not None:
+        raise api_error("JSMessageSchedulesSchedulerInvalidErr")
+
+
+def rollup_of(hdrs: H.HeaderPairs, allowed: bool) -> str | None:
+    """The message's rollup (``sub``/``all``, case-insensitive), checked after dedup and the
+    last msg id: refused unless the stream allows rollups and purges (10111)."""
+    value = H.get(hdrs, H.ROLLUP)
+    if value is None:
+        return None
+    if not allowed:
+        raise api_error("JSStreamRollupFailedF", err="rollup not permitted")
+    value = value.lower()
+    if value not in (ROLLUP_SUBJECT, ROLLUP_ALL):
+        raise api_error("JSStreamRollupFailedF", err=f"rollup value invalid: {go_quote(value)}")
+    return value
+
+
+def check_ttl(hdrs: H.HeaderPairs) -> None:
+    """A TTL the server cannot read is refused last, after every other rule (10165)."""
+    if message_ttl(H.get(hdrs, H.TTL)) is None:
+        raise api_error("JSMessageTTLInvalidErr")

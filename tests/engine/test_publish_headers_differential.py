@@ -1,0 +1,293 @@
+"""Publish headers beyond the expectations, on a real nats-server and on a lake stream.
+
+``Nats-Rollup`` (checked and applied), ``Nats-TTL``, ``Nats-Incr``, the schedule headers and
+``Nats-Batch-Id`` (checked: a lake stream has no counters, schedules or atomic batches, so it
+refuses them as a server whose stream does not allow them does), the order of those checks
+against the expectations, dedup and ``max_msg_size``, and what the last msg id is after the
+message that carried it is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from jsspark.engine import headers as H
+from jsspark.engine.lake import connect
+from jsspark.errors import APIError, UnsupportedConfigError
+from tests.engine.backends import LakeBackend, ServerBackend
+from tests.engine.test_differential import Pair, paired, subj
+
+WINDOW = 60_000_000_000  # a minute, in ns: the dedup window of every stream here
+
+
+@pytest.fixture
+def pair(nats_server: Any, tmp_path: Any) -> Iterator[Pair]:
+    yield from paired(ServerBackend(nats_server.url), LakeBackend(connect(tmp_path / "lake")))
+
+
+def _as_in(s: str, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    prefix = subj(s, "")[:-1]
+    return [(k, v.replace("SUBJ", prefix)) for k, v in headers]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        # counters: a lake stream is never a counter stream (10168), a bad increment is 10171 first
+        [("Nats-Incr", "1")],
+        [("Nats-Incr", "+1")],
+        [("Nats-Incr", "x")],
+        [("Nats-Incr", "1_0")],
+        [("Nats-Incr", "x"), ("Nats-Expected-Stream", "nope")],
+        [("Nats-Incr", "1"), ("Nats-Expected-Stream", "nope")],
+        # per-message TTL on a stream without allow_msg_ttl: 10166 after the expected stream,
+        # before the expected sequences; a TTL that does not parse is 10165, checked last
+        [("Nats-TTL", "5s")],
+        [("Nats-TTL", "never")],
+        [("Nats-TTL", "60")],
+        [("Nats-TTL", "abc")],
+        [("Nats-TTL", "0")],
+        [("Nats-TTL", "5s"), ("Nats-Expected-Stream", "nope")],
+        [("Nats-TTL", "5s"), ("Nats-Expected-Last-Sequence", "7")],
+        [("Nats-TTL", "abc"), ("Nats-Expected-Last-Sequence", "7")],
+        [("Nats-TTL", "abc"), ("Nats-Msg-Id", "first")],
+        # rollups on a stream that does not allow them
+        [("Nats-Rollup", "sub")],
+        [("Nats-Rollup", "bogus")],
+        [("Nats-Rollup", "sub"), ("Nats-Expected-Last-Sequence", "7")],
+        [("Nats-Rollup", "sub"), ("Nats-Msg-Id", "first")],
+        [("Nats-Rollup", "sub"), ("Nats-TTL", "abc")],
+        # schedules (never allowed on a lake stream)
+        [("Nats-Schedule", "@every 1m")],
+        [("Nats-Schedule", "x"), ("Nats-Expected-Last-Sequence", "7")],
+        [("Nats-Schedule", "x"), ("Nats-Stream-Source", "X 1 > > a")],
+        [("Nats-Schedule-Next", "purge")],
+        [("Nats-Schedule-Next", "x")],
+        [("Nats-Schedule-Next", "purge"), ("Nats-Scheduler", "SUBJ.s")],
+        [("Nats-Schedule-Next", "purge"), ("Nats-Scheduler", "SUBJ.a")],
+        [("Nats-Scheduler", "SUBJ.s")],
+        # atomic batches
+        [("Nats-Batch-Id", "b1")],
+        [("Nats-Batch-Id", "b1"), ("Nats-Expected-Stream", "nope")],
+        # expected sequences are ASCII digits only: anything else never matches
+        [("Nats-Expected-Last-Sequence", "+2")],
+        [("Nats-Expected-Last-Sequence", "0_2")],
+        [("Nats-Expected-Last-Sequence", "\u0662")],
+        [("Nats-Expected-Last-Subject-Sequence", "+1")],
+        [("Nats-Msg-Id", "first"), ("Nats-Expected-Last-Sequence", "+2")],
+    ],
+)
+def test_header_checks_and_their_order(pair: Pair, headers: list[tuple[str, str]]) -> None:
+    s = pair.stream(duplicate_window=WINDOW)
+    pair.publish(subj(s, "a"), b"1", headers=[("Nats-Msg-Id", "first")])
+    pair.publish(subj(s, "b"), b"")
+    pair.publish(subj(s, "a"), b"", headers=_as_in(s, headers))
+    pair.check(s)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("Nats-Expected-Stream", "nope")],
+        [("Nats-Expected-Last-Sequence", "7")],
+        [("Nats-Expected-Last-Msg-Id", "nope")],
+        [("Nats-Msg-Id", "first")],  # an oversized duplicate: the size is checked first
+        [("Nats-Incr", "x")],
+        [("Nats-TTL", "5s")],
+        [("Nats-Rollup", "sub")],
+        [("Nats-Schedule", "x")],
+    ],
+)
+def test_max_msg_size_is_checked_before_every_header(pair: Pair, headers: list[tuple[str, str]]) -> None:
+    s = pair.stream(max_msg_size=60, duplicate_window=WINDOW)
+    pair.publish(subj(s, "a"), b"1", headers=[("Nats-Msg-Id", "first")])
+    pair.publish(subj(s, "a"), b"x" * 100, headers=headers)
+    pair.check(s)
+
+
+@pytest.mark.parametrize("value", ["5s", "never", "60", "1m30s", "abc", "0", "500ms", "+5", "NEVER"])
+def test_ttl_values_on_a_stream_that_allows_them(pair: Pair, value: str) -> None:
+    s = pair.stream(allow_msg_ttl=True)
+    pair.publish(subj(s, "a"), b"", headers=[("Nats-TTL", value)])
+    pair.check(s)
+
+
+def _kv_like(pair: Pair, **cfg: Any) -> str:
+    s = pair.stream(allow_rollup_hdrs=True, **cfg)
+    for i, t in enumerate("abab"):
+        pair.publish(subj(s, t), f"v{i}".encode())
+    return s
+
+
+@pytest.mark.parametrize("value", ["sub", "SUB", "all", "bogus"])
+def test_rollup_keeps_only_the_rolling_message(pair: Pair, value: str) -> None:
+    s = _kv_like(pair)
+    pair.publish(subj(s, "a"), b"roll", headers=[("Nats-Rollup", value)])
+    pair.check(s)
+    pair.publish(subj(s, "b"), b"after")
+    pair.check(s)
+
+
+def test_rollup_sub_then_all(pair: Pair) -> None:
+    s = _kv_like(pair)
+    pair.publish(subj(s, "a"), b"roll a", headers=[("Nats-Rollup", "sub")])
+    pair.check(s)
+    pair.publish(subj(s, "c"), b"roll all", headers=[("Nats-Rollup", "all")])
+    pair.check(s)
+
+
+def test_rollup_passes_discard_new_per_subject(pair: Pair) -> None:
+    """The file store lets a rollup past the per-subject discard-new limit: the rollup then
+    purges the subject down to it."""
+    s = _kv_like(pair, max_msgs_per_subject=2, discard="new", discard_new_per_subject=True)
+    pair.publish(subj(s, "a"), b"refused")
+    pair.publish(subj(s, "a"), b"roll", headers=[("Nats-Rollup", "sub")])
+    pair.check(s)
+
+
+def test_rollup_after_limits(pair: Pair) -> None:
+    """The server stores (and applies max_msgs) first and rolls up after: with b, a stored
+    and max_msgs 2, a rollup on a removes b by the limit and a by the rollup."""
+    s = pair.stream(allow_rollup_hdrs=True, max_msgs=2)
+    pair.publish(subj(s, "b"), b"1")
+    pair.publish(subj(s, "a"), b"2")
+    pair.publish(subj(s, "a"), b"3", headers=[("Nats-Rollup", "sub")])
+    pair.check(s)
+
+
+def test_rollup_of_a_message_nobody_is_interested_in(pair: Pair) -> None:
+    """On an interest stream a message no consumer wants is not stored, but its rollup still
+    purges (keeping none): everything on the subject, or everything."""
+    s = pair.stream(allow_rollup_hdrs=True, retention="interest")
+    assert pair.add_consumer(s, {"durable_name": "C", "ack_policy": "explicit", "filter_subject": subj(s, "a")}) == {
+        "ok": True
+    }
+    pair.publish(subj(s, "a"), b"1")
+    pair.publish(subj(s, "a"), b"2")
+    pair.publish(subj(s, "b"), b"unwanted roll", headers=[("Nats-Rollup", "sub")])
+    pair.check(s)
+    pair.publish(subj(s, "b"), b"unwanted roll all", headers=[("Nats-Rollup", "all")])
+    pair.check(s)
+
+
+def test_rollups_in_one_lake_batch_match_one_by_one_publishes(pair: Pair) -> None:
+    """A lake batch is one commit, but each of its rollups applies at its own place in the
+    batch, as the server's one-by-one publishes do, limits included."""
+    s = pair.stream(allow_rollup_hdrs=True, max_msgs=3)
+    rows = [
+        ("a", b"1", None), ("b", b"2", None), ("a", b"3", [("Nats-Rollup", "sub")]),
+        ("c", b"4", None), ("c", b"5", None), ("b", b"6", [("Nats-Rollup", "sub")]),
+        ("d", b"7", None), ("a", b"8", None),
+    ]
+    for t, data, hdrs in rows:
+        pair.server.publish(subj(s, t), data, headers=hdrs)
+    pair.lake.lake.publish_batch(s, pa.table({
+        "subject": [subj(s, t) for t, _, _ in rows],
+        "data": [d for _, d, _ in rows],
+        "headers": H.to_arrow([h for _, _, h in rows]),
+    }))
+    pair.check(s)
+
+
+def test_rollup_all_in_one_lake_batch(pair: Pair) -> None:
+    s = pair.stream(allow_rollup_hdrs=True)
+    rows = [("a", None), ("b", None), ("c", [("Nats-Rollup", "all")]), ("a", None), ("b", [("Nats-Rollup", "sub")])]
+    for t, hdrs in rows:
+        pair.server.publish(subj(s, t), b"x", headers=hdrs)
+    pair.lake.lake.publish_batch(s, pa.table({
+        "subject": [subj(s, t) for t, _ in rows],
+        "data": [b"x"] * len(rows),
+        "headers": H.to_arrow([h for _, h in rows]),
+    }))
+    pair.check(s)
+
+
+@pytest.mark.parametrize("remove", ["purge", "purge subject", "delete last", "none"])
+def test_expected_last_msg_id_is_the_last_accepted_one(pair: Pair, remove: str) -> None:
+    """The server compares with the id of the last message it accepted, whatever removed it
+    since (purge, delete) and whether or not it was stored."""
+    s = pair.stream(duplicate_window=WINDOW)
+    pair.publish(subj(s, "a"), b"1", headers=[("Nats-Msg-Id", "m1")])
+    pair.publish(subj(s, "b"), b"2", headers=[("Nats-Msg-Id", "m2")])
+    if remove == "purge":
+        pair.purge(s)
+    elif remove == "purge subject":
+        pair.server.purge(s, filter=subj(s, "b"))
+        pair.lake.purge(s, subject=subj(s, "b"))
+    elif remove == "delete last":
+        pair.delete_msg(s, 2)
+    pair.publish(subj(s, "a"), b"3", headers=[("Nats-Expected-Last-Msg-Id", "m1")])
+    pair.publish(subj(s, "a"), b"4", headers=[("Nats-Expected-Last-Msg-Id", "m2")])
+    pair.check(s)
+
+
+def test_expected_last_msg_id_of_a_message_nobody_wanted(pair: Pair) -> None:
+    s = pair.stream(retention="interest", duplicate_window=WINDOW)
+    pair.publish(subj(s, "a"), b"skipped", headers=[("Nats-Msg-Id", "m1")])
+    pair.publish(subj(s, "a"), b"1", headers=[("Nats-Expected-Last-Msg-Id", "m1")])
+    pair.check(s)
+
+
+def test_expected_last_msg_id_after_a_lake_batch(pair: Pair) -> None:
+    """After a batch, the last id is the last accepted message's (none when it had none)."""
+    s = pair.stream(duplicate_window=WINDOW)
+    rows = [("m1", b"1"), (None, b"2"), ("m3", b"3"), ("m1", b"dup")]
+    for mid, data in rows:
+        pair.server.publish(subj(s, "a"), data, headers=[("Nats-Msg-Id", mid)] if mid else None)
+    pair.lake.lake.publish_batch(s, pa.table({
+        "subject": [subj(s, "a")] * len(rows),
+        "data": [d for _, d in rows],
+        "headers": H.to_arrow([[("Nats-Msg-Id", m)] if m else None for m, _ in rows]),
+    }))
+    pair.publish(subj(s, "a"), b"4", headers=[("Nats-Expected-Last-Msg-Id", "m1")])
+    pair.publish(subj(s, "a"), b"5", headers=[("Nats-Expected-Last-Msg-Id", "m3")])
+    pair.check(s)
+
+
+def test_delete_of_a_deleted_sequence_inside_the_stream(pair: Pair) -> None:
+    s = pair.stream()
+    for i in range(4):
+        pair.publish(subj(s, "a"), f"{i}".encode())
+    pair.delete_msg(s, 2)
+    pair.delete_msg(s, 2)  # inside the stream: 400/10043 "sequence 2 not found"
+    pair.delete_msg(s, 4)
+    pair.delete_msg(s, 4)  # the deleted tail is still inside it
+    pair.delete_msg(s, 1)
+    pair.delete_msg(s, 1)  # below the first seq: 10057
+    pair.check(s)
+
+
+def test_purge_with_seq_and_keep_is_a_bad_request_before_deny_purge(pair: Pair) -> None:
+    s = pair.stream(deny_purge=True)
+    pair.publish(subj(s, "a"), b"1")
+    assert pair.server.purge(s, seq=2, keep=1) == pair.lake.purge(s, seq=2, keep=1)
+    pair.check(s)
+
+
+@pytest.mark.parametrize("req", [{"seq": 0}, {"filter": ">"}, {"filter": ">", "seq": 0}])
+def test_full_purge_forms_of_a_never_written_stream(pair: Pair, req: dict[str, Any]) -> None:
+    s = pair.stream()
+    lake_req = {("subject" if k == "filter" else k): v for k, v in req.items()}
+    assert pair.server.purge(s, **req) == pair.lake.purge(s, **lake_req)
+    pair.check(s)
+    pair.publish(subj(s, "a"), b"1")
+    pair.check(s)
+
+
+@pytest.mark.parametrize("key", ["allow_msg_counter", "allow_msg_schedules", "allow_atomic"])
+def test_lake_refuses_features_it_does_not_have(tmp_path: Any, key: str) -> None:
+    """Counters, schedules and atomic batches would change what a publish stores: a lake stream
+    enabling one is refused at create and update, naming the field, and nothing is created."""
+    lake = connect(tmp_path / "lake")
+    with pytest.raises(UnsupportedConfigError, match=f"stream 'U': {key} is not supported by a lake stream"):
+        lake.add_stream({"name": "U", "subjects": ["u.>"], key: True})
+    assert lake.streams_info() == []
+    lake.add_stream({"name": "U", "subjects": ["u.>"]})
+    # a server cannot turn counters on by an update at all (10052), which it says first
+    with pytest.raises(APIError if key == "allow_msg_counter" else UnsupportedConfigError):
+        lake.update_stream({"name": "U", "subjects": ["u.>"], key: True})
+    assert getattr(lake.stream_info("U").config, key) is False

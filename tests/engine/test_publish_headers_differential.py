@@ -9,6 +9,7 @@ message that carried it is gone.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,9 @@ import pyarrow as pa
 import pytest
 
 from jsspark.engine import headers as H
+from jsspark.engine.ingest import store_sourced
 from jsspark.engine.lake import connect
+from jsspark.engine.sourcing import identity_of
 from jsspark.errors import APIError, UnsupportedConfigError
 from tests.engine.backends import LakeBackend, ServerBackend
 from tests.engine.test_differential import Pair, paired, subj
@@ -291,3 +294,34 @@ def test_lake_refuses_features_it_does_not_have(tmp_path: Any, key: str) -> None
     with pytest.raises(APIError if key == "allow_msg_counter" else UnsupportedConfigError):
         lake.update_stream({"name": "U", "subjects": ["u.>"], key: True})
     assert getattr(lake.stream_info("U").config, key) is False
+
+
+def test_sourced_rollup_applies_on_a_stream_that_allows_rollups(pair: Pair) -> None:
+    """A rollup that arrives from an origin purges the sourcing stream's own messages too: the
+    server's source does it, and so does ``store_sourced`` into a lake stream."""
+    o = pair.stream(allow_rollup_hdrs=True)
+    target = {"name": f"{o}S", "subjects": [f"{subj(o, '')[:-1]}s.>"], "allow_rollup_hdrs": True,
+              "sources": [{"name": o}]}
+    assert pair.add_stream(target) == {"ok": True}
+    pair.streams.append(target["name"])
+    pair.publish(f"{subj(o, '')[:-1]}s.own", b"own")
+    pair.server.publish(subj(o, "a"), b"1")
+    _wait_for(lambda: pair.server.state(target["name"])["last_seq"] == 2)  # sourced before O rolls it up
+    pair.server.publish(subj(o, "b"), b"roll all", headers=[("Nats-Rollup", "all")])
+    _wait_for(lambda: pair.server.state(target["name"])["last_seq"] == 3)
+    published = [(1, subj(o, "a"), b"1", None), (2, subj(o, "b"), b"roll all", [("Nats-Rollup", "all")])]
+    store_sourced(pair.lake.lake, target["name"], pa.table({
+        "seq": [m[0] for m in published],
+        "ts_ns": [0] * len(published),
+        "subject": [m[1] for m in published],
+        "data": [m[2] for m in published],
+        "headers": H.to_arrow([m[3] for m in published]),
+    }), origin=o, identity=identity_of(pair.server._req(f"$JS.API.STREAM.INFO.{o}")["created"]))
+    pair.check(target["name"])
+
+
+def _wait_for(cond: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)  # polling the server, bounded by the deadline

@@ -14,13 +14,13 @@ import re
 from jsspark.config.durations import SECOND, parse_go_duration
 from jsspark.config.validation import go_quote
 from jsspark.engine import headers as H
+from jsspark.engine.rollups import ALL, SUBJECT
 from jsspark.errors import api_error
 from jsspark.subjects.tokens import is_valid_publish_subject
 
 _BIG_INT = re.compile(r"[+-]?[0-9]+")  # Go's big.Int SetString(s, 10)
 _UINT = re.compile(r"[0-9]+")  # the server's parseInt64: ASCII digits only
 
-ROLLUP_SUBJECT, ROLLUP_ALL = "sub", "all"
 
 
 def parse_seq(text: str) -> int:
@@ -84,7 +84,7 @@ def rollup_of(hdrs: H.HeaderPairs, allowed: bool) -> str | None:
     if not allowed:
         raise api_error("JSStreamRollupFailedF", err="rollup not permitted")
     value = value.lower()
-    if value not in (ROLLUP_SUBJECT, ROLLUP_ALL):
+    if value not in (SUBJECT, ALL):
         raise api_error("JSStreamRollupFailedF", err=f"rollup value invalid: {go_quote(value)}")
     return value
 

@@ -24,7 +24,8 @@ Both drop ``Nats-Expected-*`` and ``Nats-Batch-*`` as the server does. A source 
 incoming ``Nats-Stream-Source`` (daisy-chained sourcing: its own replaces it); a mirror keeps
 it, as ``processInboundMirrorMsg`` keeps the header block. Both take ``txn=(app_id, version)``
 so a replayed Spark batch is stored once. Limits of the target stream are then applied as after
-any store.
+any store, and then the landed messages' ``Nats-Rollup`` headers where the target allows
+rollups (``LakeStream.roll_up_landed``).
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: A
         seqs = rows["seq"].to_numpy()
         if ls._has_limits():
             ls.enforce_limits()
+        ls.roll_up_landed(rows)
         return BatchAck(ls.name, seqs, np.zeros(len(seqs), bool), rows.num_rows)
     raise RuntimeError(f"stream {ls.name}: gave up storing after {MAX_ATTEMPTS} concurrent commits")
 

@@ -33,6 +33,8 @@ from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.index_store import IndexStore
 from jsspark.engine.limits import removal_mask, seq_ranges_predicate
 from jsspark.engine.partitioning import PartitionKey
+from jsspark.engine.rollups import ALL as ROLLUP_ALL
+from jsspark.engine.rollups import SUBJECT as ROLLUP_SUBJECT
 from jsspark.engine.rollups import Rollup, purged_by
 from jsspark.engine.schema import (
     INDEX_COLUMNS,
@@ -830,6 +832,29 @@ class LakeStream:
             return index.rows["seq"].to_numpy()[drop]
 
         return self.remove_seqs(choose)
+
+    def roll_up_landed(self, rows: pa.Table) -> int:
+        """Apply the rollups that mirrored or sourced messages carry (``rows`` as committed): the
+        server honours them on a stream that allows rollups, without checking them as it checks
+        a client's. Call after the limits, as the server stores first; returns removed count."""
+        cfg = self.config
+        if not cfg.allow_rollup_hdrs or cfg.deny_purge or not rows.num_rows:
+            return 0
+        values = H.column_lookup(rows["headers"], H.ROLLUP)
+        if values.null_count == len(values):
+            return 0
+        kinds = pc.utf8_lower(values).to_pylist()
+        rollups = [
+            Rollup(int(seq), subject, kind)
+            for seq, subject, kind in zip(rows["seq"].to_pylist(), rows["subject"].to_pylist(), kinds, strict=True)
+            if kind in (ROLLUP_SUBJECT, ROLLUP_ALL)
+        ]
+
+        def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
+            seqs = index.seq_array()
+            return seqs[purged_by(seqs, index.rows["subject"], rollups)]
+
+        return self.remove_seqs(choose) if rollups else 0
 
     def compact(self, target_size: int | None = None) -> dict[str, Any]:
         """Bound the file count: merge small files (publish batches make one per partition)."""

@@ -8,7 +8,7 @@ Found, 408 Bad Request, ...), replies carry the server's headers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -95,13 +95,16 @@ class DirectGet:
         if any(conflicts):
             raise DirectGetError(408, "Bad Request")
         no_hdr = bool(req.get("no_hdr"))
-        index = self.stream.index()
-        if multi:
-            return self._multi(index, multi, batch, up_to_seq, up_to_time, int(req.get("max_bytes") or 0), no_hdr)
+        max_bytes = int(req.get("max_bytes") or 0)
+        # One table version for the selection and the stream's last seq, which outlives its
+        # last message (a delete or purge of the tail keeps it).
+        snap, index = self.stream._load()
+        if multi:  # the server's multi-last reply ignores no_hdr
+            return self._multi(index, snap.last_seq, multi, seq, batch, up_to_seq, up_to_time, max_bytes)
         if start_time:
-            seq = self._seq_from_time(index, _time_ns(start_time))
+            seq = self._seq_from_time(index, _time_ns(start_time), snap.last_seq)
         if batch > 0:
-            return self._batch(index, seq or 1, nxt or ">", batch, int(req.get("max_bytes") or 0), no_hdr)
+            return self._batch(index, seq or 1, nxt or ">", batch, max_bytes, no_hdr)
         if last:
             found = self._last_by(index, last)
         elif nxt:
@@ -111,17 +114,16 @@ class DirectGet:
         if not found:
             raise DirectGetError(404, "Message Not Found")
         msg = self._load([found], no_hdr)[0]
-        return DirectReply([msg], None, [self._headers(msg)])
+        return DirectReply([msg], None, [{} if no_hdr else self._headers(msg)])
 
     # -- selection on the index ----------------------------------------------------------------
     @staticmethod
-    def _seq_from_time(index: MessageIndex, ts: int) -> int:
-        """First seq with time >= ts; past the end, last seq + 1 (as ``GetSeqFromTime``)."""
+    def _seq_from_time(index: MessageIndex, ts: int, last_seq: int) -> int:
+        """First seq with time >= ts; past the end, the stream's ``last_seq`` + 1, live or not
+        (as ``GetSeqFromTime``)."""
         rows = index.rows
         hit = rows["seq"].filter(pc.greater_equal(rows["ts_ns"], ts))
-        if len(hit):
-            return int(hit[0].as_py())
-        return int(rows["seq"][-1].as_py()) + 1 if rows.num_rows else 1
+        return int(hit[0].as_py()) if len(hit) else last_seq + 1
 
     @staticmethod
     def _matching(index: MessageIndex, subject: str) -> pa.Table:
@@ -149,55 +151,73 @@ class DirectGet:
         if not hit.num_rows:
             raise DirectGetError(404, "Message Not Found")
         total = hit.num_rows
-        reply = self._emit(hit["seq"].to_numpy()[:batch], total, no_hdr, max_bytes)
+        reply = self._emit(hit["seq"].to_numpy()[:batch], total, max_bytes, no_hdr)
         prev = reply.messages[-1].seq if reply.messages else 0
-        reply.eob = {"Nats-Num-Pending": str(total - len(reply.messages)), "Nats-Last-Sequence": str(prev)}
+        # Without headers the server never counts pending down (its np-- is in the header branch).
+        pending = total if no_hdr else total - len(reply.messages)
+        reply.eob = {"Nats-Num-Pending": str(pending), "Nats-Last-Sequence": str(prev)}
         return reply
 
-    def _multi(self, index: MessageIndex, subjects: list[str], batch: int, up_to_seq: int, up_to_time: Any,
-               max_bytes: int, no_hdr: bool) -> DirectReply:
-        rows = index.rows
-        bound: int | None = up_to_seq or None
+    def _multi(
+        self,
+        index: MessageIndex,
+        last_seq: int,
+        subjects: list[str],
+        min_seq: int,
+        batch: int,
+        up_to_seq: int,
+        up_to_time: Any,
+        max_bytes: int,
+    ) -> DirectReply:
+        """Each subject's last message up to ``up_to_seq``/``up_to_time`` (default: the stream's
+        ``last_seq``), those below ``min_seq`` skipped."""
+        if up_to_seq > last_seq:  # the file store finds no block holding it
+            raise DirectGetError(404, "No Results")
+        upto = up_to_seq or last_seq
         if up_to_time:  # the last seq before that time; 0 means nothing qualifies
-            bound = self._seq_from_time(index, _time_ns(up_to_time)) - 1
-        if bound is not None:
-            rows = rows.filter(pc.less_equal(rows["seq"], bound))
-        upto = bound if bound is not None else (int(rows["seq"][-1].as_py()) if rows.num_rows else 0)
-        mask = match_filter(rows["subject"], subjects)
-        hit = rows.filter(mask)
+            upto = self._seq_from_time(index, _time_ns(up_to_time), last_seq) - 1
+        rows = index.rows
+        if upto < last_seq:
+            rows = rows.filter(pc.less_equal(rows["seq"], upto))
+        hit = rows.filter(match_filter(rows["subject"], subjects))
         if not hit.num_rows:
             raise DirectGetError(404, "No Results")
         last = hit.group_by("subject", use_threads=False).aggregate([("seq", "max")])
         seqs = np.sort(last["seq_max"].to_numpy())
         if len(seqs) > MAX_MULTI_RESULTS:
             raise DirectGetError(413, "Too Many Results")
-        reply = self._emit(seqs[:batch] if batch > 0 else seqs, len(seqs), no_hdr, max_bytes)
-        remaining = len(last) - len(reply.messages)
+        # Skipped seqs still count down pending, as in the server's MultiLastMsgs.
+        seqs = seqs[np.searchsorted(seqs, min_seq) :]
+        reply = self._emit(seqs[:batch] if batch > 0 else seqs, len(seqs), max_bytes, no_hdr=False)
         reply.eob = {
-            "Nats-Num-Pending": str(remaining),
+            "Nats-Num-Pending": str(len(seqs) - len(reply.messages)),
             "Nats-Last-Sequence": str(reply.messages[-1].seq if reply.messages else 0),
             "Nats-UpTo-Sequence": str(upto),
         }
         return reply
 
-    def _emit(self, seqs: np.ndarray, total: int, no_hdr: bool, max_bytes: int) -> DirectReply:
-        """Load ``seqs`` and stamp each with the batch headers, stopping at ``max_bytes``
-        (at least one message always goes); ``total`` is how many matched in all."""
-        msgs = self._load(list(seqs), no_hdr)
+    def _emit(self, seqs: np.ndarray, total: int, max_bytes: int, no_hdr: bool) -> DirectReply:
+        """Load ``seqs`` and stamp each with the batch headers (none with ``no_hdr``); ``total`` is
+        how many are pending before the first. Stops after the message that brings the bytes to
+        ``max_bytes``, counted as the server does: subject, stored headers (sent or not), payload."""
+        msgs = self._load(list(seqs), no_hdr=False)
         limit = max_bytes or DEFAULT_MAX_BYTES
         reply = DirectReply([], None, [])
-        used, prev = 0, 0
+        sent_bytes, prev = 0, 0
         for i, m in enumerate(msgs):
-            size = len(m.data) + len(H.encode(m.header_pairs)) + len(m.subject)
-            if reply.messages and used + size > limit:
-                break
-            used += size
-            h = self._headers(m)
-            h["Nats-Num-Pending"] = str(total - i - 1)
-            h["Nats-Last-Sequence"] = str(prev)
+            if no_hdr:
+                reply.messages.append(replace(m, header_pairs=None))
+                reply.reply_headers.append({})
+            else:
+                h = self._headers(m)
+                h["Nats-Num-Pending"] = str(total - i - 1)
+                h["Nats-Last-Sequence"] = str(prev)
+                reply.messages.append(m)
+                reply.reply_headers.append(h)
             prev = m.seq
-            reply.messages.append(m)
-            reply.reply_headers.append(h)
+            sent_bytes += len(m.subject.encode()) + H.encoded_len(m.header_pairs) + len(m.data)
+            if sent_bytes >= limit:
+                break
         return reply
 
     # -- loading -------------------------------------------------------------------------------

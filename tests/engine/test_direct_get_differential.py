@@ -1,0 +1,141 @@
+"""Direct get on a real nats-server and on a lake, compared reply by reply: ``max_bytes``,
+``no_hdr``, and ``multi_last`` with ``seq``, ``up_to_seq`` and ``up_to_time`` where the stream's
+last sequence is not its last live message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jsspark.engine import headers as H
+from tests.engine.test_differential import Pair, pair, subj
+
+__all__ = ["pair"]
+
+FAR_FUTURE = "2099-01-01T00:00:00Z"
+
+# Seqs 1-6: two messages on ``a``, a header on ``b``, and a subject whose bytes outnumber its
+# characters (``ü``), as the server counts bytes.
+MIXED = [
+    ("a", b"xxx", None),
+    ("b", b"y" * 30, [("X-K", "v")]),
+    ("c", b"z", None),
+    ("a", b"q" * 5, None),
+    ("ü", b"u", None),
+    ("e", b"e", None),
+]
+
+
+def _publish_mixed(pair: Pair, s: str) -> dict[int, int]:
+    """Publish ``MIXED``; per seq, the bytes the server counts towards ``max_bytes``
+    (subject, stored header block and payload)."""
+    sent = {}
+    for seq, (token, data, hdrs) in enumerate(MIXED, start=1):
+        subject = subj(s, token)
+        pair.publish(subject, data, headers=hdrs)
+        sent[seq] = len(subject.encode()) + len(H.encode(hdrs)) + len(data)
+    return sent
+
+
+def _with_prefix(s: str, form: dict[str, Any]) -> dict[str, Any]:
+    """``form`` with ``SUBJ`` in its subjects replaced by the stream's subject prefix."""
+    prefix = subj(s, "")[:-1]
+
+    def fix(v: Any) -> Any:
+        if isinstance(v, str):
+            return v.replace("SUBJ", prefix)
+        return [fix(x) for x in v] if isinstance(v, list) else v
+
+    return {k: fix(v) for k, v in form.items()}
+
+
+def assert_same_replies(pair: Pair, s: str, req: dict[str, Any]) -> None:
+    """Every reply equal on both, but for ``Nats-Time-Stamp`` (the two stores' times differ)."""
+
+    def strip(replies: list[tuple[str, dict[str, str], bytes]]) -> list[tuple[str, dict[str, str], bytes]]:
+        return [
+            (status, {k: v for k, v in h.items() if k != "Nats-Time-Stamp"}, d) for status, h, d in replies
+        ]
+
+    assert strip(pair.server.direct_get(s, req)) == strip(pair.lake.direct_get(s, req)), req
+
+
+def test_max_bytes_sends_the_message_that_reaches_it(pair: Pair) -> None:
+    """Each request's ``max_bytes`` is what the messages of ``seqs`` count, plus ``delta``."""
+    s = pair.stream(allow_direct=True)
+    counted = _publish_mixed(pair, s)
+    for form, seqs, delta in [
+        ({"seq": 1, "batch": 3}, (1,), 0),  # reaching the limit stops after that message
+        ({"seq": 1, "batch": 3}, (1,), 1),  # crossing it: the crossing message still goes
+        ({"seq": 1, "batch": 3}, (1, 2), 0),
+        ({"seq": 1, "batch": 3}, (1, 2), 1),
+        ({"seq": 1, "batch": 3}, (), 1),
+        ({"next_by_subj": "SUBJ.a", "batch": 5}, (1,), 1),
+        ({"seq": 2, "batch": 3, "no_hdr": True}, (2,), -1),  # headers count even when not sent
+        ({"seq": 5, "batch": 2}, (5,), 0),  # subject bytes, not characters
+        ({"multi_last": ["SUBJ.*"]}, (2,), 1),
+        ({"multi_last": ["SUBJ.*"]}, (2, 3), 0),
+        ({"multi_last": ["SUBJ.*"], "batch": 2}, (2, 3), 1),
+    ]:
+        assert_same_replies(
+            pair, s, _with_prefix(s, {**form, "max_bytes": sum(counted[q] for q in seqs) + delta})
+        )
+
+
+def test_no_hdr_sends_no_headers(pair: Pair) -> None:
+    s = pair.stream(allow_direct=True)
+    _publish_mixed(pair, s)
+    for form in [
+        {"seq": 2, "no_hdr": True},
+        {"last_by_subj": "SUBJ.b", "no_hdr": True},
+        {"seq": 2, "batch": 2, "no_hdr": True},  # EOB pending is the count before the batch
+        {"seq": 1, "batch": 10, "no_hdr": True},
+        {"next_by_subj": "SUBJ.a", "batch": 10, "no_hdr": True},
+        {"multi_last": ["SUBJ.*"], "no_hdr": True},  # multi_last ignores it: headers as usual
+    ]:
+        assert_same_replies(pair, s, _with_prefix(s, form))
+
+
+def test_multi_last_seq_is_a_minimum(pair: Pair) -> None:
+    s = pair.stream(allow_direct=True)
+    _publish_mixed(pair, s)
+    for form in [
+        {"multi_last": ["SUBJ.*"], "seq": 3},  # last seqs below it are skipped but counted down
+        {"multi_last": ["SUBJ.*"], "seq": 3, "batch": 1},
+        {"multi_last": ["SUBJ.*"], "seq": 3, "max_bytes": 1},
+        {"multi_last": ["SUBJ.*"], "seq": 9},  # nothing left: only the EOB
+        {"multi_last": ["SUBJ.*"], "seq": 4, "up_to_seq": 3},
+        {"multi_last": ["SUBJ.b"], "seq": 2},
+    ]:
+        assert_same_replies(pair, s, _with_prefix(s, form))
+
+
+@pytest.mark.parametrize("removal", ["purge", "delete"])
+def test_multi_last_bounds_after_the_tail_is_removed(pair: Pair, removal: str) -> None:
+    """The stream's last seq outlives its last message: it bounds ``up_to_seq`` and is the EOB's UpTo."""
+    s = pair.stream(allow_direct=True)
+    for token in ("x.z", "x.y", "c"):
+        pair.publish(subj(s, token), token.encode())
+    if removal == "purge":
+        pair.purge(s, subject=subj(s, "c"))
+    else:
+        pair.delete_msg(s, 3)
+    pair.check(s)
+    for form in [
+        {"multi_last": ["SUBJ.x.>"]},
+        {"multi_last": ["SUBJ.x.>"], "up_to_time": FAR_FUTURE},
+        {"multi_last": ["SUBJ.x.>"], "up_to_seq": 3},  # the removed last seq itself
+        {"multi_last": ["SUBJ.x.>"], "up_to_seq": 4},  # past it: No Results
+        {"multi_last": ["SUBJ.>"], "up_to_seq": 2},
+    ]:
+        assert_same_replies(pair, s, _with_prefix(s, form))
+
+
+def test_multi_last_up_to_seq_past_the_last_seq_finds_nothing(pair: Pair) -> None:
+    s = pair.stream(allow_direct=True)
+    pair.publish(subj(s, "x.a"), b"1")
+    pair.publish(subj(s, "x.b"), b"2")
+    for up_to_seq in (2, 3, 99):
+        assert_same_replies(pair, s, _with_prefix(s, {"multi_last": ["SUBJ.x.*"], "up_to_seq": up_to_seq}))

@@ -135,6 +135,17 @@ def test_replication_rows_show_lag_activity_and_origin_seq(cli: Run, lake: Lake,
     assert r_row[2] == "$JS.hub.API" and r_row[6:] == ["never", "0", "0", ""]
     assert r_row[4] == "r.* => agg.r.{{wildcard(1)}}"
 
+    # stream info shows the same progress, one block per origin, as the nats CLI does
+    info = cli("stream", "info", "BACKUP").out
+    block = info[info.index("Mirror Information:") : info.index("State:")]
+    assert [line.split(":", 1)[0].strip() for line in block.splitlines()[2:] if line.strip()] == [
+        "Stream Name", "Lag", "Last Seen", "Last Origin Sequence"
+    ]
+    assert "Stream Name: ORDERS" in block and "Lag: 3" in block and "Last Origin Sequence: 5" in block
+    agg_info = cli("stream", "info", "AGG").out
+    assert agg_info.count("Source Information:") == 2 and "Stream Name: REMOTE" in agg_info
+    assert "Last Seen: never" in agg_info[agg_info.index("Stream Name: REMOTE") :]
+
 
 def test_dot_draws_lag_and_republish_edges(cli: Run, lake: Lake, tmp_path: Path) -> None:
     _setup(cli, lake, tmp_path)

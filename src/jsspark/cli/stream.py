@@ -261,6 +261,7 @@ def show_info(info: StreamInfo, as_json: bool) -> None:
                     ("Maximum Message Size", render.limit(cfg.max_msg_size, human_bytes)),
                     ("Maximum Consumers", render.limit(cfg.max_consumers)),
                 ]),
+                *_replication_sections(info),
                 ("State:", [
                     ("Messages", render.count(st.messages)),
                     ("Bytes", human_bytes(st.bytes)),
@@ -279,6 +280,21 @@ def show_info(info: StreamInfo, as_json: bool) -> None:
         render.print_line(
             render.table("Subjects", ["Subject", "Messages"], [(s, render.count(n)) for s, n in rows])
         )
+
+
+def _replication_sections(info: StreamInfo) -> list[tuple[str, list[tuple[str, Any]]]]:
+    """The nats CLI's "Mirror Information" / "Source Information" blocks: each origin's progress
+    as the landing commits recorded it (lag, when a batch last landed, last origin seq, error)."""
+    return [
+        (f"{link['kind'].capitalize()} Information:", [
+            ("Stream Name", link["origin"]),
+            ("Lag", render.count(link["lag"])),
+            ("Last Seen", active_text(link["active"])),
+            ("Last Origin Sequence", render.count(link["seq"])),
+            ("Error", error_text(link["error"]) or None),
+        ])
+        for link in replication_links([info])
+    ]  # fmt: skip
 
 
 def _origin_text(src: Any) -> str:

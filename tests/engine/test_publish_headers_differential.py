@@ -325,3 +325,12 @@ def _wait_for(cond: Any, timeout: float = 10.0) -> None:
     while not cond():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.02)  # polling the server, bounded by the deadline
+
+
+@pytest.mark.parametrize(("ttl", "per_subject"), [("10s", -1), ("1m30s", -1), ("3", 1), ("never", -1)])
+def test_ttl_shorter_than_the_delete_markers_is_raised(pair: Pair, ttl: str, per_subject: int) -> None:
+    """With subject delete markers a shorter TTL is stored as the markers' (whole seconds,
+    header moved last), except where a subject keeps one message."""
+    s = pair.stream(subject_delete_marker_ttl=60 * 10**9, max_msgs_per_subject=per_subject)
+    pair.publish(subj(s, "a"), b"x", headers=[("Nats-TTL", ttl), ("X-After", "1")])
+    pair.check(s)

@@ -93,3 +93,16 @@ def check_ttl(hdrs: H.HeaderPairs) -> None:
     """A TTL the server cannot read is refused last, after every other rule (10165)."""
     if message_ttl(H.get(hdrs, H.TTL)) is None:
         raise api_error("JSMessageTTLInvalidErr")
+
+
+def raised_ttl(hdrs: H.HeaderPairs, marker_ttl_ns: int, max_per_subject: int) -> H.HeaderPairs | None:
+    """The headers as stored when subject delete markers are on and the message's TTL is
+    shorter than theirs: the server raises it to the marker TTL (whole seconds, the header
+    moved to the end) so a marker is never missed; ``max_msgs_per_subject`` 1 is exempt.
+    None: stored as published."""
+    if marker_ttl_ns <= 0 or max_per_subject == 1:
+        return None
+    ttl, least = message_ttl(H.get(hdrs, H.TTL)), marker_ttl_ns // SECOND
+    if ttl is None or ttl <= 0 or ttl >= least:
+        return None
+    return [*(H.without(hdrs, [H.TTL]) or []), (H.TTL, str(least))]

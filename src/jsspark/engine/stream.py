@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 from typing import Any, TypeVar
@@ -87,6 +87,13 @@ class Incoming:
             return self
         return Incoming(pc.dictionary_encode(self.subject), self.data, self.headers, self.subject)
 
+    def with_headers(self, rows: dict[int, H.HeaderPairs]) -> Incoming:
+        """The same messages, rows ``i`` of ``rows`` with other headers (as the server stores them)."""
+        cells = self.headers.to_pylist()
+        for i, pairs in rows.items():
+            cells[i] = [{"name": k, "value": v} for k, v in pairs]
+        return Incoming(self.subject, self.data, pa.array(cells, H.HEADER_TYPE), self.plain_subject)
+
     def subject_strings(self) -> pa.Array:
         if self.plain_subject is not None:
             return self.plain_subject
@@ -148,6 +155,7 @@ class Checked:
     accepted: np.ndarray
     seqs: np.ndarray
     rollups: list[tuple[int, str]]
+    rewritten: dict[int, H.HeaderPairs] = field(default_factory=dict)  # rows stored with other headers
 
 
 class LakeStream:
@@ -434,6 +442,9 @@ class LakeStream:
         else:
             checked = self._check_vectorised(snap, batch, ids, msg_ids.null_count, known_ids)
         accepted, seqs = checked.accepted, checked.seqs
+        if checked.rewritten:
+            batch = batch.with_headers(checked.rewritten)
+            hdr_len = H.column_encoded_len(batch.headers)
         duplicates = ~accepted
         last_seq = snap.last_seq + int(accepted.sum())
         store = accepted if wanted is None else accepted & wanted
@@ -615,6 +626,7 @@ class LakeStream:
         accepted = np.zeros(n, dtype=bool)
         seqs = np.zeros(n, dtype=np.int64)
         rollups: list[tuple[int, str]] = []
+        rewritten: dict[int, H.HeaderPairs] = {}
         last_seq = snap.last_seq
         last_id = self._last_msg_id(index)
         subj_list = subjects.to_pylist()
@@ -656,6 +668,9 @@ class LakeStream:
             rollup = rules.rollup_of(hdrs, may_roll_up)
             if wanted is None or wanted[i]:  # a message nobody wants is skipped before this
                 rules.check_ttl(hdrs)
+                stored_as = rules.raised_ttl(hdrs, int(cfg.subject_delete_marker_ttl), int(cfg.max_msgs_per_subject))
+                if stored_as is not None:
+                    rewritten[i] = stored_as
             last_seq += 1
             accepted[i] = True
             seqs[i] = last_seq
@@ -665,7 +680,7 @@ class LakeStream:
                 rollups.append((i, rollup))
             if mid is not None and window > 0:
                 known[mid] = last_seq
-        return Checked(accepted, seqs, rollups)
+        return Checked(accepted, seqs, rollups, rewritten)
 
     @staticmethod
     def _last_seq_on(index: MessageIndex, batch_last: dict[str, int], subject: str) -> int:

@@ -139,3 +139,16 @@ def test_multi_last_up_to_seq_past_the_last_seq_finds_nothing(pair: Pair) -> Non
     pair.publish(subj(s, "x.b"), b"2")
     for up_to_seq in (2, 3, 99):
         assert_same_replies(pair, s, _with_prefix(s, {"multi_last": ["SUBJ.x.*"], "up_to_seq": up_to_seq}))
+
+
+@pytest.mark.parametrize(
+    "req",
+    [{"seq": -1}, {"next_by_subj": "SUBJ.a", "seq": -2}, {"multi_last": ["SUBJ.a"], "up_to_seq": -1},
+     {"seq": 1, "batch": -1}, {"seq": 1, "batch": 2, "max_bytes": -5}],
+)
+def test_negative_numbers(pair: Pair, req: dict[str, Any]) -> None:
+    """``seq`` and ``up_to_seq`` are uint64 on the wire: a negative one does not decode
+    (408 Malformed Request); ``batch`` and ``max_bytes`` are ints and decode."""
+    s = pair.stream(allow_direct=True)
+    _publish_mixed(pair, s)
+    assert_same_replies(pair, s, _with_prefix(s, req))

@@ -76,8 +76,8 @@ class DirectGet:
         req = dict(req or {})
         if not req:
             raise DirectGetError(408, "Empty Request")
-        if set(req) - _KNOWN:
-            raise DirectGetError(408, "Malformed Request")
+        if set(req) - _KNOWN or any(int(req.get(k) or 0) < 0 for k in ("seq", "up_to_seq")):
+            raise DirectGetError(408, "Malformed Request")  # unknown fields; uint64s that do not decode
         seq = int(req.get("seq") or 0)
         last = req.get("last_by_subj") or ""
         nxt = req.get("next_by_subj") or ""
@@ -103,7 +103,7 @@ class DirectGet:
             return self._multi(index, snap.last_seq, multi, seq, batch, up_to_seq, up_to_time, max_bytes)
         if start_time:
             seq = self._seq_from_time(index, _time_ns(start_time), snap.last_seq)
-        if batch > 0:
+        if batch:  # a negative batch is a batch too: it sends nothing but the end of batch
             return self._batch(index, seq or 1, nxt or ">", batch, max_bytes, no_hdr)
         if last:
             found = self._last_by(index, last)
@@ -148,9 +148,11 @@ class DirectGet:
                no_hdr: bool) -> DirectReply:
         hit = self._matching(index, subject)
         hit = hit.filter(pc.greater_equal(hit["seq"], start))
-        if not hit.num_rows:
-            raise DirectGetError(404, "Message Not Found")
         total = hit.num_rows
+        if batch < 0:
+            return DirectReply([], {"Nats-Num-Pending": str(total), "Nats-Last-Sequence": "0"}, [])
+        if not total:
+            raise DirectGetError(404, "Message Not Found")
         reply = self._emit(hit["seq"].to_numpy()[:batch], total, max_bytes, no_hdr)
         prev = reply.messages[-1].seq if reply.messages else 0
         # Without headers the server never counts pending down (its np-- is in the header branch).

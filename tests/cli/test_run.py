@@ -280,6 +280,7 @@ def test_start_failure_is_one_line(cli: Run, job_file: Path, scripted: Scripted)
         res.err.strip().splitlines()[-1]
         == "jsspark: error: could not start job MIRROR: stream not found (10059)"
     )
+    assert "No queries started" in res.out and "Queries" not in res.out.replace("No queries", "")
 
 
 def test_an_origin_that_does_not_answer_fails_before_spark_starts(cli: Run, job_file: Path, scripted: Scripted) -> None:

@@ -517,7 +517,7 @@ def _summary(spec: JobSpec, args: argparse.Namespace, watcher: Watcher, views: l
         for q in queries
     ]  # fmt: skip
     headers = ["Query", "Kind", "Origin", "Status", "Last Batch", "Rows", "Rows/s", "Lag", "Origin Seq"]
-    render.print_line(render.table("Queries", headers, rows))
+    render.print_line(render.table("Queries", headers, rows) if rows else "No queries started")
     if stream is not None:
         render.print_line()
         render.print_line(f"Stream {stream['name']}: {render.count(stream['messages'])} messages, "

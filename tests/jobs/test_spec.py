@@ -119,3 +119,18 @@ def test_an_endpoint_names_a_saved_context_for_its_server(tmp_path: Path, monkey
     for name, text in [("lakeonly", "context 'lakeonly' has no server"), ("nope", "unknown context 'nope'")]:
         with pytest.raises(JobError, match=text):
             load_job(job(tmp_path, {"name": "X", "sources": [{"name": "O"}]}, origins={"O": {"context": name}}))
+
+
+@pytest.mark.parametrize(
+    ("where", "endpoint", "text"),
+    [("origins", {"servers": "nats://h:4222", "storage_options": {"aws_region": "x"}},
+      "storage_options: a lake's object-store settings need 'location'"),
+     ("origins", {"location": "/l", "tls_hostname": "h"}, "tls_hostname: connection fields need 'servers'"),
+     ("origins", {"location": "/l", "name": "app"}, "name: connection fields need 'servers'"),
+     ("target", {"location": "/l", "options": {"maxBatchRows": "5"}}, "target.options: the target takes no reader options")],
+)  # fmt: skip
+def test_a_field_that_would_do_nothing_is_refused(tmp_path: Path, where: str, endpoint: dict[str, Any], text: str) -> None:
+    doc = job(tmp_path, {"name": "T", "sources": [{"name": "O"}]})
+    doc[where] = {"*": endpoint} if where == "origins" else endpoint
+    with pytest.raises(JobError, match=text):
+        load_job(doc)

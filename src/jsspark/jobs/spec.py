@@ -104,10 +104,13 @@ class Endpoint(BaseModel):
         if (self.location is None) == (self.servers is None):
             raise ValueError("give exactly one of 'location' (a lake) or 'servers' (a NATS server URL)")
         if self.location is not None:
-            lake_only = [k for k in ("user", "password", "token", "creds", "nkey_seed", "tls_ca", "tls_cert",
-                                     "tls_key", "domain", "api_prefix") if getattr(self, k) is not None]
-            if lake_only:
-                raise ValueError(f"{', '.join(lake_only)}: connection fields need 'servers', not 'location'")
+            server_only = [k for k in ("user", "password", "token", "creds", "nkey_seed", "tls_ca", "tls_cert",
+                                       "tls_key", "tls_hostname", "domain", "api_prefix", "name")
+                           if getattr(self, k) is not None]  # fmt: skip
+            if server_only:
+                raise ValueError(f"{', '.join(server_only)}: connection fields need 'servers', not 'location'")
+        elif self.storage_options:
+            raise ValueError("storage_options: a lake's object-store settings need 'location', not 'servers'")
         return self
 
     def __repr_args__(self) -> Any:
@@ -197,6 +200,9 @@ class JobSpec(BaseModel):
         if not self.target.is_lake:
             raise ValueError("'target' must be a lake location: jsspark runs a stream's replication into a lake "
                              "(a server runs its own mirrors and sources)")
+        if self.target.options:
+            raise ValueError("target.options: the target takes no reader options (they belong to an origin "
+                             "in 'origins' or to 'republish_to')")
         cfg = self.stream
         if cfg.mirror is None and not cfg.sources and cfg.republish is None:
             raise ValueError(f"stream {cfg.name!r} has no mirror, sources or republish: nothing to run")

@@ -334,3 +334,41 @@ def test_ttl_shorter_than_the_delete_markers_is_raised(pair: Pair, ttl: str, per
     s = pair.stream(subject_delete_marker_ttl=60 * 10**9, max_msgs_per_subject=per_subject)
     pair.publish(subj(s, "a"), b"x", headers=[("Nats-TTL", ttl), ("X-After", "1")])
     pair.check(s)
+
+
+def _expire_like_the_server(pair: Pair, s: str, settled: Any) -> None:
+    """Wait (bounded) until the server's timers removed what they remove, then apply the
+    lake's limits as of a moment later: the lake's copies were stored just after the server's."""
+    _wait_for(lambda: settled(pair.server.state(s)))
+    pair.lake.lake.stream(s).enforce_limits(now_ns=time.time_ns() + 200_000_000)
+    pair.check(s)
+
+
+def test_messages_expire_by_their_ttl(pair: Pair) -> None:
+    s = pair.stream(allow_msg_ttl=True)
+    pair.publish(subj(s, "a"), b"1", headers=[("Nats-TTL", "1s")])
+    pair.publish(subj(s, "b"), b"2")
+    pair.publish(subj(s, "c"), b"3", headers=[("Nats-TTL", "1h")])
+    _expire_like_the_server(pair, s, lambda st: st["messages"] == 2)
+
+
+def test_a_ttl_of_never_outlives_max_age(pair: Pair) -> None:
+    s = pair.stream(allow_msg_ttl=True, max_age=10**9)
+    pair.publish(subj(s, "a"), b"1", headers=[("Nats-TTL", "never")])
+    pair.publish(subj(s, "b"), b"2")
+    _expire_like_the_server(pair, s, lambda st: st["messages"] == 1)
+    pair.publish(subj(s, "b"), b"3")  # a publish after it expires nothing more
+    pair.check(s)
+
+
+def test_the_last_message_of_a_subject_to_expire_leaves_a_marker(pair: Pair) -> None:
+    """With subject delete markers the newest expiring message of a subject that empties is
+    replaced by a marker (reason MaxAge, the markers' TTL as a Go duration, rollup sub)."""
+    s = pair.stream(max_age=10**9, subject_delete_marker_ttl=60 * 10**9)
+    pair.publish(subj(s, "a"), b"1")
+    pair.publish(subj(s, "b"), b"2")
+    pair.publish(subj(s, "b"), b"3")
+    _expire_like_the_server(pair, s, lambda st: st["last_seq"] == 5 and st["messages"] == 2)
+    assert pair.lake.messages(s)[0][3] == [
+        ("Nats-Marker-Reason", "MaxAge"), ("Nats-TTL", "1m0s"), ("Nats-Rollup", "sub")
+    ]

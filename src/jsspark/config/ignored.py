@@ -1,8 +1,7 @@
 """Config fields a lake stream keeps but does not honour, and those it refuses.
 
 A Delta-backed stream has no cluster to place on, no replicas to keep in sync and no memory
-store; and it does not (yet) expire messages by their ``Nats-TTL`` or place subject delete
-markers. Such settings are kept (they round-trip and reach a real server unchanged) and
+store. Such settings are kept (they round-trip and reach a real server unchanged) and
 reported once per stream name and field, so nothing is dropped silently.
 
 Message counters, schedules and atomic batch publish change what a publish stores and
@@ -31,9 +30,6 @@ def ignored_fields(cfg: StreamConfig) -> dict[str, object]:
         found["num_replicas"] = cfg.num_replicas
     if cfg.storage is StorageType.MEMORY:
         found["storage"] = cfg.storage.value
-    for key in ("allow_msg_ttl", "subject_delete_marker_ttl"):  # TTLs are checked but do not expire yet
-        if getattr(cfg, key):
-            found[key] = getattr(cfg, key)
     return found
 
 

@@ -48,10 +48,13 @@ def totals_excess(sizes: np.ndarray, max_msgs: int, max_bytes: int) -> np.ndarra
     return drop
 
 
-def expired(ts_ns: np.ndarray, max_age_ns: int, now_ns: int) -> np.ndarray:
-    if max_age_ns <= 0:
-        return np.zeros(len(ts_ns), dtype=bool)
-    return ts_ns <= now_ns - max_age_ns
+def expired(ts_ns: np.ndarray, max_age_ns: int, now_ns: int, expires: np.ndarray | None = None) -> np.ndarray:
+    """Past ``max_age``, unless the message's TTL is ``never`` (``expires`` -1); or past its
+    own TTL (``expires`` > 0: when it expires; see ``expiry.Expiries``)."""
+    out = ts_ns <= now_ns - max_age_ns if max_age_ns > 0 else np.zeros(len(ts_ns), dtype=bool)
+    if expires is not None:
+        out = (out & (expires != -1)) | ((expires > 0) & (expires <= now_ns))
+    return out
 
 
 def removal_mask(
@@ -63,8 +66,10 @@ def removal_mask(
     max_age_ns: int,
     now_ns: int,
     discard_old: bool,
+    expires: np.ndarray | None = None,
 ) -> np.ndarray:
-    """All limit removals over ``rows`` (sorted by seq), as one mask."""
+    """All limit removals over ``rows`` (sorted by seq), as one mask; ``expires`` are the
+    rows' TTL expiries, when the stream has any."""
     n = rows.num_rows
     drop = np.zeros(n, dtype=bool)
     if n == 0:
@@ -76,7 +81,7 @@ def removal_mask(
         alive = np.flatnonzero(~drop)
         sizes = rows["size"].to_numpy()[alive]
         drop[alive[totals_excess(sizes, max_msgs, max_bytes)]] = True
-    drop |= expired(rows["ts_ns"].to_numpy(), max_age_ns, now_ns)
+    drop |= expired(rows["ts_ns"].to_numpy(), max_age_ns, now_ns, expires)
     return drop
 
 

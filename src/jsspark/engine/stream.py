@@ -29,9 +29,10 @@ from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, SourceInfo, StreamState
 from jsspark.engine.arrays import column
 from jsspark.engine.dedup import DedupWindow, KnownIds
+from jsspark.engine.expiry import Expiries, expires_of, is_marker, marker_headers
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.index_store import IndexStore
-from jsspark.engine.limits import removal_mask, seq_ranges_predicate
+from jsspark.engine.limits import expired, removal_mask, seq_ranges_predicate
 from jsspark.engine.partitioning import PartitionKey
 from jsspark.engine.rollups import ALL as ROLLUP_ALL
 from jsspark.engine.rollups import SUBJECT as ROLLUP_SUBJECT
@@ -179,6 +180,7 @@ class LakeStream:
         self._last_ts: int | None = 0  # None: not computed for the current index yet
         self._recorded_last_ts = 0
         self._recorded_last_id: str | None = None  # None: the newest commit recorded none
+        self._expiries: Expiries | None = None  # a stream with TTLs: when its messages expire
         self._dedup = DedupWindow()  # the msg ids of the dedup window (see dedup.py)
         self._store = IndexStore(table)
 
@@ -232,6 +234,15 @@ class LakeStream:
     def _last_ts_ns(self, value: int) -> None:
         self._last_ts = value
 
+    def _ttl_expiries(self, snap: Snapshot, index: MessageIndex) -> Expiries | None:
+        """When the messages of a stream with TTLs expire (None: the stream has none), read
+        from the headers once per index and kept in step with this process's commits."""
+        if not self.config.allow_msg_ttl:
+            return None
+        if self._expiries is None or self._expiries.version != index.version:
+            self._expiries = Expiries.of(self.table.read(snap, columns=["seq", "ts_ns", "headers"]), index.version)
+        return self._expiries
+
     def _last_msg_id(self, index: MessageIndex) -> str:
         """The id of the last accepted message ('' if it had none): the newest commit's record,
         else (a table another engine wrote last) the newest stored message's, as the server
@@ -263,7 +274,7 @@ class LakeStream:
     # -- publish -------------------------------------------------------------------------------
     def publish_batch(
         self, batch: Incoming, *, now_ns: int | None = None,
-        txn: tuple[str, int] | list[tuple[str, int]] | None = None,
+        txn: tuple[str, int] | list[tuple[str, int]] | None = None, internal: bool = False,
     ) -> BatchAck:
         """Store ``batch`` atomically with the server's per-message semantics.
 
@@ -271,19 +282,21 @@ class LakeStream:
         (a Spark micro-batch: query id and batch id): the commit records it, and a batch
         whose version the table already holds for ``app_id`` is skipped (``replayed``).
         A list of them is recorded together; the batch is skipped when the table holds all.
+        ``internal``: the stream's own messages (subject delete markers), already on stored
+        subjects: neither routed nor transformed.
         """
         txns = [txn] if isinstance(txn, tuple) else list(txn or ())
         self._writable()
         if not len(batch):  # nothing to store: no commit, as a publish of nothing changes nothing
             return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0)
-        transform = self._subject_transform()
+        transform = None if internal else self._subject_transform()
         if transform is not None:  # routable as published; stored (and checked) as transformed
             batch = batch.encoded()
             self._check_routable(batch.subject)
 
         def attempt(snap: Snapshot, index: MessageIndex) -> BatchAck:
             coded = self._coded_subjects(index, batch, transform)
-            if transform is None:
+            if transform is None and not internal:
                 self._check_routable(coded.subjects, coded.known)
             done = [snap.table.transaction_version(app) for app, _ in txns]
             if txns and all(d is not None and d >= v for d, (_, v) in zip(done, txns, strict=True)):
@@ -345,8 +358,13 @@ class LakeStream:
             index.apply(added, removed, version, groups)
             self._last_ts_ns = state["last_ts_ns"]
             self._recorded_last_id = state.get(LAST_MSG_ID)
+            if self._expiries is not None and self._expiries.version == snap.version:
+                if added is not None and "headers" in added.column_names:
+                    self._expiries.added(added, version)
+                self._expiries.removed(removed if removed is not None else np.zeros(0, np.int64), version)
         else:  # someone else's commit slipped in between: rebuild on next use
             self._index = None
+            self._expiries = None
 
     def _known_ids(self, index: MessageIndex, since_ns: int) -> KnownIds:
         return self._dedup.known(index, since_ns)
@@ -485,7 +503,7 @@ class LakeStream:
         )
         groups = SubjectGroups.of(new_subjects, new_seqs, known, counts)
         self._check_discard_new(index, rows, rollup_rows)
-        removed_mask = self._removals(index, rows, groups, rollups, now)
+        removed_mask = self._removals(index, rows, groups, rollups, now, self._ttl_expiries(snap, index))
         if removed_mask is not None and removed_mask[index.rows.num_rows :].any():
             rows = rows.filter(pa.array(~removed_mask[index.rows.num_rows :]))
             groups = SubjectGroups.of(rows["subject"], rows["seq"].to_numpy())
@@ -505,7 +523,8 @@ class LakeStream:
         return wanted
 
     def _removals(
-        self, index: MessageIndex, rows: pa.Table, groups: SubjectGroups, rollups: list[Rollup], now: int
+        self, index: MessageIndex, rows: pa.Table, groups: SubjectGroups, rollups: list[Rollup], now: int,
+        ttls: Expiries | None,
     ) -> np.ndarray | None:
         """What the limits and rollups remove once ``rows`` are stored: a mask over the index's
         rows followed by ``rows`` (None: nothing).
@@ -513,9 +532,15 @@ class LakeStream:
         The server stores each message (applying limits) and then rolls up. Per-subject limits,
         ages and rollups remove the same whatever the order, so one pass does; ``max_msgs`` and
         ``max_bytes`` drop the oldest, which depends on what an earlier rollup of the batch freed,
-        so with both, the batch is replayed rollup by rollup."""
+        so with both, the batch is replayed rollup by rollup. Ages and TTLs expire here too,
+        unless the stream places subject delete markers: those only ``enforce_limits`` places."""
         cfg = self.config
-        if not rollups and not self._has_limits():
+        markers = int(cfg.subject_delete_marker_ttl or 0) > 0
+        max_age = 0 if markers else int(cfg.max_age or 0)
+        expires = None
+        if ttls is not None and not markers:
+            expires = np.concatenate([ttls.over(index.seq_array()), expires_of(rows)])
+        if not rollups and not self._has_limits() and expires is None:
             return None
         combined = pa.concat_tables([index.rows, rows.select(INDEX_COLUMNS).cast(index.rows.schema)])
         seqs = combined["seq"].to_numpy()
@@ -527,14 +552,16 @@ class LakeStream:
 
         def limits(upto: int) -> None:
             alive = np.flatnonzero(~gone[:upto])
+            every = len(alive) == combined.num_rows
             gone[alive[removal_mask(
-                combined.take(alive) if len(alive) < combined.num_rows else combined,
+                combined if every else combined.take(alive),
                 max_msgs=int(cfg.max_msgs),
                 max_bytes=int(cfg.max_bytes),
                 max_per_subject=per_subject,
-                max_age_ns=int(cfg.max_age or 0),
+                max_age_ns=max_age,
                 now_ns=now,
                 discard_old=_v(cfg.discard) != "new",
+                expires=None if expires is None else (expires if every else expires[alive]),
             )]] = True
 
         totals = _v(cfg.discard) != "new" and (int(cfg.max_msgs) >= 0 or int(cfg.max_bytes) >= 0)
@@ -542,7 +569,7 @@ class LakeStream:
             for r in rollups:  # stored up to this rollup, limits applied, then rolled up
                 limits(int(np.searchsorted(seqs, r.seq, side="right")))
                 gone |= purged_by(seqs, combined["subject"], [r])
-        if self._has_limits():
+        if self._has_limits() or expires is not None:
             limits(combined.num_rows)
         if rollups and not totals:
             gone |= purged_by(seqs, combined["subject"], rollups)
@@ -831,22 +858,60 @@ class LakeStream:
         self.remove_seqs(choose)
 
     def enforce_limits(self, now_ns: int | None = None) -> int:
-        """Apply ``max_age`` (and any limit lowered by a config update) now; returns removed count."""
+        """Apply ``max_age``, message TTLs (and any limit lowered by a config update) now, placing
+        subject delete markers where the stream asks for them; returns the removed count."""
         cfg = self.config
+        now = now_ns or time.time_ns()
+        marker_ttl = int(cfg.subject_delete_marker_ttl or 0)
+        marked: list[str] = []  # subjects whose last message expired, in the order it was stored
 
         def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
+            rows = index.rows
+            ttls = self._ttl_expiries(snap, index)
+            expires = ttls.over(index.seq_array()) if ttls is not None else None
             drop = removal_mask(
-                index.rows,
+                rows,
                 max_msgs=int(cfg.max_msgs),
                 max_bytes=int(cfg.max_bytes),
                 max_per_subject=int(cfg.max_msgs_per_subject),
-                max_age_ns=int(cfg.max_age or 0),
-                now_ns=now_ns or time.time_ns(),
+                max_age_ns=0 if marker_ttl > 0 else int(cfg.max_age or 0),
+                now_ns=now,
                 discard_old=True,
+                expires=None if marker_ttl > 0 else expires,
             )
-            return index.rows["seq"].to_numpy()[drop]
+            if marker_ttl > 0:
+                aged = expired(rows["ts_ns"].to_numpy(), int(cfg.max_age or 0), now, expires) & ~drop
+                marked[:] = self._last_to_expire(snap, rows, aged, drop)
+                drop |= aged
+            return rows["seq"].to_numpy()[drop]
 
-        return self.remove_seqs(choose)
+        removed = self.remove_seqs(choose)
+        if marked:  # the server stores each marker through its publish path: limits, rollup
+            n = len(marked)
+            self.publish_batch(
+                Incoming(pa.array(marked, pa.string()), pa.array([b""] * n, pa.binary()),
+                         H.to_arrow([marker_headers(marker_ttl)] * n)),
+                now_ns=now, internal=True,
+            )  # fmt: skip
+        return removed
+
+    def _last_to_expire(self, snap: Snapshot, rows: pa.Table, aged: np.ndarray, drop: np.ndarray) -> list[str]:
+        """The subjects an expiry empties, each where its newest expiring message is not itself
+        a marker: the server replaces that message with a marker (``handleRemovalOrSdm``)."""
+        if not aged.any():
+            return []
+        gone = rows.filter(pa.array(aged | drop)).group_by("subject").aggregate([("seq", "count")])
+        live = pa.table({"subject": rows["subject"], "n": np.ones(rows.num_rows, np.int64)})
+        stats = live.group_by("subject").aggregate([("n", "sum")])
+        emptied = gone.join(stats, "subject").filter(pc.equal(pc.field("seq_count"), pc.field("n_sum")))["subject"]
+        newest = rows.filter(pa.array(aged)).group_by("subject").aggregate([("seq", "max")])
+        newest = newest.filter(pc.is_in(newest["subject"], value_set=emptied.combine_chunks())).sort_by("seq_max")
+        if not newest.num_rows:
+            return []
+        seqs = newest["seq_max"].to_pylist()
+        found = self.table.read(snap, filter=ds.field("seq").isin(seqs), columns=["seq", "headers"])
+        markers = {r["seq"] for r in found.to_pylist() if is_marker(H.from_arrow(r["headers"]))}
+        return [subj for subj, seq in zip(newest["subject"].to_pylist(), seqs, strict=True) if seq not in markers]
 
     def roll_up_landed(self, rows: pa.Table) -> int:
         """Apply the rollups that mirrored or sourced messages carry (``rows`` as committed): the

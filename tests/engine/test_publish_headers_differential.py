@@ -23,6 +23,7 @@ from jsspark.engine.sourcing import identity_of
 from jsspark.errors import APIError, UnsupportedConfigError
 from tests.engine.backends import LakeBackend, ServerBackend
 from tests.engine.test_differential import Pair, paired, subj
+from tests.live.test_durable_source import wait_for
 
 WINDOW = 60_000_000_000  # a minute, in ns: the dedup window of every stream here
 
@@ -306,9 +307,9 @@ def test_sourced_rollup_applies_on_a_stream_that_allows_rollups(pair: Pair) -> N
     pair.streams.append(target["name"])
     pair.publish(f"{subj(o, '')[:-1]}s.own", b"own")
     pair.server.publish(subj(o, "a"), b"1")
-    _wait_for(lambda: pair.server.state(target["name"])["last_seq"] == 2)  # sourced before O rolls it up
+    wait_for(lambda: pair.server.state(target["name"])["last_seq"] == 2, 10, "o.a sourced")  # before O rolls it up
     pair.server.publish(subj(o, "b"), b"roll all", headers=[("Nats-Rollup", "all")])
-    _wait_for(lambda: pair.server.state(target["name"])["last_seq"] == 3)
+    wait_for(lambda: pair.server.state(target["name"])["last_seq"] == 3, 10, "the rollup sourced")
     published = [(1, subj(o, "a"), b"1", None), (2, subj(o, "b"), b"roll all", [("Nats-Rollup", "all")])]
     store_sourced(pair.lake.lake, target["name"], pa.table({
         "seq": [m[0] for m in published],
@@ -319,12 +320,6 @@ def test_sourced_rollup_applies_on_a_stream_that_allows_rollups(pair: Pair) -> N
     }), origin=o, identity=identity_of(pair.server._req(f"$JS.API.STREAM.INFO.{o}")["created"]))
     pair.check(target["name"])
 
-
-def _wait_for(cond: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)  # polling the server, bounded by the deadline
 
 
 @pytest.mark.parametrize(("ttl", "per_subject"), [("10s", -1), ("1m30s", -1), ("3", 1), ("never", -1)])
@@ -339,7 +334,7 @@ def test_ttl_shorter_than_the_delete_markers_is_raised(pair: Pair, ttl: str, per
 def _expire_like_the_server(pair: Pair, s: str, settled: Any) -> None:
     """Wait (bounded) until the server's timers removed what they remove, then apply the
     lake's limits as of a moment later: the lake's copies were stored just after the server's."""
-    _wait_for(lambda: settled(pair.server.state(s)))
+    wait_for(lambda: settled(pair.server.state(s)), 10, "the server's timers")
     pair.lake.lake.stream(s).enforce_limits(now_ns=time.time_ns() + 200_000_000)
     pair.check(s)
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from jsspark.engine import headers as H
-from jsspark.engine.ingest import store_sourced
+from jsspark.engine.ingest import store_mirrored, store_sourced
 from jsspark.engine.lake import connect
 from jsspark.engine.sourcing import identity_of
 from jsspark.errors import APIError, UnsupportedConfigError
@@ -367,3 +367,133 @@ def test_the_last_message_of_a_subject_to_expire_leaves_a_marker(pair: Pair) -> 
     assert pair.lake.messages(s)[0][3] == [
         ("Nats-Marker-Reason", "MaxAge"), ("Nats-TTL", "1m0s"), ("Nats-Rollup", "sub")
     ]
+
+
+def _batch_and_one_by_one(pair: Pair, s: str, msgs: list[tuple[str, bytes, Any]]) -> list[dict[str, Any]]:
+    """``msgs`` published one by one to the server and as one lake batch; the server's acks."""
+    acks = [pair.server.publish(subj(s, t), d, headers=h) for t, d, h in msgs]
+    pair.lake.lake.publish_batch(s, pa.table({
+        "subject": [subj(s, t) for t, _, _ in msgs],
+        "data": [d for _, d, _ in msgs],
+        "headers": H.to_arrow([h for _, _, h in msgs]),
+    }))
+    return acks
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [{"max_msgs_per_subject": 1, "discard_new_per_subject": True}, {"max_msgs": 2}],
+)
+def test_a_rollup_in_a_discard_new_batch_frees_room_for_the_messages_after_it(
+    pair: Pair, limits: dict[str, Any]
+) -> None:
+    s = pair.stream(allow_rollup_hdrs=True, discard="new", **limits)
+    pair.publish(subj(s, "z"), b"0")
+    acks = _batch_and_one_by_one(pair, s, [("y", b"1", [("Nats-Rollup", "all")]), ("z", b"2", None)])
+    assert all("error" not in a for a in acks)
+    pair.check(s)
+
+
+@pytest.mark.parametrize("order", ["rollup first", "rollup second"])
+def test_only_the_rolling_message_passes_discard_new_per_subject(pair: Pair, order: str) -> None:
+    """The server refuses the plain message (10077); the lake's batch, atomic, is refused whole."""
+    s = pair.stream(allow_rollup_hdrs=True, discard="new", max_msgs_per_subject=1, discard_new_per_subject=True)
+    pair.publish(subj(s, "b"), b"0")
+    rolling, plain = ("b", b"r", [("Nats-Rollup", "sub")]), ("b", b"p", None)
+    msgs = [rolling, plain] if order == "rollup first" else [plain, rolling]
+    refused = pair.server.publish(subj(s, msgs[1 if order == "rollup first" else 0][0]), b"p")
+    assert refused["error"]["err_code"] == 10077
+    batch = pa.table({"subject": [subj(s, t) for t, _, _ in msgs], "data": [d for _, d, _ in msgs],
+                      "headers": H.to_arrow([h for _, _, h in msgs])})  # fmt: skip
+    with pytest.raises(APIError) as err:
+        pair.lake.lake.publish_batch(s, batch)
+    assert err.value.to_dict() == refused["error"]
+    assert pair.lake.messages(s) == [(1, subj(s, "b"), b"0", None)]
+
+
+def test_a_replacing_message_past_max_bytes_may_not_be_larger(pair: Pair) -> None:
+    """Discard new, one per subject, max_bytes: past the byte limit a message may replace its
+    subject's oldest only if it is no larger (``storeRawMsg``: ``sizeForSeq(fseq) < msz``)."""
+    s = pair.stream(discard="new", max_msgs_per_subject=1, max_bytes=100)
+    pair.publish(subj(s, "a"), b"x" * 10)
+    pair.publish(subj(s, "b"), b"x" * 40)
+    pair.publish(subj(s, "a"), b"x" * 30)
+    pair.publish(subj(s, "a"), b"x" * 5)
+    pair.check(s)
+
+
+def test_enforce_limits_keeps_a_discard_new_streams_messages(pair: Pair) -> None:
+    """Lowering max_msgs of a discard-new stream removes nothing: the file store trims totals
+    for discard old only."""
+    s = pair.stream(discard="new", max_msgs=3)
+    for i in range(3):
+        pair.publish(subj(s, "a"), f"{i}".encode())
+    cfg = {"name": s, "subjects": [subj(s, ">")], "discard": "new", "max_msgs": 2}
+    assert pair.server._req(f"$JS.API.STREAM.UPDATE.{s}", cfg).get("error") is None
+    pair.lake.lake.update_stream(cfg)
+    pair.lake.lake.enforce_limits(s)
+    pair.check(s)
+
+
+def test_a_marker_a_full_discard_new_stream_refuses_leaves_the_message(pair: Pair) -> None:
+    """The marker is stored through the publish path; a full discard-new stream refuses it, and
+    the expired message, which only the marker's rollup would remove, stays."""
+    s = pair.stream(max_age=10**9, subject_delete_marker_ttl=10**9, max_msgs=1, discard="new")
+    pair.publish(subj(s, "a"), b"1")
+    pair.lake.lake.stream(s).enforce_limits(now_ns=time.time_ns() + 2 * 10**9)
+    pair.check(s)
+
+
+def _land_in_one_call(pair: Pair, target: str, origin: str, msgs: list[tuple[str, bytes, Any]], mirror: bool) -> None:
+    """The lake lands the origin's messages in one store call; the server took them one by one."""
+    table = pa.table({
+        "seq": list(range(1, len(msgs) + 1)), "ts_ns": [time.time_ns()] * len(msgs),
+        "subject": [subj(origin, t) for t, _, _ in msgs], "data": [d for _, d, _ in msgs],
+        "headers": H.to_arrow([h for _, _, h in msgs]),
+    })  # fmt: skip
+    if mirror:
+        store_mirrored(pair.lake.lake, target, table)
+    else:
+        ident = identity_of(pair.server._req(f"$JS.API.STREAM.INFO.{origin}")["created"])
+        store_sourced(pair.lake.lake, target, table, origin=origin, identity=ident)
+
+
+@pytest.mark.parametrize("mirror", [False, True])
+def test_a_landing_applies_limits_and_rollups_message_by_message(pair: Pair, mirror: bool) -> None:
+    o = pair.stream(allow_rollup_hdrs=True)
+    target: dict[str, Any] = {"name": f"{o}T", "allow_rollup_hdrs": True, "max_msgs": 3}
+    target.update({"mirror": {"name": o}} if mirror else {"subjects": [f"{o.lower()}t.>"], "sources": [{"name": o}]})
+    assert pair.add_stream(target) == {"ok": True}
+    pair.streams.append(target["name"])
+    msgs = [("x", b"1", None), ("a", b"1", None), ("a", b"2", [("Nats-Rollup", "sub")]), ("y", b"1", None)]
+    for i, (t, d, h) in enumerate(msgs, 1):  # one at a time: the target takes each before the next
+        pair.server.publish(subj(o, t), d, headers=h)
+        wait_for(lambda i=i: pair.server.state(target["name"])["last_seq"] == i, 10, f"message {i} landed")
+    _land_in_one_call(pair, target["name"], o, msgs, mirror)
+    pair.check(target["name"])
+
+
+def test_an_interest_target_stores_no_landed_message_nobody_wants(pair: Pair) -> None:
+    o = pair.stream()
+    target = {"name": f"{o}I", "subjects": [f"{o.lower()}i.>"], "retention": "interest", "sources": [{"name": o}]}
+    assert pair.add_stream(target) == {"ok": True}
+    pair.streams.append(target["name"])
+    msgs = [("a", b"1", None), ("b", b"2", None), ("a", b"3", None)]
+    for t, d, h in msgs:
+        pair.server.publish(subj(o, t), d, headers=h)
+    wait_for(lambda: pair.server.state(target["name"])["last_seq"] == 3, 10, "three messages sourced")
+    _land_in_one_call(pair, target["name"], o, msgs, mirror=False)
+    pair.check(target["name"])
+
+
+def test_a_discard_new_target_refuses_a_landing_past_its_limit(tmp_path: Any) -> None:
+    """The server refuses the message and retries its origin until there is room; the lake
+    refuses the landing with the server's error, storing nothing of it (nothing skipped)."""
+    lake = connect(tmp_path / "lake")
+    lake.add_stream({"name": "T", "subjects": ["t.>"], "max_msgs": 2, "discard": "new", "sources": [{"name": "O"}]})
+    rows = pa.table({"seq": [1, 2, 3], "ts_ns": [1, 2, 3], "subject": ["o.a"] * 3, "data": [b"x"] * 3})
+    with pytest.raises(APIError, match="maximum messages exceeded"):
+        store_sourced(lake, "T", rows, origin="O")
+    assert lake.stream_info("T").state.messages == 0
+    store_sourced(lake, "T", rows.slice(0, 2), origin="O")
+    assert lake.stream_info("T").state.messages == 2

@@ -23,9 +23,11 @@ marks (last origin sequence, lag, last seen) that restarts and ``stream_info`` r
 Both drop ``Nats-Expected-*`` and ``Nats-Batch-*`` as the server does. A source also drops an
 incoming ``Nats-Stream-Source`` (daisy-chained sourcing: its own replaces it); a mirror keeps
 it, as ``processInboundMirrorMsg`` keeps the header block. Both take ``txn=(app_id, version)``
-so a replayed Spark batch is stored once. Limits of the target stream are then applied as after
-any store, and then the landed messages' ``Nats-Rollup`` headers where the target allows
-rollups (``LakeStream.roll_up_landed``).
+so a replayed Spark batch is stored once. As the server stores each landed message through its
+publish path, an interest target does not store those nobody wants, a discard-new limit refuses
+the landing, and the target's limits, expiries and the landed messages' ``Nats-Rollup`` headers
+(where it allows rollups) then apply message by message (``LakeStream.landing`` and
+``settle_landed``).
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: A
         rows, last_seq, last_ts = build(snap)  # type: ignore[operator]
         if skip_empty and not rows.num_rows:
             return BatchAck(ls.name, np.zeros(0, np.int64), np.zeros(0, bool), 0)
+        rows = ls.landing(index, rows)
         rows, groups = _partitioned(ls, index, rows)
         state = index.state_after(rows.select(INDEX_COLUMNS), None, last_seq, last_ts, groups)
         try:
@@ -127,9 +130,7 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: A
         ls._after_commit(index, snap, version, rows, None, state, groups)
         ls._remember_stored(rows)
         seqs = rows["seq"].to_numpy()
-        if ls._has_limits():
-            ls.enforce_limits()
-        ls.roll_up_landed(rows)
+        ls.settle_landed(rows)
         return BatchAck(ls.name, seqs, np.zeros(len(seqs), bool), rows.num_rows)
     raise RuntimeError(f"stream {ls.name}: gave up storing after {MAX_ATTEMPTS} concurrent commits")
 

@@ -12,6 +12,7 @@ first message's error as the server would have answered it for that message.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -146,6 +147,7 @@ class Plan:
     state: dict[str, Any]
     groups: SubjectGroups  # the stored rows' subjects, computed once for state and index
     ids: list[str | None] | None = None  # per input row, when the dedup window needed them
+    limited: pa.Table | None = None  # ``seq``, ``subject`` of the stored messages a limit pushed out
 
 
 @dataclass
@@ -181,6 +183,10 @@ class LakeStream:
         self._recorded_last_ts = 0
         self._recorded_last_id: str | None = None  # None: the newest commit recorded none
         self._expiries: Expiries | None = None  # a stream with TTLs: when its messages expire
+        # Told (seqs, subjects) after a commit removed stored messages one by one (a delete, a
+        # limit, an expiry), as the server tells its consumers (``decStreamPending``); purges
+        # and rollups are not single removals.
+        self.on_removed: Callable[[np.ndarray, pa.Array], None] | None = None
         self._dedup = DedupWindow()  # the msg ids of the dedup window (see dedup.py)
         self._store = IndexStore(table)
 
@@ -317,6 +323,8 @@ class LakeStream:
             )
             self._after_commit(index, snap, version, plan.rows, plan.removed, plan.state, plan.groups)
             self._remember_ids(batch, plan, now)
+            if self.on_removed is not None and plan.limited is not None and plan.limited.num_rows:
+                self.on_removed(plan.limited["seq"].to_numpy(), plan.limited["subject"])
             return BatchAck(self.name, plan.seqs, plan.duplicates, plan.rows.num_rows)
 
         return self._optimistic("publishing", attempt)
@@ -472,8 +480,9 @@ class LakeStream:
         del data_len
         counts = coded.counts
         rollups = [Rollup(int(seqs[i]), plain[i].as_py(), kind) for i, kind in checked.rollups]
-        rollup_rows = np.zeros(n, dtype=bool)
-        rollup_rows[[i for i, _ in checked.rollups]] = True
+        rollup_rows = np.full(n, None, dtype=object)  # each row's rollup kind, None for none
+        for i, kind in checked.rollups:
+            rollup_rows[i] = kind
         if store.all():
             new_subjects, new_headers, new_data, new_ids = subjects, batch.headers, batch.data, msg_ids
             new_seqs, new_sizes = seqs, sizes
@@ -503,17 +512,24 @@ class LakeStream:
         )
         groups = SubjectGroups.of(new_subjects, new_seqs, known, counts)
         self._check_discard_new(index, rows, rollup_rows)
-        removed_mask = self._removals(index, rows, groups, rollups, now, self._ttl_expiries(snap, index))
-        if removed_mask is not None and removed_mask[index.rows.num_rows :].any():
-            rows = rows.filter(pa.array(~removed_mask[index.rows.num_rows :]))
-            groups = SubjectGroups.of(rows["subject"], rows["seq"].to_numpy())
-        removed_mask = removed_mask[: index.rows.num_rows] if removed_mask is not None else None
+        removals = self._removals(index, rows, groups, rollups, now, self._ttl_expiries(snap, index))
+        n_old = index.rows.num_rows
+        removed_mask, limited = None, None
+        if removals is not None:
+            gone, rolled = removals
+            if gone[n_old:].any():
+                rows = rows.filter(pa.array(~gone[n_old:]))
+                groups = SubjectGroups.of(rows["subject"], rows["seq"].to_numpy())
+            removed_mask = gone[:n_old]
+            by_limits = removed_mask & ~rolled[:n_old]
+            if by_limits.any():
+                limited = index.rows.select(["seq", "subject"]).filter(pa.array(by_limits))
         removed = index.seq_array()[removed_mask] if removed_mask is not None else np.zeros(0, np.int64)
         last_ts = now if accepted.any() else self._last_ts_ns
         state = index.state_after(rows.select(INDEX_COLUMNS), removed_mask, last_seq, last_ts, groups)
         took = np.flatnonzero(accepted)
         state[LAST_MSG_ID] = (msg_ids[int(took[-1])].as_py() or "") if len(took) else self._last_msg_id(index)
-        return Plan(rows, removed, last_seq, seqs, duplicates, state, groups, ids)
+        return Plan(rows, removed, last_seq, seqs, duplicates, state, groups, ids, limited)
 
     def _wanted(self, subjects: pa.Array) -> np.ndarray:
         """Per row of an interest stream's batch: does some consumer's filter match it?"""
@@ -525,9 +541,9 @@ class LakeStream:
     def _removals(
         self, index: MessageIndex, rows: pa.Table, groups: SubjectGroups, rollups: list[Rollup], now: int,
         ttls: Expiries | None,
-    ) -> np.ndarray | None:
-        """What the limits and rollups remove once ``rows`` are stored: a mask over the index's
-        rows followed by ``rows`` (None: nothing).
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """What the limits and rollups remove once ``rows`` are stored: masks over the index's
+        rows followed by ``rows``, of all removals and of those by rollups (None: nothing).
 
         The server stores each message (applying limits) and then rolls up. Per-subject limits,
         ages and rollups remove the same whatever the order, so one pass does; ``max_msgs`` and
@@ -545,6 +561,7 @@ class LakeStream:
         combined = pa.concat_tables([index.rows, rows.select(INDEX_COLUMNS).cast(index.rows.schema)])
         seqs = combined["seq"].to_numpy()
         gone = np.zeros(combined.num_rows, dtype=bool)
+        rolled = np.zeros(combined.num_rows, dtype=bool)
         per_subject = int(cfg.max_msgs_per_subject)
         # no subject over its limit after this batch (from the subject stats): nothing to rank
         if per_subject > 0 and self._most_on_a_subject(index, groups) <= per_subject:
@@ -568,12 +585,14 @@ class LakeStream:
         if rollups and totals:
             for r in rollups:  # stored up to this rollup, limits applied, then rolled up
                 limits(int(np.searchsorted(seqs, r.seq, side="right")))
-                gone |= purged_by(seqs, combined["subject"], [r])
+                rolled |= purged_by(seqs, combined["subject"], [r]) & ~gone
+                gone |= rolled
         if self._has_limits() or expires is not None:
             limits(combined.num_rows)
         if rollups and not totals:
-            gone |= purged_by(seqs, combined["subject"], rollups)
-        return gone
+            rolled |= purged_by(seqs, combined["subject"], rollups) & ~gone
+            gone |= rolled
+        return gone, rolled
 
     @staticmethod
     def _most_on_a_subject(index: MessageIndex, added: SubjectGroups) -> int:
@@ -720,15 +739,23 @@ class LakeStream:
             return max([base, *mine])
         return batch_last.get(subject) or index.last_seq_of(subject)
 
-    def _check_discard_new(self, index: MessageIndex, rows: pa.Table, rollup_rows: np.ndarray) -> None:
-        """Discard-new limits refuse the batch. A rollup passes the per-subject one (the file
-        store lets it in: its purge brings the subject back under the limit)."""
+    def _check_discard_new(self, index: MessageIndex, rows: pa.Table, rollups: np.ndarray) -> None:
+        """Discard-new limits refuse the batch (``rollups``: each row's rollup kind or None).
+
+        Per message, as the file store's ``storeRawMsg``: over ``max_msgs_per_subject`` it is
+        refused with ``discard_new_per_subject`` unless it rolls up, else it replaces its
+        subject's oldest (so ``max_msgs`` does not count it, and past ``max_bytes`` it may not
+        be larger than the message it replaces); a rollup frees room for the messages after it.
+        Without rollups, or without both a per-subject and a byte limit, the whole batch is
+        decided at once."""
         cfg = self.config
         if _v(cfg.discard) != "new" or rows.num_rows == 0:
             return
         per_subj = int(cfg.max_msgs_per_subject)
+        if any(k is not None for k in rollups) or (per_subj > 0 and int(cfg.max_bytes) >= 0):
+            self._check_discard_new_one_by_one(index, rows, rollups)
+            return
         replaced = 0
-        replaced_bytes = 0
         if per_subj > 0:
             stats = index.subject_stats()
             new_counts = rows.group_by("subject").aggregate([("seq", "count")])
@@ -738,28 +765,43 @@ class LakeStream:
             over = existing + incoming - per_subj
             if (over > 0).any():
                 if cfg.discard_new_per_subject:
-                    rolling = set(rows["subject"].filter(pa.array(rollup_rows)).to_pylist()) if rollup_rows.any() else set()
-                    if not set(joined["subject"].filter(pa.array(over > 0)).to_pylist()) <= rolling:
-                        raise api_error("JSStreamStoreFailedF", err="maximum messages per subject exceeded")
+                    raise api_error("JSStreamStoreFailedF", err="maximum messages per subject exceeded")
                 replaced = int(np.clip(over, 0, None).sum())
-                replaced_bytes = self._oldest_bytes_of(index, joined["subject"], np.clip(over, 0, existing))
         k = rows.num_rows
         if int(cfg.max_msgs) >= 0 and index.msgs + k - replaced > int(cfg.max_msgs):
             raise api_error("JSStreamStoreFailedF", err="maximum messages exceeded")
         new_bytes = int(pc.sum(rows["size"]).as_py() or 0)
-        if int(cfg.max_bytes) >= 0 and index.bytes + new_bytes - replaced_bytes > int(cfg.max_bytes):
+        if int(cfg.max_bytes) >= 0 and index.bytes + new_bytes > int(cfg.max_bytes):
             raise api_error("JSStreamStoreFailedF", err="maximum bytes exceeded")
 
-    @staticmethod
-    def _oldest_bytes_of(index: MessageIndex, subjects: pa.ChunkedArray, counts: np.ndarray) -> int:
-        """Bytes of the ``counts[i]`` oldest stored messages of each ``subjects[i]``."""
-        total = 0
-        for subject, c in zip(subjects.to_pylist(), counts, strict=True):
-            if c <= 0:
-                continue
-            mine = index.rows.filter(pc.equal(index.rows["subject"], subject))
-            total += int(pc.sum(mine["size"].slice(0, int(c))).as_py() or 0)
-        return total
+    def _check_discard_new_one_by_one(self, index: MessageIndex, rows: pa.Table, rollups: np.ndarray) -> None:
+        cfg = self.config
+        per_subj, max_msgs, max_bytes = int(cfg.max_msgs_per_subject), int(cfg.max_msgs), int(cfg.max_bytes)
+        subjects, sizes = rows["subject"].to_pylist(), rows["size"].to_pylist()
+        touched = pa.array(sorted(set(subjects)), pa.string())
+        old = index.rows.filter(pc.is_in(index.rows["subject"], value_set=touched))
+        queues: dict[str, deque[int]] = {s: deque() for s in touched.to_pylist()}  # sizes, oldest first
+        for subj, size in zip(old["subject"].to_pylist(), old["size"].to_pylist(), strict=True):
+            queues[subj].append(size)
+        msgs, nbytes = index.msgs, index.bytes
+        for subj, size, kind in zip(subjects, sizes, rollups, strict=True):
+            q = queues[subj]
+            replaces = 0 < per_subj < len(q) + 1
+            if replaces and cfg.discard_new_per_subject and kind is None:
+                raise api_error("JSStreamStoreFailedF", err="maximum messages per subject exceeded")
+            if 0 <= max_msgs <= msgs and not replaces:
+                raise api_error("JSStreamStoreFailedF", err="maximum messages exceeded")
+            if 0 <= max_bytes < nbytes + size and (not replaces or q[0] < size):
+                raise api_error("JSStreamStoreFailedF", err="maximum bytes exceeded")
+            q.append(size)
+            msgs, nbytes = msgs + 1, nbytes + size
+            while (0 < per_subj < len(q)) or (kind is not None and len(q) > 1):  # its oldest go, or its rollup
+                msgs, nbytes = msgs - 1, nbytes - q.popleft()
+            if kind == ROLLUP_ALL:  # everything else goes
+                for other in queues.values():
+                    other.clear()
+                q.append(size)
+                msgs, nbytes = 1, size
 
     # -- removal -------------------------------------------------------------------------------
     def remove_seqs(self, choose: Callable[[Snapshot, MessageIndex], np.ndarray]) -> int:
@@ -853,9 +895,12 @@ class LakeStream:
                 if seq < first:
                     raise api_error("JSStreamMsgDeleteFailedF", err="no message found")
                 raise api_error("JSSequenceNotFoundErrF", seq=seq)
+            subject[:] = [index.rows["subject"][int(np.searchsorted(index.seq_array(), seq))].as_py()]
             return np.array([seq])
 
-        self.remove_seqs(choose)
+        subject: list[str] = []
+        if self.remove_seqs(choose) and self.on_removed is not None:
+            self.on_removed(np.array([seq]), pa.array(subject, pa.string()))
 
     def enforce_limits(self, now_ns: int | None = None) -> int:
         """Apply ``max_age``, message TTLs (and any limit lowered by a config update) now, placing
@@ -864,6 +909,7 @@ class LakeStream:
         now = now_ns or time.time_ns()
         marker_ttl = int(cfg.subject_delete_marker_ttl or 0)
         marked: list[str] = []  # subjects whose last message expired, in the order it was stored
+        gone: list[pa.Table] = []  # seq, subject of what the commit removed
 
         def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
             rows = index.rows
@@ -876,28 +922,35 @@ class LakeStream:
                 max_per_subject=int(cfg.max_msgs_per_subject),
                 max_age_ns=0 if marker_ttl > 0 else int(cfg.max_age or 0),
                 now_ns=now,
-                discard_old=True,
+                discard_old=_v(cfg.discard) != "new",  # the file store trims totals only then
                 expires=None if marker_ttl > 0 else expires,
             )
             if marker_ttl > 0:
                 aged = expired(rows["ts_ns"].to_numpy(), int(cfg.max_age or 0), now, expires) & ~drop
-                marked[:] = self._last_to_expire(snap, rows, aged, drop)
+                last = self._last_to_expire(snap, rows, aged, drop)
+                marked[:] = [subj for subj, _ in last]
+                aged[np.searchsorted(index.seq_array(), [seq for _, seq in last])] = False  # the marker's rollup
                 drop |= aged
+            gone[:] = [rows.select(["seq", "subject"]).filter(pa.array(drop))]
             return rows["seq"].to_numpy()[drop]
 
         removed = self.remove_seqs(choose)
-        if marked:  # the server stores each marker through its publish path: limits, rollup
-            n = len(marked)
-            self.publish_batch(
-                Incoming(pa.array(marked, pa.string()), pa.array([b""] * n, pa.binary()),
-                         H.to_arrow([marker_headers(marker_ttl)] * n)),
-                now_ns=now, internal=True,
-            )  # fmt: skip
+        if removed and self.on_removed is not None:
+            self.on_removed(gone[0]["seq"].to_numpy(), gone[0]["subject"])
+        for subject in marked:  # each through the publish path, whose rollup removes what it replaces
+            try:
+                self.publish_batch(Incoming.one(subject, b"", marker_headers(marker_ttl)), now_ns=now, internal=True)
+                removed += 1
+            except APIError:  # a full discard-new stream refuses the marker: the message stays, as there
+                continue
         return removed
 
-    def _last_to_expire(self, snap: Snapshot, rows: pa.Table, aged: np.ndarray, drop: np.ndarray) -> list[str]:
-        """The subjects an expiry empties, each where its newest expiring message is not itself
-        a marker: the server replaces that message with a marker (``handleRemovalOrSdm``)."""
+    def _last_to_expire(
+        self, snap: Snapshot, rows: pa.Table, aged: np.ndarray, drop: np.ndarray
+    ) -> list[tuple[str, int]]:
+        """The subjects an expiry empties and the seq of each one's newest expiring message,
+        unless that is itself a marker: the server replaces it with a marker, whose rollup
+        removes it (``handleRemovalOrSdm``)."""
         if not aged.any():
             return []
         gone = rows.filter(pa.array(aged | drop)).group_by("subject").aggregate([("seq", "count")])
@@ -911,30 +964,62 @@ class LakeStream:
         seqs = newest["seq_max"].to_pylist()
         found = self.table.read(snap, filter=ds.field("seq").isin(seqs), columns=["seq", "headers"])
         markers = {r["seq"] for r in found.to_pylist() if is_marker(H.from_arrow(r["headers"]))}
-        return [subj for subj, seq in zip(newest["subject"].to_pylist(), seqs, strict=True) if seq not in markers]
+        return [(subj, seq) for subj, seq in zip(newest["subject"].to_pylist(), seqs, strict=True) if seq not in markers]
 
-    def roll_up_landed(self, rows: pa.Table) -> int:
-        """Apply the rollups that mirrored or sourced messages carry (``rows`` as committed): the
-        server honours them on a stream that allows rollups, without checking them as it checks
-        a client's. Call after the limits, as the server stores first; returns removed count."""
-        cfg = self.config
-        if not cfg.allow_rollup_hdrs or cfg.deny_purge or not rows.num_rows:
+    def landing(self, index: MessageIndex, rows: pa.Table) -> pa.Table:
+        """Mirrored or sourced ``rows`` about to be stored, as the server's ``processJetStreamMsg``
+        takes them: on an interest stream those nobody wants are not stored (their seqs are
+        still used); a discard-new limit refuses the landing (the server retries the origin
+        until there is room: nothing is skipped)."""
+        if _v(self.config.retention) == "interest" and rows.num_rows:
+            rows = rows.filter(pa.array(self._wanted(rows["subject"])))
+        self._check_discard_new(index, rows, self._landed_rollups(rows, kinds_only=True))
+        return rows
+
+    def settle_landed(self, rows: pa.Table, now_ns: int | None = None) -> int:
+        """After landing ``rows``: the limits, expiries and the rollups those messages carry
+        (honoured, unchecked, where the stream allows rollups), message by message as the
+        server stores them one at a time; returns the removed count."""
+        rollups = self._landed_rollups(rows)
+        if not rollups and not self._has_limits() and not self.config.allow_msg_ttl:
             return 0
-        values = H.column_lookup(rows["headers"], H.ROLLUP)
-        if values.null_count == len(values):
-            return 0
-        kinds = pc.utf8_lower(values).to_pylist()
-        rollups = [
-            Rollup(int(seq), subject, kind)
-            for seq, subject, kind in zip(rows["seq"].to_pylist(), rows["subject"].to_pylist(), kinds, strict=True)
-            if kind in (ROLLUP_SUBJECT, ROLLUP_ALL)
-        ]
+        now = now_ns or time.time_ns()
+        limited: list[pa.Table] = []
 
         def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
-            seqs = index.seq_array()
-            return seqs[purged_by(seqs, index.rows["subject"], rollups)]
+            nothing = index.rows.slice(0, 0)
+            removals = self._removals(index, nothing, SubjectGroups.of(nothing["subject"], np.zeros(0, np.int64)),
+                                      rollups, now, self._ttl_expiries(snap, index))
+            if removals is None:
+                return np.zeros(0, np.int64)
+            gone, rolled = removals
+            limited[:] = [index.rows.select(["seq", "subject"]).filter(pa.array(gone & ~rolled))]
+            return index.seq_array()[gone]
 
-        return self.remove_seqs(choose) if rollups else 0
+        removed = self.remove_seqs(choose)
+        if removed and limited and limited[0].num_rows and self.on_removed is not None:
+            self.on_removed(limited[0]["seq"].to_numpy(), limited[0]["subject"])
+        if int(self.config.subject_delete_marker_ttl or 0) > 0:
+            removed += self.enforce_limits(now)  # expiries there place subject delete markers
+        return removed
+
+    def _landed_rollups(self, rows: pa.Table, kinds_only: bool = False) -> Any:
+        """The ``Nats-Rollup`` of landed rows where the stream honours them: as ``Rollup``s, or
+        (``kinds_only``) each row's kind or None."""
+        cfg = self.config
+        kinds = np.full(rows.num_rows, None, dtype=object)
+        if cfg.allow_rollup_hdrs and not cfg.deny_purge and rows.num_rows:
+            values = H.column_lookup(rows["headers"], H.ROLLUP)
+            if values.null_count < len(values):
+                for i, kind in enumerate(pc.utf8_lower(values).to_pylist()):
+                    kinds[i] = kind if kind in (ROLLUP_SUBJECT, ROLLUP_ALL) else None
+        if kinds_only:
+            return kinds
+        return [
+            Rollup(int(seq), subject, kind)
+            for seq, subject, kind in zip(rows["seq"].to_pylist(), rows["subject"].to_pylist(), kinds, strict=True)
+            if kind is not None
+        ]
 
     def compact(self, target_size: int | None = None) -> dict[str, Any]:
         """Bound the file count: merge small files (publish batches make one per partition)."""

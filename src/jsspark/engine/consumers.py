@@ -3,8 +3,10 @@ consumer semantics (``consumer.go``) computed from the stream's index.
 
 A consumer is the catalog record ``("consumer", stream, name)`` with body
 ``{"config": <server JSON>, "state": {...}, "created_ns": ...}``. The state is what the server's
-consumer store keeps, minus the per-message pending map (a lake reader delivers in stream
-order and acks cumulatively):
+consumer store keeps, with the per-message pending map (``o.pending``) mostly derived instead of
+stored: a lake reader delivers in stream order and acks cumulatively, so what it has pending
+is its filter's messages above the ack floor up to the delivered position, numbered back from
+there (``StreamView.pending``). Where that no longer holds, the entries are listed:
 
     delivered        {consumer_seq, stream_seq, last_active_ns}: the last delivered message
     ack_floor        {consumer_seq, stream_seq, last_active_ns}: everything at or below is acked
@@ -15,6 +17,11 @@ order and acks cumulatively):
     skipped_below    the ``resume`` of a used-up skip list, until a reset: the messages it
                      jumped over were never delivered, so they are not pending acks
     reset_generation how many resets happened; see below
+    listed           [[stream_seq, consumer_seq], ...]: pending entries the index no longer
+                     derives, all at or below ``listed_to``: deliveries under a filter since
+                     changed (the server keeps them pending, ``updateConfig``), and the
+                     deliveries around one a removal acked (``decStreamPending``) once their
+                     numbering has a gap. Above ``listed_to`` pending is derived again.
 
 Every change goes through ``Catalog.transact``: it is planned on the current record and
 committed atomically, replanned on a concurrent change, so positions only move forward
@@ -25,7 +32,8 @@ undoing the reset (an ack carrying a generation older than the record's is dropp
 
 Retention follows the server: on interest and work-queue streams a message is removed once
 no consumer still needs it (``stream.ackMsg``, ``consumer.needAck``: its subject is one the
-consumer is filtered on, or it is unfiltered, and the seq is above its ack floor). The
+consumer is filtered on, or it is unfiltered, and the seq is above its ack floor; for an
+explicit-ack consumer also not yet delivered, or pending). The
 removal is a second commit, to the stream table, after the catalog commit; if a process dies
 in between, ``check_interest`` finishes it.
 """
@@ -36,7 +44,7 @@ import calendar
 import secrets
 import string
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +131,8 @@ class ConsumerState:
     skipped_to: int = 0
     reset_generation: int = 0
     skipped_below: int = 0
+    listed: list[tuple[int, int]] = field(default_factory=list)
+    listed_to: int = 0
 
     @classmethod
     def starting_at(cls, sseq: int, resume: int = 0, skipped_to: int = 0, generation: int = 0) -> ConsumerState:
@@ -137,6 +147,8 @@ class ConsumerState:
             "skipped_to": self.skipped_to,
             "reset_generation": self.reset_generation,
             "skipped_below": self.skipped_below,
+            "listed": [list(e) for e in self.listed],
+            "listed_to": self.listed_to,
         }
 
     @classmethod
@@ -148,6 +160,8 @@ class ConsumerState:
             int(d.get("skipped_to", 0)),
             int(d.get("reset_generation", 0)),
             int(d.get("skipped_below", 0)),
+            [(int(s), int(n)) for s, n in d.get("listed", [])],
+            int(d.get("listed_to", 0)),
         )
 
 
@@ -182,38 +196,77 @@ class Consumer:
 
 
 # -- the stream as a consumer sees it ----------------------------------------------------------
+@dataclass(frozen=True)
+class Pending:
+    """A consumer's pending acks (the server's ``o.pending``): stream seqs, ascending, and the
+    delivery seq each went out with."""
+
+    seqs: np.ndarray
+    dseqs: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def where(self, mask: np.ndarray) -> Pending:
+        return Pending(self.seqs[mask], self.dseqs[mask])
+
+    def same(self, other: Pending) -> bool:
+        return np.array_equal(self.seqs, other.seqs) and np.array_equal(self.dseqs, other.dseqs)
+
+    def entries(self) -> list[tuple[int, int]]:
+        return list(zip(self.seqs.tolist(), self.dseqs.tolist(), strict=True))
+
+
 class StreamView:
     """A stream's live messages and first/last seq, for the store queries consumers make
-    (``FastState``, ``FilteredState``, ``MultiLastSeqs``, ``GetSeqFromTime``, ``NumPending``)."""
+    (``FastState``, ``FilteredState``, ``MultiLastSeqs``, ``GetSeqFromTime``, ``NumPending``).
+    ``rows`` are the index's rows (``seq`` ascending, ``subject``, ``ts_ns``)."""
 
-    def __init__(self, index: MessageIndex, last_seq: int, config: StreamConfig) -> None:
-        self.index = index
+    def __init__(self, rows: pa.Table, last_seq: int, config: StreamConfig) -> None:
+        self.rows = rows
         self.config = config
-        self.seqs = index.rows["seq"].to_numpy()
+        self.seqs = rows["seq"].to_numpy()
         self.last = max(last_seq, int(self.seqs[-1]) if len(self.seqs) else 0)
         self.first = int(self.seqs[0]) if len(self.seqs) else self.last + 1
 
     @classmethod
     def of(cls, engine: LakeStream) -> StreamView:
-        index = engine.index()
-        return cls(index, engine.state().last_seq, engine.config)
+        return cls(engine.index().rows, engine.state().last_seq, engine.config)
+
+    def before_removal(self, seqs: np.ndarray, subjects: pa.Array, above: int) -> StreamView:
+        """The messages above ``above`` as they were before ``seqs`` (on ``subjects``) were
+        removed: enough for the pending acks of consumers whose floors are at or above it (a
+        message's being last on its subject depends only on later ones). Seqs and subjects only."""
+        kept = self.rows.select(["seq", "subject"]).slice(
+            int(np.searchsorted(self.seqs, above, side="right"))
+        )
+        back = pa.table([pa.array(seqs, pa.int64()), subjects], names=["seq", "subject"]).cast(kept.schema)
+        rows = pa.concat_tables([kept, back.filter(pc.greater(back["seq"], above))]).sort_by("seq")
+        return StreamView(rows, self.last, self.config)
 
     def match(self, filters: list[str]) -> np.ndarray:
         """Live messages on any of ``filters`` (no filter: all of them)."""
         if not filters:
             return np.ones(len(self.seqs), dtype=bool)
-        return match_filter(self.index.rows["subject"], filters).to_numpy(zero_copy_only=False)
+        return match_filter(self.rows["subject"], filters).to_numpy(zero_copy_only=False)
 
     def needed_by(self, c: Consumer) -> np.ndarray:
-        """``needAck`` for every live message: in the consumer's filter and above its ack floor."""
-        mask = self.seqs > c.state.ack_floor.stream_seq
+        """``needAck`` for every live message: in the consumer's filter and above its ack floor;
+        for an explicit-ack consumer also not delivered yet or still pending (it does not need
+        what it delivered under another filter, or never delivered below its position)."""
+        st = c.state
+        mask = self.seqs > st.ack_floor.stream_seq
         if is_filtered(c.filters, self.config):
             mask &= self.match(c.filters)
+        if c.config.ack_policy is AckPolicy.EXPLICIT:
+            mask &= (self.seqs > st.delivered.stream_seq) | np.isin(
+                self.seqs, self.pending(c.filters, st).seqs
+            )
         return mask
 
     def seq_from_time(self, t_ns: int) -> int:
         """``GetSeqFromTime``: the first seq stored at or after ``t_ns``, else last+1."""
-        ts = self.index.rows["ts_ns"].to_numpy()
+        ts = self.rows["ts_ns"].to_numpy()
         hit = np.flatnonzero(ts >= t_ns)
         return int(self.seqs[hit[0]]) if len(hit) else self.last + 1
 
@@ -222,7 +275,7 @@ class StreamView:
         mask = self.match(filters)
         if max_seq:
             mask &= self.seqs <= max_seq
-        rows = self.index.rows.filter(pa.array(mask))
+        rows = self.rows.filter(pa.array(mask))
         if not rows.num_rows:
             return []
         lasts = rows.group_by("subject", use_threads=False).aggregate([("seq", "max")])["seq_max"]
@@ -256,6 +309,22 @@ class StreamView:
             mask = (mask & (self.seqs > end)) | np.isin(self.seqs, lasts)
         return mask
 
+    def pending(self, filters: list[str], st: ConsumerState) -> Pending:
+        """The consumer's pending acks: its listed entries above the ack floor, then what it
+        delivered above them (``delivered_or_due`` in ``(floor, delivered]``), numbered back
+        from the delivered position."""
+        floor = st.ack_floor.stream_seq
+        start = int(np.searchsorted(self.seqs, max(floor, st.listed_to), side="right"))
+        derived = self.seqs[:0]
+        if start < int(np.searchsorted(self.seqs, st.delivered.stream_seq, side="right")):
+            # only the messages above the floor matter (being last on a subject depends on later ones)
+            above = StreamView(self.rows.slice(start), self.last, self.config)
+            due = above.delivered_or_due(filters, st) & (above.seqs <= st.delivered.stream_seq)
+            derived = above.seqs[due]
+        numbers = st.delivered.consumer_seq - np.arange(len(derived) - 1, -1, -1, dtype=np.int64)
+        listed = np.array([e for e in st.listed if e[0] > floor], dtype=np.int64).reshape(-1, 2)
+        return Pending(np.concatenate([listed[:, 0], derived]), np.concatenate([listed[:, 1], numbers]))
+
     def num_pending(self, sseq: int, filters: list[str], last_per_subject: bool = False) -> int:
         """The store's ``NumPending(sseq, filter, lastPerSubject)``: matching messages at or after
         ``sseq``, or with ``last_per_subject`` the subjects whose last message is."""
@@ -265,7 +334,7 @@ class StreamView:
         mask = self.match(filters) & (self.seqs >= sseq)
         if not last_per_subject:
             return int(mask.sum())
-        return len(pc.unique(self.index.rows["subject"].filter(pa.array(mask))))
+        return len(pc.unique(self.rows["subject"].filter(pa.array(mask))))
 
     def count(self, mask: np.ndarray, lo: int, hi: int) -> int:
         """How many of ``mask`` lie in ``(lo, hi]``."""
@@ -356,10 +425,7 @@ class Consumers:
         pending = 0
         if nxt <= view.last:
             pending = min(int((deliverable & (view.seqs >= nxt)).sum()), len(view.seqs), view.last - nxt + 1)
-        ack_pending = 0
-        if c.config.ack_policy is not AckPolicy.NONE:
-            delivered = view.delivered_or_due(c.filters, st)
-            ack_pending = view.count(delivered, st.ack_floor.stream_seq, st.delivered.stream_seq)
+        ack_pending = len(view.pending(c.filters, st)) if c.config.ack_policy is not AckPolicy.NONE else 0
         return ConsumerInfo(
             stream_name=c.stream,
             name=c.name,
@@ -411,7 +477,7 @@ class Consumers:
             others = self._all(stream, records)
             existing = next((c for c in others if c.name == name), None) if name else None
             if existing is not None:
-                return self._update(existing, cfg_now, others, action, scfg, result, stamped)
+                return self._update(existing, cfg_now, others, action, scfg, view, result, stamped)
             if action == "update":
                 raise api_error("JSConsumerDoesNotExist")
             limitable = [c for c in others if c.limitable]
@@ -445,12 +511,20 @@ class Consumers:
         return self.info_of(c, StreamView.of(engine))
 
     def _update(
-        self, existing: Consumer, cfg: ConsumerConfig, others: list[Consumer], action: str,
-        scfg: StreamConfig, result: dict[str, Any], stamped: bool = False,
+        self,
+        existing: Consumer,
+        cfg: ConsumerConfig,
+        others: list[Consumer],
+        action: str,
+        scfg: StreamConfig,
+        view: StreamView,
+        result: dict[str, Any],
+        stamped: bool = False,
     ) -> list[Change]:
         """The existing-consumer branch of ``addConsumerWithAssignmentAndMode``. ``create``
         compares the request with the stored config, which for a non-durable carries the 5 s
-        inactive threshold the request did not (``stamped``): never the same, as on the server."""
+        inactive threshold the request did not (``stamped``): never the same, as on the server.
+        A new filter keeps what the old one left pending (``updateConfig`` keeps ``o.pending``)."""
         same = cfg.to_json() == existing.config.to_json()
         if action == "create" and (stamped or not same):
             raise api_error("JSConsumerAlreadyExists")
@@ -462,8 +536,11 @@ class Consumers:
         if (err := _update_error(existing.config, cfg)) is not None:
             raise err
         updated = Consumer(existing.stream, existing.name, cfg, existing.state, existing.created_ns)
-        result["consumer"] = updated
         result["filters_changed"] = filters_of(cfg) != existing.filters
+        if result["filters_changed"]:
+            kept = _settled(updated, existing.state, view, view.pending(existing.filters, existing.state))
+            updated = replace(updated, state=kept)
+        result["consumer"] = updated
         return [Change(CONSUMER, existing.stream, existing.name, updated.body())]
 
     # -- delete ----------------------------------------------------------------------------
@@ -514,17 +591,18 @@ class Consumers:
         engine = self.lake.stream(stream)
         view = StreamView.of(engine)
         now = time.time_ns()
-        moved: dict[str, Any] = {}
+        acked: list[np.ndarray] = []
 
         def plan(records: dict[Key, Record]) -> list[Change]:
-            moved.clear()
+            acked.clear()
             c = self._get(records, stream, name)
             st = c.state
             if (generation is not None and generation < st.reset_generation) or stream_seq <= st.delivered.stream_seq:
                 return []
+            none = c.config.ack_policy is AckPolicy.NONE
+            mask = view.delivered_or_due(c.filters, st) if consumer_seq is None or none else None
             dseq = consumer_seq
             if dseq is None:
-                mask = view.delivered_or_due(c.filters, st)
                 dseq = st.delivered.consumer_seq + view.count(mask, st.delivered.stream_seq, stream_seq)
             resume, skipped_to, skipped_below = st.resume, st.skipped_to, st.skipped_below
             if resume:  # hand out skip-list entries; once all are out, deliver normally
@@ -536,14 +614,15 @@ class Consumers:
                     skipped_to = handed[-1]
             new = replace(st, delivered=Position(dseq, stream_seq, now), resume=resume, skipped_to=skipped_to,
                           skipped_below=skipped_below)
-            if c.config.ack_policy is AckPolicy.NONE:
+            if none:  # acked on delivery
                 new.ack_floor = Position(dseq, stream_seq, now)
-                moved.update(c=c, old=st.ack_floor.stream_seq, new=stream_seq, upto=stream_seq)
+                covered = mask & (view.seqs > st.ack_floor.stream_seq) & (view.seqs <= stream_seq)
+                acked.append(np.append(view.seqs[covered], stream_seq))
             return [Change(CONSUMER, stream, name, c.body(new))]
 
         changed = bool(self.catalog.transact(plan))
-        if moved:
-            self._after_ack(engine, moved)
+        if acked:
+            self._after_ack(engine, acked[0])
         return changed
 
     def ack(
@@ -557,15 +636,15 @@ class Consumers:
         ``flow_control``; one not above both floors; one from before a reset (``generation``);
         any ack on an ack-none consumer. Explicit-ack consumers are acked cumulatively here
         (a lake reader acks in order). ``consumer_seq`` defaults to the delivery sequence of
-        ``stream_seq`` counted from the delivered position.
+        ``stream_seq``: its pending entry's, else counted from the delivered position.
         """
         engine = self.lake.stream(stream)
         view = StreamView.of(engine)
         now = time.time_ns()
-        moved: dict[str, Any] = {}
+        acked: list[np.ndarray] = []
 
         def plan(records: dict[Key, Record]) -> list[Change]:
-            moved.clear()
+            acked.clear()
             c = self._get(records, stream, name)
             st = c.state
             if generation is not None and generation < st.reset_generation:
@@ -574,32 +653,40 @@ class Consumers:
                 return []
             if stream_seq > st.delivered.stream_seq and not c.config.flow_control:
                 return []
-            explicit = c.config.ack_policy is AckPolicy.EXPLICIT
-            mask = view.delivered_or_due(c.filters, st) if consumer_seq is None or explicit else None
+            pending = view.pending(c.filters, st)
             dseq = consumer_seq
             if dseq is None:
                 d = st.delivered
+                at = np.flatnonzero(pending.seqs == stream_seq)
+                mask = view.delivered_or_due(c.filters, st)
                 dseq = (
-                    d.consumer_seq - view.count(mask, stream_seq, d.stream_seq)
+                    int(pending.dseqs[at[0]])
+                    if len(at)
+                    else d.consumer_seq - view.count(mask, stream_seq, d.stream_seq)
                     if stream_seq <= d.stream_seq
                     else d.consumer_seq + view.count(mask, d.stream_seq, stream_seq)
                 )
             if dseq <= st.ack_floor.consumer_seq or stream_seq <= st.ack_floor.stream_seq:
                 return []
+            covered = pending.seqs <= stream_seq
+            rest = pending.where(~covered)
             floor = Position(dseq, stream_seq, now)
-            if explicit:
-                # moveAckFloor: up to just below the next delivery still pending, or to the
+            if c.config.ack_policy is AckPolicy.EXPLICIT:
+                # moveAckFloor: to just below the next delivery still pending, or to the
                 # delivered position when none is
-                later = view.seqs[mask & (view.seqs > stream_seq) & (view.seqs <= st.delivered.stream_seq)]
-                floor = (Position(dseq, int(later[0]) - 1, now) if len(later)
-                         else Position(st.delivered.consumer_seq, st.delivered.stream_seq, now))
-            new = replace(st, ack_floor=floor)
-            moved.update(c=c, old=st.ack_floor.stream_seq, new=stream_seq, upto=st.delivered.stream_seq)
-            return [Change(CONSUMER, stream, name, c.body(new))]
+                floor = (
+                    Position(int(rest.dseqs[0]) - 1, int(rest.seqs[0]) - 1, now)
+                    if len(rest)
+                    else Position(st.delivered.consumer_seq, st.delivered.stream_seq, now)
+                )
+            acked.append(np.append(pending.seqs[covered], stream_seq))
+            return [
+                Change(CONSUMER, stream, name, c.body(_settled(c, replace(st, ack_floor=floor), view, rest)))
+            ]
 
         changed = bool(self.catalog.transact(plan))
-        if moved:
-            self._after_ack(engine, moved)
+        if acked:
+            self._after_ack(engine, acked[0])
         return changed
 
     def reset(self, stream: str, name: str, seq: int | None = None) -> ConsumerInfo:
@@ -641,19 +728,12 @@ class Consumers:
         return self.info_of(c, StreamView.of(engine), reset_seq=target)
 
     # -- retention -------------------------------------------------------------------------
-    def _after_ack(self, engine: LakeStream, moved: dict[str, Any]) -> None:
-        """``stream.ackMsg`` for what the ack covered: the messages this consumer had pending
-        in ``(old floor, new floor]`` plus the acked seq itself."""
-        if engine.config.retention is RetentionPolicy.LIMITS:
+    def _after_ack(self, engine: LakeStream, acked: np.ndarray) -> None:
+        """``stream.ackMsg`` for each acked seq (what the consumer had pending up to the ack,
+        and the acked seq itself): gone once no consumer needs it."""
+        if engine.config.retention is RetentionPolicy.LIMITS or not len(acked):
             return
-        c: Consumer = moved["c"]
-        old, new, upto = moved["old"], moved["new"], min(moved["new"], moved["upto"])
-
-        def candidates(v: StreamView, _cs: list[Consumer]) -> np.ndarray:
-            pending = v.delivered_or_due(c.filters, c.state) & (v.seqs > old) & (v.seqs <= upto)
-            return pending | (v.seqs == new)
-
-        self._remove_unneeded(engine, candidates)
+        self._remove_unneeded(engine, lambda v, _cs: np.isin(v.seqs, acked))
 
     def _remove_unneeded(
         self, engine: LakeStream, candidates: Callable[[StreamView, list[Consumer]], np.ndarray | bool],
@@ -663,7 +743,7 @@ class Consumers:
         name = engine.name
 
         def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
-            view = StreamView(index, snap.last_seq, engine.config)
+            view = StreamView(index.rows, snap.last_seq, engine.config)
             consumers = self._all(name)
             mask = np.broadcast_to(np.asarray(candidates(view, consumers), dtype=bool), view.seqs.shape).copy()
             for c in consumers:
@@ -677,10 +757,11 @@ class Consumers:
 
         A consumer whose filters lie within the purged subject (every consumer, for a full
         purge) moves its next delivery up to the first message left on the purged subject; one
-        whose filters are wider starts from the stream's new first seq. Pending (delivered,
-        unacked) messages below that point, and for a wider consumer the pending messages the
-        purge removed, are acked one by one as the server's consumer store does: the floor ends
-        at the highest of them, or at the delivered position when nothing stays pending.
+        whose filters are wider starts from the stream's new first seq. If its ack floor lies
+        below that point, pending (delivered, unacked) messages below it, and for a wider
+        consumer the pending messages that are gone, are acked one by one as the server's
+        consumer store does: the floor ends at the highest of them, or at the delivered position
+        when nothing stays pending.
         ``before`` is the stream as it was before the purge.
         """
         view = StreamView.of(self.lake.stream(stream))
@@ -689,7 +770,6 @@ class Consumers:
             fseq = int(left[0]) if len(left) else 0
         else:
             fseq = view.first
-        gone = np.setdiff1d(before.seqs, view.seqs, assume_unique=True)
         now = time.time_ns()
 
         def plan(records: dict[Key, Record]) -> list[Change]:
@@ -707,32 +787,92 @@ class Consumers:
                 delivered, floor = st.delivered, st.ack_floor
                 if delivered.stream_seq + 1 < start:
                     delivered = Position(delivered.consumer_seq, start - 1, now)
-                # pending before the purge: delivered, unacked, in the consumer's filter
-                was = before.delivered_or_due(c.filters, st)
-                pending = before.seqs[was & (before.seqs > floor.stream_seq) & (before.seqs <= st.delivered.stream_seq)]
-                dropped = pending[pending < start] if floor.stream_seq < start else pending[:0]
-                if wider:
-                    dropped = np.union1d(dropped, pending[np.isin(pending, gone)])
+                pending = before.pending(c.filters, st)
+                drop = np.zeros(len(pending), dtype=bool)
+                if floor.stream_seq < start:  # pending is looked at only when the floor moves
+                    drop = pending.seqs < start
+                    if wider:  # and what the purge removed (or was already gone)
+                        drop |= ~np.isin(pending.seqs, view.seqs)
+                dropped = pending.where(drop)
                 # the in-memory floor the server reports: stream part start-1 for what lies below
                 # the new start; a wider consumer's purged pending move it to that message
                 # (2.15.1), the consumer part to the highest dropped delivery
                 floor_sseq = max(floor.stream_seq, start - 1)
                 floor_dseq = floor.consumer_seq
                 if len(dropped):
-                    p = int(dropped[-1])
-                    floor_dseq = max(floor_dseq, st.delivered.consumer_seq - before.count(was, p, st.delivered.stream_seq))
-                    if wider and np.isin(p, gone):
+                    p = int(dropped.seqs[-1])
+                    floor_dseq = max(floor_dseq, int(dropped.dseqs.max()))
+                    if wider and not np.isin(p, view.seqs):
                         floor_sseq = max(floor_sseq, p)
                 floor = Position(floor_dseq, floor_sseq, now) if (floor_dseq, floor_sseq) != (
                     floor.consumer_seq, floor.stream_seq) else floor
                 if len(dropped) == len(pending):  # nothing stays pending
                     floor = Position(delivered.consumer_seq, delivered.stream_seq, now)
-                if (delivered, floor) != (st.delivered, st.ack_floor):
-                    new = replace(st, delivered=delivered, ack_floor=floor)
+                new = _settled(
+                    c, replace(st, delivered=delivered, ack_floor=floor), view, pending.where(~drop)
+                )
+                if new != st:
                     changes.append(Change(CONSUMER, stream, c.name, c.body(new)))
             return changes
 
         self.catalog.transact(plan)
+
+    def on_removed(
+        self,
+        stream: str,
+        seqs: Sequence[int] | np.ndarray,
+        subjects: Sequence[str] | pa.Array,
+        matched_by: str | None = None,
+    ) -> None:
+        """What removing single messages does to consumers: a ``delete_msg`` or a limit
+        (``max_msgs``, ``max_bytes``, ``max_msgs_per_subject``, ``max_age``) pushing them out, as
+        ``stream.storeUpdates`` → ``consumer.decStreamPending``; purges go to ``on_purge``.
+
+        Call it after the removing commit with the removed seqs and their subjects. A consumer
+        whose filter takes the subject (``mset.csl``; ``matched_by`` instead when given) and has
+        the message pending treats it as acked (``processTerm``): an ack-all consumer's floor
+        moves up to it, acking what it had pending below, which on interest/work-queue streams
+        may go; an explicit one drops it from pending and moves its floor past it if it was the
+        oldest (``moveAckFloor``). Calling it again with the same messages changes nothing."""
+        seqs = np.asarray(seqs, dtype=np.int64)
+        if not len(seqs):
+            return
+        order = np.argsort(seqs)
+        seqs, subjects = seqs[order], pa.array(subjects, pa.string()).take(pa.array(order))
+        signals = subjects if matched_by is None else pa.array([matched_by] * len(seqs), pa.string())
+        engine = self.lake.stream(stream)
+        view = StreamView.of(engine)
+        now = time.time_ns()
+        acked: list[np.ndarray] = []
+
+        def plan(records: dict[Key, Record]) -> list[Change]:
+            acked.clear()
+            acking = [c for c in self._all(stream, records) if c.config.ack_policy is not AckPolicy.NONE]
+            if not acking:
+                return []
+            before = view.before_removal(seqs, subjects, min(c.state.ack_floor.stream_seq for c in acking))
+            changes = []
+            for c in acking:
+                st = c.state
+                pending = before.pending(c.filters, st)
+                theirs = seqs[match_filter(signals, c.filters or [">"]).to_numpy(zero_copy_only=False)]
+                hit = np.isin(pending.seqs, theirs)
+                if not hit.any():
+                    continue
+                if c.config.ack_policy is AckPolicy.EXPLICIT:
+                    floor, rest = _terminated(st, pending, hit, now), pending.where(~hit)
+                else:  # processAckMsg as an ack of the highest: everything pending below goes with it
+                    top = int(np.flatnonzero(hit)[-1])
+                    floor = Position(int(pending.dseqs[top]), int(pending.seqs[top]), now)
+                    rest = pending.where(pending.seqs > floor.stream_seq)
+                    acked.append(pending.seqs[:top])
+                new = _settled(c, replace(st, ack_floor=floor), view, rest)
+                changes.append(Change(CONSUMER, stream, c.name, c.body(new)))
+            return changes
+
+        self.catalog.transact(plan)
+        if acked:
+            self._after_ack(engine, np.concatenate(acked))
 
     def check_interest(self, stream: str) -> int:
         """Remove every message at or below some consumer's ack floor, on its filter, that no
@@ -748,6 +888,36 @@ class Consumers:
             return mask
 
         return self._remove_unneeded(engine, candidates)
+
+
+def _settled(c: Consumer, st: ConsumerState, view: StreamView, rest: Pending) -> ConsumerState:
+    """``st`` (of ``c``, with its new floor) with ``rest`` as its pending acks: derived from the
+    index where that gives them back exactly, listed where it does not any more."""
+    rest = rest.where(rest.seqs > st.ack_floor.stream_seq)
+    still = set(rest.seqs.tolist())
+    listed = [e for e in st.listed if e[0] in still]
+    trial = replace(st, listed=listed, listed_to=st.listed_to if listed else 0)
+    if view.pending(c.filters, trial).same(rest):
+        return trial
+    return replace(st, listed=rest.entries(), listed_to=st.delivered.stream_seq)
+
+
+def _terminated(st: ConsumerState, pending: Pending, hit: np.ndarray, now: int) -> Position:
+    """An explicit-ack consumer's floor once the ``hit`` pending entries are acked one by one in
+    stream order (``processAckMsgLocked`` → ``moveAckFloor``)."""
+    floor = st.ack_floor
+    left = np.ones(len(pending), dtype=bool)
+    for i in np.flatnonzero(hit):
+        left[i] = False
+        if not left.any():
+            return Position(st.delivered.consumer_seq, st.delivered.stream_seq, now)
+        if int(pending.dseqs[i]) == floor.consumer_seq + 1:
+            floor = Position(int(pending.dseqs[i]), int(pending.seqs[i]), now)
+            later = np.flatnonzero(left[i + 1 :])
+            if len(later):
+                j = i + 1 + int(later[0])
+                floor = Position(int(pending.dseqs[j]) - 1, int(pending.seqs[j]) - 1, now)
+    return floor
 
 
 def _partition_unique(name: str, partitions: list[str], others: list[Consumer]) -> bool:

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from jsspark.config import (
     ConsumerConfig,
+    StorageType,
     StreamConfig,
     check_stream_config,
     check_stream_update,
@@ -248,12 +249,21 @@ class Lake:
         """Like ``purge_stream`` but returns ``purged`` as the server's response carries it.
 
         Consumers within the purged subject move past the purged messages, as on the server.
+        A purge by subject or ``keep`` that removes one message is also reported to them as a
+        single removal (the stores' ``PurgeEx``): one that had it pending takes it as acked.
         """
         check_uint64("JSApiStreamPurgeRequest", seq=seq, keep=keep)
         engine = self.stream(name)
         before = StreamView(engine.index().rows, engine.state().last_seq, engine.config)
         purged = engine.purge(subject=subject, seq=seq, keep=keep)
-        self.consumers.on_purge(name, subject if subject and subject != ">" else None, before)
+        filtered = subject if subject and subject != ">" else None
+        self.consumers.on_purge(name, filtered, before)
+        if purged == 1 and (filtered or keep):
+            gone = np.flatnonzero(engine.index().positions_of(before.seqs) < 0)
+            own = before.rows["subject"][int(gone[0])].as_py()
+            # the file store reports the purge's subject, the memory store the message's
+            reported = own if engine.config.storage is StorageType.MEMORY else filtered or ">"
+            self.consumers.on_removed(name, before.seqs[gone[:1]], [own], matched_by=reported)
         return purged
 
     def delete_msg(self, stream_name: str, seq: int) -> bool:
@@ -271,9 +281,9 @@ class Lake:
 
     def enforce_limits(self, name: str) -> int:
         """Apply ``max_age`` and the other limits now (jobs schedule this); returns removed count.
-        Consumers take the removed messages they had pending as acked (``Consumers.on_removed``):
-        the messages live before and gone after, which include any another writer removed
-        meanwhile (taking those as acked too is what the server did when they went)."""
+        Consumers take the removed messages they had pending as acked (``Consumers.on_removed``);
+        what went is read off the index before and after, so a removal by another writer in
+        between is counted in too."""
         engine = self.stream(name)
         before = engine.index().frozen()
         removed = engine.enforce_limits()

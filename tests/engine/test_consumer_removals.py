@@ -14,11 +14,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
+from jsspark.engine.ingest import store_sourced
 from jsspark.engine.lake import connect
+from jsspark.engine.sourcing import identity_of
 from tests.engine.test_differential import Pair, paired, subj
 from tests.engine.test_update_stream import UpdatingLake, UpdatingServer
+from tests.live.test_durable_source import wait_for
 
 
 @pytest.fixture
@@ -71,6 +75,19 @@ def test_deleting_a_pending_message_acks_all_below_it_for_an_ack_all_consumer(
     _settle(pair, s, "C")
     pair.fetch(s, "C", 3)
     pair.ack(s, "C", 4, 3)
+    _settle(pair, s, "C")
+
+
+def test_an_ack_all_removal_below_the_floor_leaves_it_pending(pair: Pair) -> None:
+    """The removal is acked as any AckAll ack, so one whose delivery seq is not above the floor's
+    (here after an ack that named a later delivery seq) is ignored and stays pending."""
+    s = pair.stream()
+    pair.consumer_create(s, {"durable_name": "C", "ack_policy": "all"})
+    for t in "ab":
+        pair.publish(subj(s, t), t.encode())
+    pair.fetch(s, "C", 2)
+    pair.ack(s, "C", 1, 3)
+    pair.delete_msg(s, 2)
     _settle(pair, s, "C")
 
 
@@ -149,7 +166,6 @@ def test_a_purge_of_one_message_is_also_a_removal(pair: Pair) -> None:
             pair.settled("consumer_info", s, "U")
 
 
-@pytest.mark.xfail(strict=True, reason="publish-time removals not wired yet")
 @pytest.mark.parametrize("limit", [{"max_msgs_per_subject": 1}, {"max_msgs": 2}])
 def test_a_publish_pushing_out_a_pending_message_acks_it(pair: Pair, limit: dict[str, Any]) -> None:
     """A limit applied as a message is stored removes the oldest, pending or not, as any other
@@ -163,6 +179,31 @@ def test_a_publish_pushing_out_a_pending_message_acks_it(pair: Pair, limit: dict
     pair.fetch(s, "A", 2)
     pair.publish(subj(s, "a"), b"3")
     _settle(pair, s, "E", "A")
+
+
+def test_a_landing_pushing_out_a_pending_message_acks_it(pair: Pair) -> None:
+    """Sourced messages are stored one by one, each applying the target's limits: what they
+    push out is acked for the consumers that had it pending, as after a publish."""
+    o = pair.stream()
+    t = f"{o}T"
+    assert pair.add_stream(
+        {"name": t, "subjects": [f"{o.lower()}t.>"], "max_msgs": 2, "sources": [{"name": o}]}
+    ) == {"ok": True}
+    pair.streams.append(t)
+    identity = identity_of(pair.server._req(f"$JS.API.STREAM.INFO.{o}")["created"])
+    pair.consumer_create(t, {"durable_name": "E", "ack_policy": "explicit"})
+    for first, subjects in ((1, "ab"), (3, "cd")):
+        for x in subjects:
+            pair.server.publish(subj(o, x), x.encode())
+        last = first + len(subjects) - 1
+        wait_for(lambda last=last: pair.server.state(t)["last_seq"] == last, 10, f"message {last} sourced")
+        rows = pa.table({
+            "seq": list(range(first, last + 1)), "subject": [subj(o, x) for x in subjects],
+            "data": [x.encode() for x in subjects],
+        })  # fmt: skip
+        store_sourced(pair.lake.lake, t, rows, origin=o, identity=identity)
+        pair.fetch(t, "E", 1)
+    _settle(pair, t, "E")
 
 
 @pytest.mark.parametrize("retention", ["limits", "interest", "workqueue"])

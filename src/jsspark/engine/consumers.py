@@ -859,14 +859,10 @@ class Consumers:
                 hit = np.isin(pending.seqs, theirs)
                 if not hit.any():
                     continue
-                if c.config.ack_policy is AckPolicy.EXPLICIT:
-                    floor, rest = _terminated(st, pending, hit, now), pending.where(~hit)
-                else:  # processAckMsg as an ack of the highest: everything pending below goes with it
-                    top = int(np.flatnonzero(hit)[-1])
-                    floor = Position(int(pending.dseqs[top]), int(pending.seqs[top]), now)
-                    rest = pending.where(pending.seqs > floor.stream_seq)
-                    acked.append(pending.seqs[:top])
-                new = _settled(c, replace(st, ack_floor=floor), view, rest)
+                floor, left = _terminated(c.config.ack_policy, st, pending, hit, now)
+                if c.config.ack_policy is not AckPolicy.EXPLICIT:  # acked with what was pending below
+                    acked.append(pending.seqs[~left])
+                new = _settled(c, replace(st, ack_floor=floor), view, pending.where(left))
                 changes.append(Change(CONSUMER, stream, c.name, c.body(new)))
             return changes
 
@@ -902,22 +898,32 @@ def _settled(c: Consumer, st: ConsumerState, view: StreamView, rest: Pending) ->
     return replace(st, listed=rest.entries(), listed_to=st.delivered.stream_seq)
 
 
-def _terminated(st: ConsumerState, pending: Pending, hit: np.ndarray, now: int) -> Position:
-    """An explicit-ack consumer's floor once the ``hit`` pending entries are acked one by one in
-    stream order (``processAckMsgLocked`` → ``moveAckFloor``)."""
+def _terminated(
+    policy: AckPolicy, st: ConsumerState, pending: Pending, hit: np.ndarray, now: int
+) -> tuple[Position, np.ndarray]:
+    """A consumer's floor, and which pending entries stay, once the ``hit`` ones are acked one
+    by one in stream order (``processTerm`` → ``processAckMsgLocked``). Explicit: the entry goes
+    and the floor moves past it if it was the oldest (``moveAckFloor``). Ack-all: unless at or
+    below the floor (then it stays pending), the floor moves to it and everything up to it goes."""
     floor = st.ack_floor
     left = np.ones(len(pending), dtype=bool)
     for i in np.flatnonzero(hit):
+        sseq, dseq = int(pending.seqs[i]), int(pending.dseqs[i])
+        if policy is not AckPolicy.EXPLICIT:
+            if dseq > floor.consumer_seq and sseq > floor.stream_seq:
+                floor = Position(dseq, sseq, now)
+                left &= pending.seqs > sseq
+            continue
         left[i] = False
         if not left.any():
-            return Position(st.delivered.consumer_seq, st.delivered.stream_seq, now)
-        if int(pending.dseqs[i]) == floor.consumer_seq + 1:
-            floor = Position(int(pending.dseqs[i]), int(pending.seqs[i]), now)
+            return Position(st.delivered.consumer_seq, st.delivered.stream_seq, now), left
+        if dseq == floor.consumer_seq + 1:
+            floor = Position(dseq, sseq, now)
             later = np.flatnonzero(left[i + 1 :])
             if len(later):
                 j = i + 1 + int(later[0])
                 floor = Position(int(pending.dseqs[j]) - 1, int(pending.seqs[j]) - 1, now)
-    return floor
+    return floor, left
 
 
 def _partition_unique(name: str, partitions: list[str], others: list[Consumer]) -> bool:

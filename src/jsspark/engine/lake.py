@@ -171,6 +171,8 @@ class Lake:
                 interest_filters=lambda: self._interest_filters(name),
                 created_ns=rec.body["created_ns"],
             )
+            # a delete, a limit or an expiry: consumers take what they had pending as acked
+            engine.on_removed = lambda seqs, subjects: self.consumers.on_removed(name, seqs, subjects)
         self._streams[name] = (rec.rev, engine)
         return engine
 
@@ -270,28 +272,13 @@ class Lake:
         """``$JS.API.STREAM.MSG.DELETE``; a consumer that had the message pending takes it as
         acked, as on the server (``Consumers.on_removed``)."""
         check_uint64("JSApiMsgDeleteRequest", seq=seq)
-        engine = self.stream(stream_name)
-        index = engine.index()
-        pos = int(index.positions_of(np.array([seq], dtype=np.int64))[0])
-        subject = index.rows["subject"][pos].as_py() if pos >= 0 else None
-        engine.delete_msg(seq)  # refuses a seq that is not live
-        if subject is not None:
-            self.consumers.on_removed(stream_name, [seq], [subject])
+        self.stream(stream_name).delete_msg(seq)
         return True
 
     def enforce_limits(self, name: str) -> int:
         """Apply ``max_age`` and the other limits now (jobs schedule this); returns removed count.
-        Consumers take the removed messages they had pending as acked (``Consumers.on_removed``);
-        what went is read off the index before and after, so a removal by another writer in
-        between is counted in too."""
-        engine = self.stream(name)
-        before = engine.index().frozen()
-        removed = engine.enforce_limits()
-        if removed:
-            seqs = before.seq_array()
-            gone = engine.index().positions_of(seqs) < 0
-            self.consumers.on_removed(name, seqs[gone], before.rows["subject"].filter(pa.array(gone)))
-        return removed
+        Consumers take the removed messages they had pending as acked (``Consumers.on_removed``)."""
+        return self.stream(name).enforce_limits()
 
     def compact(self, name: str, target_size: int | None = None) -> dict[str, Any]:
         """Merge a stream's small files (schedule it with ``enforce_limits``)."""

@@ -480,9 +480,9 @@ class LakeStream:
         del data_len
         counts = coded.counts
         rollups = [Rollup(int(seqs[i]), plain[i].as_py(), kind) for i, kind in checked.rollups]
-        rollup_rows = np.full(n, None, dtype=object)  # each row's rollup kind, None for none
+        rollup_kinds = np.full(n, None, dtype=object)  # each row's rollup kind, None for none
         for i, kind in checked.rollups:
-            rollup_rows[i] = kind
+            rollup_kinds[i] = kind
         if store.all():
             new_subjects, new_headers, new_data, new_ids = subjects, batch.headers, batch.data, msg_ids
             new_seqs, new_sizes = seqs, sizes
@@ -493,7 +493,7 @@ class LakeStream:
             new_subjects, new_headers = subjects.take(idx), batch.headers.take(idx)
             new_data, new_ids = batch.data.take(idx), msg_ids.take(idx)
             new_seqs, new_sizes = seqs[keep], sizes[keep]
-            rollup_rows = rollup_rows[keep]
+            rollup_kinds = rollup_kinds[keep]
             plain = plain.take(idx)
         k = len(new_subjects)
         rows = pa.Table.from_arrays(
@@ -511,7 +511,7 @@ class LakeStream:
             schema=MESSAGE_SCHEMA,
         )
         groups = SubjectGroups.of(new_subjects, new_seqs, known, counts)
-        self._check_discard_new(index, rows, rollup_rows)
+        self._check_discard_new(index, rows, rollup_kinds)
         removals = self._removals(index, rows, groups, rollups, now, self._ttl_expiries(snap, index))
         n_old = index.rows.num_rows
         removed_mask, limited = None, None

@@ -835,8 +835,8 @@ class Consumers:
         may go; an explicit one drops it from pending and moves its floor past it if it was the
         oldest (``moveAckFloor``). Calling it again with the same messages changes nothing."""
         seqs = np.asarray(seqs, dtype=np.int64)
-        if not len(seqs):
-            return
+        if not len(seqs) or all(c.config.ack_policy is AckPolicy.NONE for c in self._all(stream)):
+            return  # no consumer acks: nothing to tell, and the stream's view is not read
         order = np.argsort(seqs)
         seqs, subjects = seqs[order], pa.array(subjects, pa.string()).take(pa.array(order))
         signals = subjects if matched_by is None else pa.array([matched_by] * len(seqs), pa.string())

@@ -233,15 +233,16 @@ class StreamView:
     def of(cls, engine: LakeStream) -> StreamView:
         return cls(engine.index().rows, engine.state().last_seq, engine.config)
 
-    def before_removal(self, seqs: np.ndarray, subjects: pa.Array, above: int) -> StreamView:
-        """The messages above ``above`` as they were before ``seqs`` (on ``subjects``) were
-        removed: enough for the pending acks of consumers whose floors are at or above it (a
-        message's being last on its subject depends only on later ones). Seqs and subjects only."""
-        kept = self.rows.select(["seq", "subject"]).slice(
-            int(np.searchsorted(self.seqs, above, side="right"))
-        )
+    def before_removal(self, seqs: np.ndarray, subjects: pa.Array, above: int, upto: int) -> StreamView:
+        """The messages in ``(above, upto]`` as they were before ``seqs`` (on ``subjects``) were
+        removed: enough for the pending acks of consumers whose floors are at or above ``above``
+        and whose positions (and skip lists) end at or below ``upto`` (a message's being last on
+        its subject depends only on later ones). Seqs and subjects only."""
+        lo, hi = np.searchsorted(self.seqs, [above, upto], side="right")
+        kept = self.rows.select(["seq", "subject"]).slice(int(lo), int(hi - lo))
         back = pa.table([pa.array(seqs, pa.int64()), subjects], names=["seq", "subject"]).cast(kept.schema)
-        rows = pa.concat_tables([kept, back.filter(pc.greater(back["seq"], above))]).sort_by("seq")
+        inside = pc.and_(pc.greater(back["seq"], above), pc.less_equal(back["seq"], upto))
+        rows = pa.concat_tables([kept, back.filter(inside)]).sort_by("seq")
         return StreamView(rows, self.last, self.config)
 
     def match(self, filters: list[str]) -> np.ndarray:
@@ -835,8 +836,8 @@ class Consumers:
         may go; an explicit one drops it from pending and moves its floor past it if it was the
         oldest (``moveAckFloor``). Calling it again with the same messages changes nothing."""
         seqs = np.asarray(seqs, dtype=np.int64)
-        if not len(seqs) or all(c.config.ack_policy is AckPolicy.NONE for c in self._all(stream)):
-            return  # no consumer acks: nothing to tell, and the stream's view is not read
+        if not any(_may_hold(c, seqs) for c in self._all(stream)):
+            return  # none can have them pending: nothing to tell, and the stream's view is not read
         order = np.argsort(seqs)
         seqs, subjects = seqs[order], pa.array(subjects, pa.string()).take(pa.array(order))
         signals = subjects if matched_by is None else pa.array([matched_by] * len(seqs), pa.string())
@@ -847,10 +848,12 @@ class Consumers:
 
         def plan(records: dict[Key, Record]) -> list[Change]:
             acked.clear()
-            acking = [c for c in self._all(stream, records) if c.config.ack_policy is not AckPolicy.NONE]
+            acking = [c for c in self._all(stream, records) if _may_hold(c, seqs)]
             if not acking:
                 return []
-            before = view.before_removal(seqs, subjects, min(c.state.ack_floor.stream_seq for c in acking))
+            above = min(c.state.ack_floor.stream_seq for c in acking)
+            ends = [max(c.state.delivered.stream_seq, c.state.resume, c.state.skipped_below) for c in acking]
+            before = view.before_removal(seqs, subjects, above, max(ends))
             changes = []
             for c in acking:
                 st = c.state
@@ -896,6 +899,15 @@ def _settled(c: Consumer, st: ConsumerState, view: StreamView, rest: Pending) ->
     if view.pending(c.filters, trial).same(rest):
         return trial
     return replace(st, listed=rest.entries(), listed_to=st.delivered.stream_seq)
+
+
+def _may_hold(c: Consumer, seqs: np.ndarray) -> bool:
+    """Whether any of ``seqs`` can be among the consumer's pending acks: it acks, and one lies
+    above its ack floor up to its delivered position (listed entries too lie there)."""
+    st = c.state
+    return c.config.ack_policy is not AckPolicy.NONE and bool(
+        ((seqs > st.ack_floor.stream_seq) & (seqs <= st.delivered.stream_seq)).any()
+    )
 
 
 def _terminated(

@@ -927,7 +927,7 @@ class LakeStream:
             )
             if marker_ttl > 0:
                 aged = expired(rows["ts_ns"].to_numpy(), int(cfg.max_age or 0), now, expires) & ~drop
-                last = self._last_to_expire(snap, rows, aged, drop)
+                last = self._last_to_expire(snap, index, aged, drop)
                 marked[:] = [subj for subj, _ in last]
                 aged[np.searchsorted(index.seq_array(), [seq for _, seq in last])] = False  # the marker's rollup
                 drop |= aged
@@ -946,17 +946,18 @@ class LakeStream:
         return removed
 
     def _last_to_expire(
-        self, snap: Snapshot, rows: pa.Table, aged: np.ndarray, drop: np.ndarray
+        self, snap: Snapshot, index: MessageIndex, aged: np.ndarray, drop: np.ndarray
     ) -> list[tuple[str, int]]:
         """The subjects an expiry empties and the seq of each one's newest expiring message,
         unless that is itself a marker: the server replaces it with a marker, whose rollup
         removes it (``handleRemovalOrSdm``)."""
         if not aged.any():
             return []
+        rows = index.rows
         gone = rows.filter(pa.array(aged | drop)).group_by("subject").aggregate([("seq", "count")])
-        live = pa.table({"subject": rows["subject"], "n": np.ones(rows.num_rows, np.int64)})
-        stats = live.group_by("subject").aggregate([("n", "sum")])
-        emptied = gone.join(stats, "subject").filter(pc.equal(pc.field("seq_count"), pc.field("n_sum")))["subject"]
+        emptied = gone.join(index.subject_stats(), "subject").filter(
+            pc.equal(pc.field("seq_count"), pc.field("msgs"))
+        )["subject"]
         newest = rows.filter(pa.array(aged)).group_by("subject").aggregate([("seq", "max")])
         newest = newest.filter(pc.is_in(newest["subject"], value_set=emptied.combine_chunks())).sort_by("seq_max")
         if not newest.num_rows:

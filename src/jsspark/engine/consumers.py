@@ -57,6 +57,7 @@ from jsspark.config import (
     ConsumerConfig,
     DeliverPolicy,
     RetentionPolicy,
+    StorageType,
     StreamConfig,
     check_consumer_config,
     check_decodable,
@@ -66,6 +67,8 @@ from jsspark.config.timestamps import UTCTime
 from jsspark.engine.api import ConsumerInfo, SequenceInfo
 from jsspark.engine.catalog import Change, Key, Record
 from jsspark.engine.index import MessageIndex
+from jsspark.engine.rollups import NEVER, RolledUp
+from jsspark.engine.rollups import SUBJECT as ROLLUP_SUBJECT
 from jsspark.engine.stream import LakeStream
 from jsspark.engine.table import Snapshot
 from jsspark.errors import APIError, api_error
@@ -773,50 +776,64 @@ class Consumers:
             fseq = view.first
         now = time.time_ns()
 
+        def alive(seqs: np.ndarray) -> np.ndarray:
+            return np.isin(seqs, view.seqs)
+
         def plan(records: dict[Key, Record]) -> list[Change]:
             changes = []
             for c in self._all(stream, records):
-                filters = c.filters or [">"]
-                start, wider = fseq, False
-                if subject and not all(subject_is_subset_match(f, subject) for f in filters):
-                    if not any(subjects_collide(f, subject) for f in filters):
-                        continue
-                    start, wider = view.first, True
-                if start == 0 and not wider:
-                    start = view.last + 1
+                target = _purge_target(c, subject, fseq, view.first)
+                if target is None:
+                    continue
                 st = c.state
-                delivered, floor = st.delivered, st.ack_floor
-                if delivered.stream_seq + 1 < start:
-                    delivered = Position(delivered.consumer_seq, start - 1, now)
-                pending = before.pending(c.filters, st)
-                drop = np.zeros(len(pending), dtype=bool)
-                if floor.stream_seq < start:  # pending is looked at only when the floor moves
-                    drop = pending.seqs < start
-                    if wider:  # and what the purge removed (or was already gone)
-                        drop |= ~np.isin(pending.seqs, view.seqs)
-                dropped = pending.where(drop)
-                # the in-memory floor the server reports: stream part start-1 for what lies below
-                # the new start; a wider consumer's purged pending move it to that message
-                # (2.15.1), the consumer part to the highest dropped delivery
-                floor_sseq = max(floor.stream_seq, start - 1)
-                floor_dseq = floor.consumer_seq
-                if len(dropped):
-                    p = int(dropped.seqs[-1])
-                    floor_dseq = max(floor_dseq, int(dropped.dseqs.max()))
-                    if wider and not np.isin(p, view.seqs):
-                        floor_sseq = max(floor_sseq, p)
-                floor = Position(floor_dseq, floor_sseq, now) if (floor_dseq, floor_sseq) != (
-                    floor.consumer_seq, floor.stream_seq) else floor
-                if len(dropped) == len(pending):  # nothing stays pending
-                    floor = Position(delivered.consumer_seq, delivered.stream_seq, now)
-                new = _settled(
-                    c, replace(st, delivered=delivered, ack_floor=floor), view, pending.where(~drop)
-                )
+                moved, rest = _purged(st, before.pending(c.filters, st), *target, alive, view.last, now,
+                                      c.config.ack_policy is not AckPolicy.EXPLICIT)
+                new = _settled(c, moved, view, rest)
                 if new != st:
                     changes.append(Change(CONSUMER, stream, c.name, c.body(new)))
             return changes
 
         self.catalog.transact(plan)
+
+    def on_rollups(self, stream: str, rolled: RolledUp) -> None:
+        """What a publish's rollups (or a landing's) do to consumers, each at its place among
+        the limits' removals of that publish, as the server makes them message by message
+        (``RolledUp``): a rollup purges its subject, or the stream, down to its message
+        (``on_purge``; down to nothing when an interest stream did not store it), and when it
+        removed exactly one message that one is also a single removal (``on_removed``); a
+        message a limit pushed out is a single removal. Called after the publish's commit."""
+        engine = self.lake.stream(stream)
+        if not self._all(stream):
+            return
+        before = StreamView(pa.table({"seq": rolled.seqs, "subject": rolled.subjects}), 0, engine.config)
+        view = StreamView.of(engine)
+        events = _rollup_events(rolled, memory=engine.config.storage is StorageType.MEMORY)
+        now = time.time_ns()
+        acked: list[np.ndarray] = []
+
+        def plan(records: dict[Key, Record]) -> list[Change]:
+            acked.clear()
+            changes = []
+            for c in self._all(stream, records):
+                st = c.state
+                moved, rest = st, before.pending(c.filters, st)
+                for e in events:
+                    target = _purge_target(c, *e.purge) if e.purge is not None else None
+                    if target is not None and _moves(moved, target[0] or e.at + 1):
+                        moved, rest = _purged(moved, rest, *target,
+                                              lambda seqs, at=e.at: _alive_after(rolled, seqs, at), e.at, now,
+                                              c.config.ack_policy is not AckPolicy.EXPLICIT)
+                    if len(e.removed):
+                        moved, rest, took = _removal_acked(c, moved, rest, e.removed, e.signals, now)
+                        acked.append(took)
+                new = _settled(c, moved, view, rest)
+                if new != st:
+                    changes.append(Change(CONSUMER, stream, c.name, c.body(new)))
+            return changes
+
+        self.catalog.transact(plan)
+        if acked:
+            self._after_ack(engine, np.concatenate(acked))
 
     def on_removed(
         self,
@@ -858,15 +875,11 @@ class Consumers:
             for c in acking:
                 st = c.state
                 pending = before.pending(c.filters, st)
-                theirs = seqs[match_filter(signals, c.filters or [">"]).to_numpy(zero_copy_only=False)]
-                hit = np.isin(pending.seqs, theirs)
-                if not hit.any():
+                moved, rest, took = _removal_acked(c, st, pending, seqs, signals, now)
+                if moved is st:
                     continue
-                floor, left = _terminated(c.config.ack_policy, st, pending, hit, now)
-                if c.config.ack_policy is not AckPolicy.EXPLICIT:  # acked with what was pending below
-                    acked.append(pending.seqs[~left])
-                new = _settled(c, replace(st, ack_floor=floor), view, pending.where(left))
-                changes.append(Change(CONSUMER, stream, c.name, c.body(new)))
+                acked.append(took)
+                changes.append(Change(CONSUMER, stream, c.name, c.body(_settled(c, moved, view, rest))))
             return changes
 
         self.catalog.transact(plan)
@@ -887,6 +900,142 @@ class Consumers:
             return mask
 
         return self._remove_unneeded(engine, candidates)
+
+
+def _purge_target(c: Consumer, subject: str | None, subject_first: int, stream_first: int) -> tuple[int, bool] | None:
+    """Where a purge moves consumer ``c`` (``purgeLocked``): ``(start, wider)``, or None when
+    the purged ``subject`` is outside its filters. Within the subject (every consumer for a
+    full purge) it starts at the first message left on the subject (``subject_first``; 0 for
+    none, then after the stream's last); a wider one at the stream's new first seq."""
+    filters = c.filters or [">"]
+    if subject and not all(subject_is_subset_match(f, subject) for f in filters):
+        if not any(subjects_collide(f, subject) for f in filters):
+            return None
+        return stream_first, True
+    return (subject_first if subject else stream_first), False
+
+
+def _purged(
+    st: ConsumerState, pending: Pending, start: int, wider: bool, alive: Callable[[np.ndarray], np.ndarray],
+    last: int, now: int, acks_all: bool,
+) -> tuple[ConsumerState, Pending]:
+    """``consumer.purge(start, last, wider)`` on state ``st`` with its ``pending`` acks: the
+    position moves up to ``start``; if the ack floor lies below it, pending messages below it
+    go, and for a wider consumer those no longer stored (``alive`` says which are). Returns
+    the new state and what stays pending."""
+    if start == 0 and not wider:
+        start = last + 1
+    delivered, floor = st.delivered, st.ack_floor
+    if delivered.stream_seq + 1 < start:
+        delivered = Position(delivered.consumer_seq, start - 1, now)
+    if not len(pending):  # nothing pending: the floor is the position
+        if (delivered.consumer_seq, delivered.stream_seq) == (floor.consumer_seq, floor.stream_seq):
+            return (st if delivered is st.delivered else replace(st, delivered=delivered, ack_floor=floor)), pending
+        return replace(st, delivered=delivered, ack_floor=Position(delivered.consumer_seq, delivered.stream_seq, now)), pending
+    drop = np.zeros(len(pending), dtype=bool)
+    if floor.stream_seq < start:  # pending is looked at only when the floor moves
+        drop = pending.seqs < start
+        if wider:  # and what the purge removed (or was already gone)
+            drop |= ~alive(pending.seqs)
+    dropped = pending.where(drop)
+    # the in-memory floor the server reports: stream part start-1 for what lies below the new
+    # start, for an ack-all consumer moved to a wider purge's highest purged pending (2.15.1;
+    # not for explicit acks), the consumer part to the highest dropped delivery
+    floor_sseq = max(floor.stream_seq, start - 1)
+    floor_dseq = floor.consumer_seq
+    if len(dropped):
+        p = int(dropped.seqs[-1])
+        floor_dseq = max(floor_dseq, int(dropped.dseqs.max()))
+        if wider and acks_all and not alive(np.array([p], np.int64))[0]:
+            floor_sseq = max(floor_sseq, p)
+    if (floor_dseq, floor_sseq) != (floor.consumer_seq, floor.stream_seq):
+        floor = Position(floor_dseq, floor_sseq, now)
+    if len(dropped) == len(pending):  # nothing stays pending
+        floor = Position(delivered.consumer_seq, delivered.stream_seq, now)
+    if (delivered, floor) == (st.delivered, st.ack_floor):
+        return st, pending.where(~drop)
+    return replace(st, delivered=delivered, ack_floor=floor), pending.where(~drop)
+
+
+def _moves(st: ConsumerState, start: int) -> bool:
+    """Whether a purge to ``start`` changes the consumer: its position or floor lie below it
+    (``consumer.purge`` looks at pending only then)."""
+    return st.delivered.stream_seq + 1 < start or st.ack_floor.stream_seq < start
+
+
+def _removal_acked(
+    c: Consumer, st: ConsumerState, pending: Pending, seqs: np.ndarray, signals: pa.Array, now: int
+) -> tuple[ConsumerState, Pending, np.ndarray]:
+    """``decStreamPending`` for removed ``seqs`` (each signalled on a subject of ``signals``):
+    those ``c`` takes and has pending are acked (``_terminated``). Returns the state (``st``
+    itself when nothing changed), what stays pending, and the seqs the acks cover (AckAll:
+    what was pending below; none for explicit acks)."""
+    none = np.zeros(0, np.int64)
+    if c.config.ack_policy is AckPolicy.NONE or not len(pending):
+        return st, pending, none
+    theirs = seqs[match_filter(signals, c.filters or [">"]).to_numpy(zero_copy_only=False)]
+    hit = np.isin(pending.seqs, theirs)
+    if not hit.any():
+        return st, pending, none
+    floor, left = _terminated(c.config.ack_policy, st, pending, hit, now)
+    took = pending.seqs[~left] if c.config.ack_policy is not AckPolicy.EXPLICIT else none
+    return replace(st, ack_floor=floor), pending.where(left), took
+
+
+@dataclass(frozen=True)
+class _Removal:
+    """One step of a publish's removals, as consumers see it: at message ``at``, a purge
+    (``purge``: subject or None, first left on it, the stream's first seq) and/or single
+    removals (``removed`` seqs, each signalled on ``signals``)."""
+
+    at: int
+    purge: tuple[str | None, int, int] | None
+    removed: np.ndarray
+    signals: pa.Array
+
+
+_NO_SIGNALS = pa.array([], pa.string())
+
+
+def _rollup_events(rolled: RolledUp, memory: bool) -> list[_Removal]:
+    """A publish's removals in the server's order: the messages a limit pushed out when
+    message ``at`` was stored (``at`` 0: an expiry, before it all), single removals; then, for
+    a rollup message, its purge, and its one purged message as a single removal when the
+    purge removed exactly one (the file store signals it on the purged subject, or ``>``; the
+    memory store on the message's own subject)."""
+    seqs, moments = rolled.seqs, rolled.moments
+    reach = np.maximum.accumulate(moments) if len(moments) else moments  # first row alive after ``at``
+    events: list[_Removal] = []
+    limited = np.flatnonzero(~rolled.rolled & (moments != NEVER))
+    for m in np.unique(moments[limited]):
+        rows = limited[moments[limited] == m]
+        events.append(_Removal(int(m), None, seqs[rows], rolled.subjects.take(pa.array(rows))))
+    purged = np.flatnonzero(rolled.rolled)
+    at, where, count = np.unique(moments[purged], return_index=True, return_counts=True)
+    alone = dict(zip(at[count == 1].tolist(), purged[where[count == 1]].tolist(), strict=True))  # purges of one
+    ats = np.array([r.seq for r in rolled.rollups], dtype=np.int64)
+    ks = np.searchsorted(reach, ats, side="right")
+    for r, kept, k in zip(rolled.rollups, rolled.kept, ks.tolist(), strict=True):
+        first = int(seqs[k]) if k < len(seqs) and seqs[k] <= r.seq else r.seq + 1
+        subject = r.subject if r.kind == ROLLUP_SUBJECT else None
+        one, signals = alone.get(r.seq), _NO_SIGNALS
+        if one is not None:
+            own = rolled.subjects[one].as_py()
+            signals = pa.array([own if memory else subject or ">"], pa.string())
+        events.append(_Removal(r.seq, (subject, r.seq if kept else 0, first),
+                               seqs[one : one + 1] if one is not None else seqs[:0], signals))
+    events.sort(key=lambda e: (e.at, e.purge is not None))
+    return events
+
+
+def _alive_after(rolled: RolledUp, seqs: np.ndarray, at: int) -> np.ndarray:
+    """Which of ``seqs`` are stored right after the publish's message ``at`` (rolled up)."""
+    pos = np.searchsorted(rolled.seqs, seqs)
+    found = pos < len(rolled.seqs)
+    found[found] = rolled.seqs[pos[found]] == seqs[found]
+    out = np.zeros(len(seqs), dtype=bool)
+    out[found] = rolled.moments[pos[found]] > at
+    return out
 
 
 def _settled(c: Consumer, st: ConsumerState, view: StreamView, rest: Pending) -> ConsumerState:

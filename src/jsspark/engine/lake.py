@@ -173,6 +173,7 @@ class Lake:
             )
             # a delete, a limit or an expiry: consumers take what they had pending as acked
             engine.on_removed = lambda seqs, subjects: self.consumers.on_removed(name, seqs, subjects)
+            engine.on_rolled_up = lambda rolled: self.consumers.on_rollups(name, rolled)  # a rollup purges
         self._streams[name] = (rec.rev, engine)
         return engine
 

@@ -45,3 +45,74 @@ def purged_by(seqs: np.ndarray, subjects: pa.Array | pa.ChunkedArray, rollups: S
         below = np.append(np.fromiter(last_on.values(), np.int64, len(last_on)), 0)[pos]  # -1: the 0 appended
         out |= seqs < below
     return out
+
+
+NEVER = np.iinfo(np.int64).max  # a message no removal of the publish reached
+
+
+@dataclass(frozen=True)
+class RolledUp:
+    """A publish's rollups and limit removals in the order the server makes them, for its
+    consumers (``purgeLocked`` → ``consumer.purge``, a limit → ``decStreamPending``).
+
+    ``seqs``/``subjects``: the stream's messages before the publish, then the ones it stored;
+    ``moments``: per message, the seq of the published message by whose storing (a limit) or
+    rollup (``rolled``) it went, 0 for an expiry, ``NEVER`` for one that stays; ``kept``: per
+    rollup, whether its message was stored (an interest stream purges to nothing when not)."""
+
+    rollups: list[Rollup]
+    kept: list[bool]
+    seqs: np.ndarray
+    subjects: pa.Array
+    moments: np.ndarray
+    rolled: np.ndarray
+
+
+def rollup_moments(seqs: np.ndarray, subjects: pa.Array | pa.ChunkedArray, rollups: Sequence[Rollup]) -> np.ndarray:
+    """Per message (``seqs`` ascending), the seq of the first later rollup that purges it
+    (one on its subject, or ``all``); ``NEVER`` where none does."""
+    out = np.full(len(seqs), NEVER, dtype=np.int64)
+    if not rollups or not len(seqs):
+        return out
+    alls = np.array(sorted(r.seq for r in rollups if r.kind == ALL), dtype=np.int64)
+    if len(alls):
+        i = np.searchsorted(alls, seqs, side="right")
+        hit = i < len(alls)
+        out[hit] = alls[i[hit]]
+    subs = [r for r in rollups if r.kind == SUBJECT]
+    if subs:
+        if pa.types.is_dictionary(subjects.type):
+            subjects = subjects.cast(pa.string())
+        names = {name: i for i, name in enumerate(dict.fromkeys(r.subject for r in subs))}
+        code = pc.fill_null(pc.index_in(subjects, value_set=pa.array(list(names), pa.string())), -1)
+        code = (code.to_numpy() if isinstance(code, pa.ChunkedArray) else code.to_numpy(zero_copy_only=False))
+        code = code.astype(np.int64)
+        span = int(max(int(seqs[-1]), max(r.seq for r in subs))) + 2
+        keys = np.sort(np.array([names[r.subject] * span + r.seq for r in subs], dtype=np.int64))
+        on = code >= 0
+        row_keys = code[on] * span + seqs[on]
+        j = np.searchsorted(keys, row_keys, side="right")
+        ok = (j < len(keys)) & ((keys[np.minimum(j, len(keys) - 1)] // span) == code[on])
+        nxt = np.full(int(on.sum()), NEVER, dtype=np.int64)
+        nxt[ok] = keys[j[ok]] % span
+        out[on] = np.minimum(out[on], nxt)
+    return out
+
+
+def pushed_out_by(seqs: np.ndarray, subjects: pa.Array | pa.ChunkedArray, per_subject: int) -> np.ndarray:
+    """Per message, the seq of the message ``per_subject`` later on its subject, whose storing
+    pushes it out under ``max_msgs_per_subject``; ``NEVER`` where there is none."""
+    out = np.full(len(seqs), NEVER, dtype=np.int64)
+    if per_subject <= 0 or not len(seqs):
+        return out
+    codes = pc.dictionary_encode(subjects.cast(pa.string()) if pa.types.is_dictionary(subjects.type) else subjects)
+    if isinstance(codes, pa.ChunkedArray):
+        codes = codes.combine_chunks()
+    code = codes.indices.to_numpy(zero_copy_only=False)
+    order = np.lexsort((seqs, code))  # by subject, then seq
+    c, s = code[order], seqs[order]
+    later = np.arange(len(order)) + per_subject
+    ok = later < len(order)
+    ok[ok] = c[later[ok]] == c[ok]
+    out[order[ok]] = s[later[ok]]
+    return out

@@ -36,8 +36,8 @@ from jsspark.engine.index_store import IndexStore
 from jsspark.engine.limits import expired, removal_mask, seq_ranges_predicate
 from jsspark.engine.partitioning import PartitionKey
 from jsspark.engine.rollups import ALL as ROLLUP_ALL
+from jsspark.engine.rollups import NEVER, RolledUp, Rollup, purged_by, pushed_out_by, rollup_moments
 from jsspark.engine.rollups import SUBJECT as ROLLUP_SUBJECT
-from jsspark.engine.rollups import Rollup, purged_by
 from jsspark.engine.schema import (
     INDEX_COLUMNS,
     MESSAGE_SCHEMA,
@@ -148,6 +148,7 @@ class Plan:
     groups: SubjectGroups  # the stored rows' subjects, computed once for state and index
     ids: list[str | None] | None = None  # per input row, when the dedup window needed them
     limited: pa.Table | None = None  # ``seq``, ``subject`` of the stored messages a limit pushed out
+    rolled_up: RolledUp | None = None  # with rollups, what the consumers are told instead of ``limited``
 
 
 @dataclass
@@ -187,6 +188,9 @@ class LakeStream:
         # limit, an expiry), as the server tells its consumers (``decStreamPending``); purges
         # and rollups are not single removals.
         self.on_removed: Callable[[np.ndarray, pa.Array], None] | None = None
+        # Told after a commit that applied rollups, with those and the limits' removals in the
+        # order the server makes them (``RolledUp``); then ``on_removed`` is not told.
+        self.on_rolled_up: Callable[[RolledUp], None] | None = None
         self._dedup = DedupWindow()  # the msg ids of the dedup window (see dedup.py)
         self._store = IndexStore(table)
 
@@ -323,7 +327,9 @@ class LakeStream:
             )
             self._after_commit(index, snap, version, plan.rows, plan.removed, plan.state, plan.groups)
             self._remember_ids(batch, plan, now)
-            if self.on_removed is not None and plan.limited is not None and plan.limited.num_rows:
+            if plan.rolled_up is not None and self.on_rolled_up is not None:
+                self.on_rolled_up(plan.rolled_up)
+            elif self.on_removed is not None and plan.limited is not None and plan.limited.num_rows:
                 self.on_removed(plan.limited["seq"].to_numpy(), plan.limited["subject"])
             return BatchAck(self.name, plan.seqs, plan.duplicates, plan.rows.num_rows)
 
@@ -512,11 +518,20 @@ class LakeStream:
         )
         groups = SubjectGroups.of(new_subjects, new_seqs, known, counts)
         self._check_discard_new(index, rows, rollup_kinds)
-        removals = self._removals(index, rows, groups, rollups, now, self._ttl_expiries(snap, index))
+        track = bool(rollups) and self.on_rolled_up is not None
+        removals = self._removals(index, rows, groups, rollups, now, self._ttl_expiries(snap, index), track)
         n_old = index.rows.num_rows
-        removed_mask, limited = None, None
+        removed_mask, limited, rolled_up = None, None, None
         if removals is not None:
-            gone, rolled = removals
+            gone, rolled, moments = removals
+            if moments is not None:
+                stored = set(rows["seq"].to_pylist()) if not store.all() else None
+                rolled_up = RolledUp(
+                    rollups, [stored is None or r.seq in stored for r in rollups],
+                    np.concatenate([index.seq_array(), rows["seq"].to_numpy()]),
+                    pa.concat_arrays([column(index.rows, "subject"), column(rows, "subject")]),
+                    moments, rolled,
+                )
             if gone[n_old:].any():
                 rows = rows.filter(pa.array(~gone[n_old:]))
                 groups = SubjectGroups.of(rows["subject"], rows["seq"].to_numpy())
@@ -529,7 +544,7 @@ class LakeStream:
         state = index.state_after(rows.select(INDEX_COLUMNS), removed_mask, last_seq, last_ts, groups)
         took = np.flatnonzero(accepted)
         state[LAST_MSG_ID] = (msg_ids[int(took[-1])].as_py() or "") if len(took) else self._last_msg_id(index)
-        return Plan(rows, removed, last_seq, seqs, duplicates, state, groups, ids, limited)
+        return Plan(rows, removed, last_seq, seqs, duplicates, state, groups, ids, limited, rolled_up)
 
     def _wanted(self, subjects: pa.Array) -> np.ndarray:
         """Per row of an interest stream's batch: does some consumer's filter match it?"""
@@ -540,10 +555,11 @@ class LakeStream:
 
     def _removals(
         self, index: MessageIndex, rows: pa.Table, groups: SubjectGroups, rollups: list[Rollup], now: int,
-        ttls: Expiries | None,
-    ) -> tuple[np.ndarray, np.ndarray] | None:
+        ttls: Expiries | None, track: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
         """What the limits and rollups remove once ``rows`` are stored: masks over the index's
-        rows followed by ``rows``, of all removals and of those by rollups (None: nothing).
+        rows followed by ``rows``, of all removals and of those by rollups (None: nothing), and
+        with ``track`` when each went (``RolledUp.moments``, for the consumers).
 
         The server stores each message (applying limits) and then rolls up. Per-subject limits,
         ages and rollups remove the same whatever the order, so one pass does; ``max_msgs`` and
@@ -582,17 +598,31 @@ class LakeStream:
             )]] = True
 
         totals = _v(cfg.discard) != "new" and (int(cfg.max_msgs) >= 0 or int(cfg.max_bytes) >= 0)
+        moments = np.full(len(seqs), NEVER, dtype=np.int64) if track else None
         if rollups and totals:
             for r in rollups:  # stored up to this rollup, limits applied, then rolled up
                 limits(int(np.searchsorted(seqs, r.seq, side="right")))
-                rolled |= purged_by(seqs, combined["subject"], [r]) & ~gone
+                step = purged_by(seqs, combined["subject"], [r]) & ~gone
+                if moments is not None:
+                    moments[gone & (moments == NEVER)] = r.seq  # pushed out on the way to it
+                    moments[step] = r.seq
+                rolled |= step
                 gone |= rolled
         if self._has_limits() or expires is not None:
             limits(combined.num_rows)
+        if moments is not None and totals:
+            moments[gone & (moments == NEVER)] = int(seqs[-1]) if len(seqs) else 0
         if rollups and not totals:
-            rolled |= purged_by(seqs, combined["subject"], rollups) & ~gone
+            if moments is None:
+                rolled |= purged_by(seqs, combined["subject"], rollups) & ~gone
+            else:  # each went by what reached it first: a limit at a message's storing, or a rollup after it
+                by_limit = np.where(gone, pushed_out_by(seqs, combined["subject"], per_subject), NEVER)
+                by_limit[gone & (by_limit == NEVER)] = 0  # an age or a TTL: gone before the publish
+                by_rollup = rollup_moments(seqs, combined["subject"], rollups)
+                rolled = by_rollup < by_limit
+                moments[:] = np.minimum(by_limit, by_rollup)
             gone |= rolled
-        return gone, rolled
+        return gone, rolled, moments
 
     @staticmethod
     def _most_on_a_subject(index: MessageIndex, added: SubjectGroups) -> int:
@@ -986,19 +1016,27 @@ class LakeStream:
             return 0
         now = now_ns or time.time_ns()
         limited: list[pa.Table] = []
+        told: list[RolledUp] = []
+        track = bool(rollups) and self.on_rolled_up is not None
 
         def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
             nothing = index.rows.slice(0, 0)
             removals = self._removals(index, nothing, SubjectGroups.of(nothing["subject"], np.zeros(0, np.int64)),
-                                      rollups, now, self._ttl_expiries(snap, index))
+                                      rollups, now, self._ttl_expiries(snap, index), track)
+            told.clear()
             if removals is None:
                 return np.zeros(0, np.int64)
-            gone, rolled = removals
+            gone, rolled, moments = removals
             limited[:] = [index.rows.select(["seq", "subject"]).filter(pa.array(gone & ~rolled))]
+            if moments is not None:  # the landed rows are stored already: every rollup kept its message
+                told.append(RolledUp(rollups, [True] * len(rollups), index.seq_array(), column(index.rows, "subject"),
+                                     moments, rolled))
             return index.seq_array()[gone]
 
         removed = self.remove_seqs(choose)
-        if removed and limited and limited[0].num_rows and self.on_removed is not None:
+        if told and self.on_rolled_up is not None:
+            self.on_rolled_up(told[0])
+        elif removed and limited and limited[0].num_rows and self.on_removed is not None:
             self.on_removed(limited[0]["seq"].to_numpy(), limited[0]["subject"])
         if int(self.config.subject_delete_marker_ttl or 0) > 0:
             removed += self.enforce_limits(now)  # expiries there place subject delete markers

@@ -4,6 +4,8 @@ After storing a rollup message the server purges its subject (``sub``) or the wh
 (``all``) down to that message (``keep: 1``), or down to nothing when the message was not
 stored because nobody on an interest stream wanted it (``keep: 0``). Only older messages
 go, so over a batch a message is purged when a later rollup covers its subject.
+``RolledUp`` carries when each removal of a batch happened, so its consumers are told of each
+rollup at its place (``Consumers.on_rollups``).
 """
 
 from __future__ import annotations

@@ -486,6 +486,26 @@ def test_an_interest_target_stores_no_landed_message_nobody_wants(pair: Pair) ->
     pair.check(target["name"])
 
 
+@pytest.mark.parametrize("rollup", ["sub", "all"])
+def test_a_landed_rollup_nobody_wants_still_purges(pair: Pair, rollup: str) -> None:
+    """An interest target does not store a landed message no consumer wants, but its rollup
+    still purges (keep 0): ``all`` empties the stream, and the consumer moves past it."""
+    o = pair.stream(allow_rollup_hdrs=True)
+    target = {"name": f"{o}I", "subjects": [f"{o.lower()}i.>"], "retention": "interest", "allow_rollup_hdrs": True,
+              "sources": [{"name": o}]}
+    assert pair.add_stream(target) == {"ok": True}
+    pair.streams.append(target["name"])
+    pair.consumer_create(target["name"], {"durable_name": "B", "ack_policy": "explicit",
+                                          "filter_subjects": [subj(o, "b"), subj(o, "c")]})
+    msgs = [("b", b"1", None), ("c", b"2", None), ("a", b"3", [("Nats-Rollup", rollup)]), ("c", b"4", None)]
+    for i, (t, d, h) in enumerate(msgs, 1):  # one at a time: the target takes each before the next
+        pair.server.publish(subj(o, t), d, headers=h)
+        wait_for(lambda i=i: pair.server.state(target["name"])["last_seq"] == i, 10, f"message {i} landed")
+    _land_in_one_call(pair, target["name"], o, msgs, mirror=False)
+    pair.check(target["name"])
+    pair.settled("consumer_info", target["name"], "B")
+
+
 def test_a_discard_new_target_refuses_a_landing_past_its_limit(tmp_path: Any) -> None:
     """The server refuses the message and retries its origin until there is room; the lake
     refuses the landing with the server's error, storing nothing of it (nothing skipped)."""

@@ -116,7 +116,7 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: A
         rows, last_seq, last_ts = build(snap)  # type: ignore[operator]
         if skip_empty and not rows.num_rows:
             return BatchAck(ls.name, np.zeros(0, np.int64), np.zeros(0, bool), 0)
-        rows = ls.landing(index, rows)
+        rows, skipped = ls.landing(index, rows)
         rows, groups = _partitioned(ls, index, rows)
         state = index.state_after(rows.select(INDEX_COLUMNS), None, last_seq, last_ts, groups)
         try:
@@ -130,7 +130,7 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: A
         ls._after_commit(index, snap, version, rows, None, state, groups)
         ls._remember_stored(rows)
         seqs = rows["seq"].to_numpy()
-        ls.settle_landed(rows)
+        ls.settle_landed(rows, skipped=skipped)
         return BatchAck(ls.name, seqs, np.zeros(len(seqs), bool), rows.num_rows)
     raise RuntimeError(f"stream {ls.name}: gave up storing after {MAX_ATTEMPTS} concurrent commits")
 

@@ -997,21 +997,30 @@ class LakeStream:
         markers = {r["seq"] for r in found.to_pylist() if is_marker(H.from_arrow(r["headers"]))}
         return [(subj, seq) for subj, seq in zip(newest["subject"].to_pylist(), seqs, strict=True) if seq not in markers]
 
-    def landing(self, index: MessageIndex, rows: pa.Table) -> pa.Table:
+    def landing(self, index: MessageIndex, rows: pa.Table) -> tuple[pa.Table, list[Rollup]]:
         """Mirrored or sourced ``rows`` about to be stored, as the server's ``processJetStreamMsg``
         takes them: on an interest stream those nobody wants are not stored (their seqs are
-        still used); a discard-new limit refuses the landing (the server retries the origin
-        until there is room: nothing is skipped)."""
+        still used), yet their rollups purge (returned, for ``settle_landed``); a discard-new
+        limit refuses the landing (the server retries the origin until there is room: nothing
+        is skipped)."""
+        skipped: list[Rollup] = []
         if _v(self.config.retention) == "interest" and rows.num_rows:
-            rows = rows.filter(pa.array(self._wanted(rows["subject"])))
+            wanted = self._wanted(rows["subject"])
+            if not wanted.all():
+                skipped = self._landed_rollups(rows.filter(pa.array(~wanted)))
+                rows = rows.filter(pa.array(wanted))
         self._check_discard_new(index, rows, self._landed_rollups(rows, kinds_only=True))
-        return rows
+        return rows, skipped
 
-    def settle_landed(self, rows: pa.Table, now_ns: int | None = None) -> int:
+    def settle_landed(self, rows: pa.Table, now_ns: int | None = None, skipped: Sequence[Rollup] = ()) -> int:
         """After landing ``rows``: the limits, expiries and the rollups those messages carry
-        (honoured, unchecked, where the stream allows rollups), message by message as the
-        server stores them one at a time; returns the removed count."""
-        rollups = self._landed_rollups(rows)
+        (honoured, unchecked, where the stream allows rollups), and those of the landed
+        messages ``skipped`` (not stored: nobody on the interest stream wanted them), message
+        by message as the server stores them one at a time; returns the removed count."""
+        stored = self._landed_rollups(rows)
+        rollups = sorted([*stored, *skipped], key=lambda r: r.seq)
+        unstored = {r.seq for r in skipped}
+        kept = [r.seq not in unstored for r in rollups]
         if not rollups and not self._has_limits() and not self.config.allow_msg_ttl:
             return 0
         now = now_ns or time.time_ns()
@@ -1028,9 +1037,8 @@ class LakeStream:
                 return np.zeros(0, np.int64)
             gone, rolled, moments = removals
             limited[:] = [index.rows.select(["seq", "subject"]).filter(pa.array(gone & ~rolled))]
-            if moments is not None:  # the landed rows are stored already: every rollup kept its message
-                told.append(RolledUp(rollups, [True] * len(rollups), index.seq_array(), column(index.rows, "subject"),
-                                     moments, rolled))
+            if moments is not None:  # the landed rows are in the index already
+                told.append(RolledUp(rollups, kept, index.seq_array(), column(index.rows, "subject"), moments, rolled))
             return index.seq_array()[gone]
 
         removed = self.remove_seqs(choose)

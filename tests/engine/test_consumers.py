@@ -295,6 +295,16 @@ def test_interest_retention_removes_what_every_consumer_acked(pair: Pair) -> Non
     pair.check(s)  # the last consumer: a full purge
 
 
+def test_deleting_the_only_consumer_of_a_never_written_interest_stream_purges_it(pair: Pair) -> None:
+    """The server's full purge moves a never-written stream's first seq from 0 to 1."""
+    s = pair.stream(retention="interest")
+    pair.consumer_create(s, {"durable_name": "C", "ack_policy": "explicit"})
+    pair.consumer_delete(s, "C")
+    pair.settled("state", s)
+    pair.publish(subj(s, "a"), b"nobody")
+    pair.settled("state", s)
+
+
 def test_interest_reset_forward_removes_messages_that_lost_interest(pair: Pair) -> None:
     s = pair.stream(retention="interest")
     pair.consumer_create(s, {"durable_name": "R", "ack_policy": "all"})

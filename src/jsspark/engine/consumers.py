@@ -562,6 +562,8 @@ class Consumers:
         if engine.config.retention is RetentionPolicy.INTEREST:
             floor = gone["c"].state.ack_floor.stream_seq
             self._remove_unneeded(engine, lambda v, cs: v.seqs >= floor if cs else np.ones(len(v.seqs), bool))
+            if not self._all(stream):  # the server purges: a never-written stream then starts at 1
+                engine.mark_purged()
         return True
 
     # -- positions -------------------------------------------------------------------------

@@ -871,7 +871,7 @@ class LakeStream:
 
         removed = self.remove_seqs(choose)
         if not removed and not subject and not seq and not keep:
-            self._mark_purged()
+            self.mark_purged()
         return removed
 
     def start_at(self, first_seq: int) -> None:
@@ -882,9 +882,9 @@ class LakeStream:
         if first_seq > 1:
             self._compact(first_seq)
         elif first_seq == 1:
-            self._mark_purged()
+            self.mark_purged()
 
-    def _mark_purged(self) -> None:
+    def mark_purged(self) -> None:
         """A never-written stream reports first_seq 0 until its first purge, then last+1: record it."""
 
         def attempt(snap: Snapshot, index: MessageIndex) -> None:

@@ -4,7 +4,7 @@ A Delta-backed stream has no cluster to place on, no replicas to keep in sync an
 store. Such settings are kept (they round-trip and reach a real server unchanged) and
 reported once per stream name and field, so nothing is dropped silently.
 
-Message counters, schedules and atomic batch publish change what a publish stores and
+Message counters, schedules, atomic and fast batch publish change what a publish stores and
 answers; a lake stream has none of them, so a config enabling one is refused.
 """
 
@@ -37,6 +37,7 @@ UNSUPPORTED = {
     "allow_msg_counter": "message counters",
     "allow_msg_schedules": "message schedules",
     "allow_atomic": "atomic batch publish",
+    "allow_batched": "fast batch publish",  # the lake's own publish_batch is one commit per call
 }
 
 

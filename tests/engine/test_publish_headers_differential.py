@@ -285,8 +285,8 @@ def test_full_purge_forms_of_a_never_written_stream(pair: Pair, req: dict[str, A
 @pytest.mark.parametrize("key", ["allow_msg_counter", "allow_msg_schedules", "allow_atomic", "allow_batched"])
 def test_lake_refuses_features_it_does_not_have(tmp_path: Any, key: str) -> None:
     """Counters, schedules, atomic and fast batches would change what a publish stores and
-    answers: a lake stream
-    enabling one is refused at create and update, naming the field, and nothing is created."""
+    answers: a lake stream enabling one is refused at create and update, naming the field, and
+    nothing is created."""
     lake = connect(tmp_path / "lake")
     with pytest.raises(UnsupportedConfigError, match=f"stream 'U': {key} is not supported by a lake stream"):
         lake.add_stream({"name": "U", "subjects": ["u.>"], key: True})

@@ -269,3 +269,25 @@ def test_a_purge_drops_what_an_old_filter_left_pending(pair: Pair) -> None:
     pair.publish(subj(s, "a"), b"a")
     pair.fetch(s, "E", 2)
     pair.consumer_info(s, "E")
+
+
+def test_an_explicit_ack_takes_a_pending_message_below_a_purged_delivery(pair: Pair) -> None:
+    """A wider purge that removes a later pending delivery moves the floor's delivery seq past
+    the older one still pending; acking that one still takes it (``processAckMsg`` looks it up
+    in ``o.pending``): nothing stays pending, and on an interest stream it goes. (The server then
+    reports the floor's stream seq unmoved; the lake reports the delivered position.)"""
+    s = pair.stream(retention="interest")
+    pair.consumer_create(s, {"durable_name": "E", "ack_policy": "explicit"})
+    pair.publish(subj(s, "a"), b"1")
+    pair.publish(subj(s, "b"), b"2")
+    got = pair.fetch(s, "E", 2)
+    pair.purge(s, subject=subj(s, "b"))
+    _settle(pair, s, "E")
+    pair.ack(s, "E", *got[0][:2])
+    server, lake = pair.server.consumer_info(s, "E"), pair.lake.consumer_info(s, "E")
+    assert (server["num_ack_pending"], lake["num_ack_pending"]) == (0, 0)
+    assert (server.pop("ack_floor"), lake.pop("ack_floor")) == (
+        {"consumer_seq": 2, "stream_seq": 0}, {"consumer_seq": 2, "stream_seq": 2})
+    assert server == lake
+    pair.settled("state", s)
+    pair.settled("messages", s)

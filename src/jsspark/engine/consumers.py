@@ -672,12 +672,18 @@ class Consumers:
                     if stream_seq <= d.stream_seq
                     else d.consumer_seq + view.count(mask, d.stream_seq, stream_seq)
                 )
-            if dseq <= st.ack_floor.consumer_seq or stream_seq <= st.ack_floor.stream_seq:
+            explicit = c.config.ack_policy is AckPolicy.EXPLICIT
+            if stream_seq <= st.ack_floor.stream_seq:
+                return []
+            # an explicit ack takes a pending message whatever its delivery seq (a wider purge
+            # can move the floor's delivery seq past older pending ones); an AckAll one must be
+            # above the floor
+            if dseq <= st.ack_floor.consumer_seq and not (explicit and stream_seq in pending.seqs):
                 return []
             covered = pending.seqs <= stream_seq
             rest = pending.where(~covered)
             floor = Position(dseq, stream_seq, now)
-            if c.config.ack_policy is AckPolicy.EXPLICIT:
+            if explicit:
                 # moveAckFloor: to just below the next delivery still pending, or to the
                 # delivered position when none is
                 floor = (

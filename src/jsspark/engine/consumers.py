@@ -1006,11 +1006,13 @@ _NO_SIGNALS = pa.array([], pa.string())
 
 
 def _rollup_events(rolled: RolledUp, memory: bool) -> list[_Removal]:
-    """A publish's removals in the server's order: the messages a limit pushed out when
-    message ``at`` was stored (``at`` 0: an expiry, before it all), single removals; then, for
-    a rollup message, its purge, and its one purged message as a single removal when the
-    purge removed exactly one (the file store signals it on the purged subject, or ``>``; the
-    memory store on the message's own subject)."""
+    """A publish's removals in the order the server's consumers see them: for a rollup
+    message ``at``, its purge (``consumer.purge``, made at once), then its one purged message
+    as a single removal when the purge removed exactly one (the file store signals it on the
+    purged subject, or ``>``; the memory store on the message's own subject); the messages a
+    limit pushed out when message ``at`` was stored (``at`` 0: an expiry) are single removals
+    too. A single removal is acked in a goroutine (``decStreamPending`` → ``processTerm``), so
+    after the purge of the same message."""
     seqs, moments = rolled.seqs, rolled.moments
     reach = np.maximum.accumulate(moments) if len(moments) else moments  # first row alive after ``at``
     events: list[_Removal] = []
@@ -1032,7 +1034,7 @@ def _rollup_events(rolled: RolledUp, memory: bool) -> list[_Removal]:
             signals = pa.array([own if memory else subject or ">"], pa.string())
         events.append(_Removal(r.seq, (subject, r.seq if kept else 0, first),
                                seqs[one : one + 1] if one is not None else seqs[:0], signals))
-    events.sort(key=lambda e: (e.at, e.purge is not None))
+    events.sort(key=lambda e: (e.at, e.purge is None))
     return events
 
 

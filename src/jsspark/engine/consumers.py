@@ -1005,12 +1005,18 @@ class _Removal:
 _NO_SIGNALS = pa.array([], pa.string())
 
 
+def purge_signal(own: str, purged: str | None, memory: bool) -> str:
+    """The subject a store reports a purge of exactly one message on (``PurgeEx``), which the
+    consumers' filters are matched against (``decStreamPending``): the file store the purge's
+    subject (``>`` for the whole stream), the memory store the message's own."""
+    return own if memory else purged or ">"
+
+
 def _rollup_events(rolled: RolledUp, memory: bool) -> list[_Removal]:
     """A publish's removals in the order the server's consumers see them: for a rollup
     message ``at``, its purge (``consumer.purge``, made at once), then its one purged message
-    as a single removal when the purge removed exactly one (the file store signals it on the
-    purged subject, or ``>``; the memory store on the message's own subject); the messages a
-    limit pushed out when message ``at`` was stored (``at`` 0: an expiry) are single removals
+    as a single removal when the purge removed exactly one (signalled on ``purge_signal``);
+    the messages a limit pushed out when message ``at`` was stored (``at`` 0: an expiry) are single removals
     too. A single removal is acked in a goroutine (``decStreamPending`` → ``processTerm``), so
     after the purge of the same message."""
     seqs, moments = rolled.seqs, rolled.moments
@@ -1030,8 +1036,7 @@ def _rollup_events(rolled: RolledUp, memory: bool) -> list[_Removal]:
         subject = r.subject if r.kind == ROLLUP_SUBJECT else None
         one, signals = alone.get(r.seq), _NO_SIGNALS
         if one is not None:
-            own = rolled.subjects[one].as_py()
-            signals = pa.array([own if memory else subject or ">"], pa.string())
+            signals = pa.array([purge_signal(rolled.subjects[one].as_py(), subject, memory)], pa.string())
         events.append(_Removal(r.seq, (subject, r.seq if kept else 0, first),
                                seqs[one : one + 1] if one is not None else seqs[:0], signals))
     events.sort(key=lambda e: (e.at, e.purge is None))

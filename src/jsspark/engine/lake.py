@@ -35,7 +35,7 @@ from jsspark.config.validation import check_shared_stream_config
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, ConsumerInfo, PubAck, RawStreamMsg, StreamInfo
 from jsspark.engine.catalog import Catalog, Change, Key, Record
-from jsspark.engine.consumers import Consumers, StreamView
+from jsspark.engine.consumers import Consumers, StreamView, purge_signal
 from jsspark.engine.directget import DirectGet, DirectReply
 from jsspark.engine.files import local_root
 from jsspark.engine.partitioning import DEFAULT_PARTITION_KEY
@@ -264,8 +264,7 @@ class Lake:
         if purged == 1 and (filtered or keep):
             gone = np.flatnonzero(engine.index().positions_of(before.seqs) < 0)
             own = before.rows["subject"][int(gone[0])].as_py()
-            # the file store reports the purge's subject, the memory store the message's
-            reported = own if engine.config.storage is StorageType.MEMORY else filtered or ">"
+            reported = purge_signal(own, filtered, engine.config.storage is StorageType.MEMORY)
             self.consumers.on_removed(name, before.seqs[gone[:1]], [own], matched_by=reported)
         return purged
 

@@ -327,13 +327,18 @@ class LakeStream:
             )
             self._after_commit(index, snap, version, plan.rows, plan.removed, plan.state, plan.groups)
             self._remember_ids(batch, plan, now)
-            if plan.rolled_up is not None and self.on_rolled_up is not None:
-                self.on_rolled_up(plan.rolled_up)
-            elif self.on_removed is not None and plan.limited is not None and plan.limited.num_rows:
-                self.on_removed(plan.limited["seq"].to_numpy(), plan.limited["subject"])
+            self._tell_consumers(plan.rolled_up, plan.limited)
             return BatchAck(self.name, plan.seqs, plan.duplicates, plan.rows.num_rows)
 
         return self._optimistic("publishing", attempt)
+
+    def _tell_consumers(self, rolled_up: RolledUp | None, limited: pa.Table | None) -> None:
+        """After a commit: its rollups with the limits' removals in order (``on_rolled_up``),
+        or without rollups the messages a limit pushed out (``on_removed``)."""
+        if rolled_up is not None and self.on_rolled_up is not None:
+            self.on_rolled_up(rolled_up)
+        elif limited is not None and limited.num_rows and self.on_removed is not None:
+            self.on_removed(limited["seq"].to_numpy(), limited["subject"])
 
     def _optimistic(self, what: str, attempt: Callable[[Snapshot, MessageIndex], T]) -> T:
         """Run ``attempt`` on the newest snapshot and index until its commit follows that state:
@@ -1042,10 +1047,8 @@ class LakeStream:
             return index.seq_array()[gone]
 
         removed = self.remove_seqs(choose)
-        if told and self.on_rolled_up is not None:
-            self.on_rolled_up(told[0])
-        elif removed and limited and limited[0].num_rows and self.on_removed is not None:
-            self.on_removed(limited[0]["seq"].to_numpy(), limited[0]["subject"])
+        if removed or told:
+            self._tell_consumers(told[0] if told else None, limited[0] if limited else None)
         if int(self.config.subject_delete_marker_ttl or 0) > 0:
             removed += self.enforce_limits(now)  # expiries there place subject delete markers
         return removed

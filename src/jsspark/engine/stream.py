@@ -1055,21 +1055,27 @@ class LakeStream:
 
     def _landed_rollups(self, rows: pa.Table, kinds_only: bool = False) -> Any:
         """The ``Nats-Rollup`` of landed rows where the stream honours them: as ``Rollup``s, or
-        (``kinds_only``) each row's kind or None."""
+        (``kinds_only``) each row's kind or None. Only the rows that roll up are taken out of
+        the columns (a landing of 200,000 rows without any spent a third of its time otherwise)."""
         cfg = self.config
         kinds = np.full(rows.num_rows, None, dtype=object)
+        rolls = np.zeros(rows.num_rows, dtype=bool)
         if cfg.allow_rollup_hdrs and not cfg.deny_purge and rows.num_rows:
             values = H.column_lookup(rows["headers"], H.ROLLUP)
             if values.null_count < len(values):
-                for i, kind in enumerate(pc.utf8_lower(values).to_pylist()):
-                    kinds[i] = kind if kind in (ROLLUP_SUBJECT, ROLLUP_ALL) else None
+                lower = pc.utf8_lower(values)
+                for kind in (ROLLUP_SUBJECT, ROLLUP_ALL):
+                    is_kind = pc.fill_null(pc.equal(lower, kind), False).to_numpy(zero_copy_only=False)
+                    kinds[is_kind] = kind
+                    rolls |= is_kind
         if kinds_only:
             return kinds
-        return [
-            Rollup(int(seq), subject, kind)
-            for seq, subject, kind in zip(rows["seq"].to_pylist(), rows["subject"].to_pylist(), kinds, strict=True)
-            if kind is not None
-        ]
+        at = np.flatnonzero(rolls)
+        if not len(at):
+            return []
+        picked = rows.select(["seq", "subject"]).take(pa.array(at))
+        return [Rollup(int(seq), subject, kinds[i]) for seq, subject, i in
+                zip(picked["seq"].to_pylist(), picked["subject"].to_pylist(), at.tolist(), strict=True)]
 
     def compact(self, target_size: int | None = None) -> dict[str, Any]:
         """Bound the file count: merge small files (publish batches make one per partition)."""

@@ -57,13 +57,19 @@ class Expiries:
         self.version = version
 
     def over(self, seqs: np.ndarray) -> np.ndarray:
-        """Per seq of ``seqs``: its expiry (0: no TTL, ``NEVER``: exempt from ``max_age``)."""
+        """Per seq of ``seqs`` (ascending: an index's): its expiry (0: no TTL, ``NEVER``: exempt
+        from ``max_age``). The few TTL seqs are looked up among ``seqs``, not the other way
+        round: a publish on a stream of millions of messages calls this each time."""
         out = np.zeros(len(seqs), dtype=np.int64)
         if len(self.seqs) and len(seqs):
-            pos = np.clip(np.searchsorted(self.seqs, seqs), 0, len(self.seqs) - 1)
-            hit = self.seqs[pos] == seqs
-            out[hit] = self.expires[pos[hit]]
+            pos = np.minimum(np.searchsorted(seqs, self.seqs), len(seqs) - 1)
+            hit = seqs[pos] == self.seqs
+            out[pos[hit]] = self.expires[hit]
         return out
+
+    def due(self, now_ns: int) -> bool:
+        """Whether any message with a TTL has expired by ``now_ns``."""
+        return bool(((self.expires > 0) & (self.expires <= now_ns)).any())
 
 
 def expires_of(rows: pa.Table) -> np.ndarray:

@@ -576,7 +576,10 @@ class LakeStream:
         max_age = 0 if markers else int(cfg.max_age or 0)
         expires = None
         if ttls is not None and not markers:
-            expires = np.concatenate([ttls.over(index.seq_array()), expires_of(rows)])
+            fresh = expires_of(rows)
+            # without max_age (whose TTL exemptions they are) the expiries only matter once one is due
+            if max_age or ttls.due(now) or ((fresh > 0) & (fresh <= now)).any():
+                expires = np.concatenate([ttls.over(index.seq_array()), fresh])
         if not rollups and not self._has_limits() and expires is None:
             return None
         combined = pa.concat_tables([index.rows, rows.select(INDEX_COLUMNS).cast(index.rows.schema)])

@@ -60,6 +60,10 @@ class MessageIndex:
     ) -> None:
         """Fold in one commit: ``added`` rows (seq above all current) and ``removed`` seqs."""
         rows = self.rows
+        if added is not None and added.num_rows:
+            added = added.select(INDEX_COLUMNS).cast(INDEX_SCHEMA)
+            if self._subjects is not None:  # counted in first: a subject whose message is replaced never empties
+                self._subjects.add(added_groups or _groups(added))
         if removed is not None and len(removed):
             pos = self.positions_of(np.asarray(removed, dtype=np.int64))
             pos = pos[pos >= 0]
@@ -77,11 +81,8 @@ class MessageIndex:
             rows = left
         self._planned_removal = None
         if added is not None and added.num_rows:
-            added = added.select(INDEX_COLUMNS).cast(INDEX_SCHEMA)
             if self._bytes is not None:
                 self._bytes += int(pc.sum(added["size"]).as_py() or 0)
-            if self._subjects is not None:
-                self._subjects.add(added_groups or _groups(added))
             rows = pa.concat_tables([rows, added])
             if rows.column("seq").num_chunks > 64:
                 rows = rows.combine_chunks()

@@ -587,9 +587,13 @@ class LakeStream:
         gone = np.zeros(combined.num_rows, dtype=bool)
         rolled = np.zeros(combined.num_rows, dtype=bool)
         per_subject = int(cfg.max_msgs_per_subject)
-        # no subject over its limit after this batch (from the subject stats): nothing to rank
-        if per_subject > 0 and self._most_on_a_subject(index, groups) <= per_subject:
+        # only the subjects over their limit after this batch (from the subject stats) are
+        # ranked: picked out of the rows when they are few, else every subject is ranked
+        over = index.subjects().over(groups, per_subject) if per_subject > 0 else None
+        if over is not None and not len(over):
             per_subject = 0
+        elif over is not None and 4 * len(over) >= len(index.subjects()):
+            over = None
 
         def limits(upto: int) -> None:
             alive = np.flatnonzero(~gone[:upto])
@@ -603,6 +607,7 @@ class LakeStream:
                 now_ns=now,
                 discard_old=_v(cfg.discard) != "new",
                 expires=None if expires is None else (expires if every else expires[alive]),
+                over_subjects=over,
             )]] = True
 
         totals = _v(cfg.discard) != "new" and (int(cfg.max_msgs) >= 0 or int(cfg.max_bytes) >= 0)
@@ -631,16 +636,6 @@ class LakeStream:
                 moments[:] = np.minimum(by_limit, by_rollup)
             gone |= rolled
         return gone, rolled, moments
-
-    @staticmethod
-    def _most_on_a_subject(index: MessageIndex, added: SubjectGroups) -> int:
-        """The largest message count of any subject once ``added`` is stored."""
-        stats = index.subjects()
-        counts = stats.counts.copy()
-        pos = stats.positions_of(added)
-        mine = pos >= 0
-        np.add.at(counts, pos[mine], added.counts[mine])
-        return int(max(counts.max(initial=0), added.counts[~mine].max(initial=0)))
 
     def _has_limits(self) -> bool:
         cfg = self.config
@@ -795,11 +790,9 @@ class LakeStream:
             return
         replaced = 0
         if per_subj > 0:
-            stats = index.subject_stats()
             new_counts = rows.group_by("subject").aggregate([("seq", "count")])
-            joined = new_counts.join(stats, "subject", join_type="left outer")
-            existing = pc.fill_null(joined["msgs"], 0).to_numpy(zero_copy_only=False)
-            incoming = joined["seq_count"].to_numpy(zero_copy_only=False)
+            existing = index.subjects().counts_of(new_counts["subject"].combine_chunks())
+            incoming = new_counts["seq_count"].to_numpy()
             over = existing + incoming - per_subj
             if (over > 0).any():
                 if cfg.discard_new_per_subject:

@@ -2,7 +2,10 @@
 
 The server answers "last sequence on subject X", "how many messages on X" and "how many
 subjects" from memory; so does the lake. Updates cost time in proportion to the distinct
-subjects of the change (a hash lookup of each into the known set), never to the stream.
+subjects of the change (a hash lookup of each into the known set), never to the stream: the
+known set is a dict kept across changes (``_Lookup``), since a lookup that hashes the known
+names anew (``pc.index_in``) costs about 60 ms per call at a million subjects, several times
+per publish.
 """
 
 from __future__ import annotations
@@ -59,8 +62,50 @@ class SubjectGroups:
         return groups
 
 
+# ``positions`` looks names up in the kept dict when fewer than 1/LOOKUP_SHARE of the known
+# ones (a dict probe costs about twice an Arrow one, but Arrow hashes every known name first),
+# and builds that dict at the (LOOKUP_AFTER + 1)th such lookup
+LOOKUP_SHARE = 6
+LOOKUP_AFTER = 3
+
 # where the dictionary entries of an encoding are in a SubjectStats (-1: not there), at a generation
 KnownPositions = tuple["SubjectStats", int, np.ndarray]
+
+
+class _Lookup:
+    """Subject -> position in ``SubjectStats.names``, kept in step with its changes.
+
+    The dict maps each name to a slot that never changes while the name is known; a numpy
+    array maps slots to positions, so a removal, which shifts the positions of every later
+    name, is one vectorised pass instead of a rewrite of the dict. Slots of removed names
+    are renumbered away once they outnumber the live ones."""
+
+    def __init__(self, names: pa.Array) -> None:
+        n = len(names)
+        self.slots: dict[str, int] = dict(zip(names.to_pylist(), range(n), strict=True))
+        self.slot_pos = np.arange(n, dtype=np.int64)  # slot -> position, -1 once removed
+        self.pos_slot = np.arange(n, dtype=np.int64)  # position -> slot
+
+    def find(self, names: pa.Array) -> np.ndarray:
+        get = self.slots.get
+        slots = np.fromiter((get(x, -1) for x in names.to_pylist()), np.int64, len(names))
+        known = slots >= 0
+        return np.where(known, self.slot_pos[np.where(known, slots, 0)] if len(self.slot_pos) else -1, -1)
+
+    def appended(self, names: pa.Array) -> None:
+        first, n = len(self.slot_pos), len(names)
+        self.slots.update(zip(names.to_pylist(), range(first, first + n), strict=True))
+        self.slot_pos = np.concatenate([self.slot_pos, np.arange(len(self.pos_slot), len(self.pos_slot) + n)])
+        self.pos_slot = np.concatenate([self.pos_slot, np.arange(first, first + n)])
+
+    def removed(self, names: pa.Array, keep: np.ndarray) -> bool:
+        """``names`` left; ``keep`` is the mask over the old positions. False: rebuild instead."""
+        for name in names.to_pylist():
+            del self.slots[name]
+        self.slot_pos[self.pos_slot[~keep]] = -1
+        self.pos_slot = self.pos_slot[keep]
+        self.slot_pos[self.pos_slot] = np.arange(len(self.pos_slot))
+        return len(self.slot_pos) <= 2 * len(self.pos_slot) + 1024
 
 
 class SubjectStats:
@@ -70,6 +115,8 @@ class SubjectStats:
         self.last = groups.last.copy()
         self._generation = 0  # bumped by every change of ``names``
         self._derived: dict[tuple[str, object], np.ndarray] = {}
+        self._lookup: _Lookup | None = None  # built once worth it (``positions``)
+        self._asked = 0  # lookups of a few names while there was no ``_lookup``
 
     def derived(self, kind: str, key: object, fn: Callable[[pa.Array], np.ndarray]) -> np.ndarray:
         """``fn`` of every known name, aligned with ``names``: computed once per name and kept
@@ -88,9 +135,21 @@ class SubjectStats:
         return len(self.names)
 
     def positions(self, names: pa.Array) -> np.ndarray:
-        """Position of each name in the known subjects, -1 where unknown."""
-        if not len(self.names) or not len(names):
+        """Position of each name in the known subjects, -1 where unknown (or null).
+
+        A few names are looked up in the kept dict (``_Lookup``), built once this process has
+        asked a few times (a one-off publish does not pay for it: 0.6 s at a million subjects);
+        many at once go through Arrow's hash join of the two, cheaper per name."""
+        n_known = len(self.names)
+        if not n_known or not len(names):
             return np.full(len(names), -1, dtype=np.int64)
+        if len(names) * LOOKUP_SHARE < n_known:
+            if self._lookup is None:
+                self._asked += 1
+                if self._asked > LOOKUP_AFTER:
+                    self._lookup = _Lookup(self.names)
+            if self._lookup is not None:
+                return self._lookup.find(names)
         pos = pc.index_in(names, value_set=self.names)
         return pc.fill_null(pos, -1).to_numpy(zero_copy_only=False).astype(np.int64)
 
@@ -110,16 +169,13 @@ class SubjectStats:
                 counts = np.bincount(codes, minlength=len(enc.dictionary))
                 enc = pa.DictionaryArray.from_arrays(pa.array(codes), enc.dictionary, safe=False)
             return enc, (self, self._generation, self.positions(enc.dictionary)), counts
-        found = pc.index_in(subjects, value_set=self.names)
+        found = self.positions(subjects).astype(np.intp, copy=False)
         new_names = pa.array([], pa.string())
-        if found.null_count:  # subjects new to the stream
-            found = pc.fill_null(found, -1).to_numpy().astype(np.intp)
-            unknown = found < 0
+        unknown = found < 0
+        if unknown.any():  # subjects new to the stream
             fresh = pc.dictionary_encode(subjects.filter(pa.array(unknown)))
             new_names = fresh.dictionary.cast(pa.string())
             found[unknown] = n_known + fresh.indices.to_numpy()
-        else:
-            found = pc.cast(found, pa.int64()).to_numpy()  # (read-only, in Arrow's memory)
         total = n_known + len(new_names)
         every = np.bincount(found, minlength=total)
         present = np.flatnonzero(every)
@@ -152,8 +208,10 @@ class SubjectStats:
         np.add.at(self.counts, pos[known], g.counts[known])
         np.maximum.at(self.last, pos[known], g.last[known])
         if (~known).any():
-            fresh = pa.array(~known)
-            self.names = pa.concat_arrays([self.names, g.names.filter(fresh)])
+            added = g.names.filter(pa.array(~known))
+            if self._lookup is not None:
+                self._lookup.appended(added)
+            self.names = pa.concat_arrays([self.names, added])
             self._generation += 1
             self.counts = np.concatenate([self.counts, g.counts[~known]])
             self.last = np.concatenate([self.last, g.last[~known]])
@@ -168,6 +226,8 @@ class SubjectStats:
         empty = self.counts <= 0
         if empty.any():
             keep = pa.array(~empty)
+            if self._lookup is not None and not self._lookup.removed(self.names.filter(pa.array(empty)), ~empty):
+                self._lookup = None  # mostly slots of removed names: built afresh when next needed
             self.names = self.names.filter(keep)
             self._derived = {k: v[~empty[: len(v)]] for k, v in self._derived.items()}
             self._generation += 1
@@ -188,6 +248,21 @@ class SubjectStats:
             np.add.at(counts, pos[known], added.counts[known])
             extra = int((~known).sum())
         return int((counts > 0).sum()) + extra
+
+    def counts_of(self, names: pa.Array) -> np.ndarray:
+        """The message count of each name (0 where unknown)."""
+        pos = self.positions(names)
+        return np.where(pos >= 0, self.counts[np.maximum(pos, 0)], 0) if len(self.counts) else np.zeros(len(names), np.int64)
+
+    def over(self, added: SubjectGroups, limit: int) -> pa.Array:
+        """The subjects with more than ``limit`` messages once ``added`` is counted in: the
+        only ones a per-subject limit can remove from."""
+        counts = self.counts.copy()
+        pos = self.positions_of(added)
+        mine = pos >= 0
+        np.add.at(counts, pos[mine], added.counts[mine])
+        known = self.names.filter(pa.array(counts > limit)) if len(counts) else self.names
+        return pa.concat_arrays([known, added.names.filter(pa.array(~mine & (added.counts > limit)))])
 
     def last_seq(self, name: str) -> int:
         i = self.positions(pa.array([name], pa.string()))[0]

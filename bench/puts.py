@@ -1,0 +1,78 @@
+"""Single publishes into a stream of many subjects (a KV bucket's shape) against a one-row Delta append.
+
+    python3 dev.py bench puts [--keys 1000000] [--puts 30]
+
+A lake stream shaped like a KV bucket (``max_msgs_per_subject: 1``, discard new, rollups
+allowed) holds ``--keys`` subjects, one message each. Then, in this process (warm: the stream's
+index and subject stats are loaded), ``--puts`` single publishes on existing keys (each
+replaces the key's message: the per-subject limit removes the old one in the same commit) and
+as many on new keys. The anchor, timed in between (a put, an anchor append, ...): a one-row
+``write_deltalake`` append to a plain table, the Delta commit every publish makes at the least.
+Printed: p50/p99 of each and the ratio of the medians (anchor / put: 1.0 would be a put that
+costs only its Delta commit). What a publish does besides that commit should not grow with the
+number of subjects; at a million keys it once took 1.2 s per put.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from deltalake import write_deltalake
+
+import jsspark
+
+
+def p(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--keys", type=int, default=1_000_000)
+    ap.add_argument("--puts", type=int, default=30)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="jsspark-bench-puts-"))
+    try:
+        lake = jsspark.connect(str(work / "lake"))
+        lake.add_stream({"name": "KV_B", "subjects": ["$KV.B.>"], "max_msgs_per_subject": 1, "discard": "new",
+                         "allow_rollup_hdrs": True, "deny_delete": True, "allow_direct": True})
+        step = 200_000
+        t0 = time.perf_counter()
+        for lo in range(0, args.keys, step):
+            n = min(step, args.keys - lo)
+            lake.publish_batch("KV_B", pa.table({"subject": [f"$KV.B.k{i}" for i in range(lo, lo + n)],
+                                                 "data": pa.array([b"v" * 100] * n, pa.binary())}))
+        print(f"{args.keys:,} keys stored in {time.perf_counter() - t0:.1f} s")
+        anchor_path = str(work / "anchor")
+        one = pa.table({"subject": ["$KV.B.x"], "data": pa.array([b"v" * 100], pa.binary())})
+        write_deltalake(anchor_path, one)
+        lake.publish("$KV.B.k0", b"warm")  # the first put loads what later ones keep
+        existing, fresh, anchor = [], [], []
+        for i in range(args.puts):
+            for times, subject in ((existing, f"$KV.B.k{(i * 7919) % args.keys}"), (fresh, f"$KV.B.new{i}")):
+                start = time.perf_counter()
+                lake.publish(subject, b"w" * 100)
+                times.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                write_deltalake(anchor_path, one, mode="append")
+                anchor.append(time.perf_counter() - start)
+        state = lake.stream_info("KV_B").state
+        assert state.messages == args.keys + args.puts and state.num_subjects == args.keys + args.puts, state
+        a50 = statistics.median(anchor)
+        print(f"{'':34}{'p50 ms':>9}{'p99 ms':>9}{'anchor/put':>12}")
+        for label, times in (("put on an existing key (replaces)", existing), ("put on a new key", fresh),
+                             ("anchor: one-row Delta append", anchor)):
+            print(f"{label:34}{p(times, 50):9.1f}{p(times, 99):9.1f}{a50 / statistics.median(times):12.2f}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

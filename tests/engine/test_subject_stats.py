@@ -106,6 +106,6 @@ def test_a_limited_stream_keeps_its_subjects_like_a_rebuild(tmp_path: Path) -> N
     kept = lake.stream("S").index()
     rebuilt = jsspark.connect(str(tmp_path)).stream("S").index()
     assert kept.subject_stats().sort_by("subject").equals(rebuilt.subject_stats().sort_by("subject"))
-    names = rebuilt.subject_stats()["subject"].to_pylist() + ["s.none"]
+    names = [*rebuilt.subject_stats()["subject"].to_pylist(), "s.none"]
     assert [kept.last_seq_of(n) for n in names] == [rebuilt.last_seq_of(n) for n in names]
     assert lake.stream_info("S").state.num_subjects == rebuilt.num_subjects

@@ -229,7 +229,7 @@ class MessageIndex:
             tail = tail.filter(pc.is_in(tail["subject"], value_set=pending))
             if tail.num_rows:  # all of a subject's live messages at or after seq: none before it
                 g = SubjectGroups.of(tail["subject"], tail["seq"].to_numpy())
-                only_after = g.names.filter(pa.array(stats.counts[stats.positions(g.names)] == g.counts))
+                only_after = g.names.filter(pa.array(stats.counts_of(g.names) == g.counts))
                 pending = pending.filter(pc.invert(pc.is_in(pending, value_set=only_after)))
         hi, window = cut, 4096
         while len(pending) and hi > 0:

@@ -2,10 +2,10 @@
 
 The server answers "last sequence on subject X", "how many messages on X" and "how many
 subjects" from memory; so does the lake. Updates cost time in proportion to the distinct
-subjects of the change (a hash lookup of each into the known set), never to the stream: the
-known set is a dict kept across changes (``_Lookup``), since a lookup that hashes the known
-names anew (``pc.index_in``) costs about 60 ms per call at a million subjects, several times
-per publish.
+subjects of the change (a hash lookup of each into the known set), never to the stream: a
+few names are looked up in a dict kept across changes (``_Lookup``), since a lookup that hashes
+the known names anew (``pc.index_in``) costs about 60 ms per call at a million subjects, and a
+publish makes several.
 """
 
 from __future__ import annotations
@@ -87,10 +87,12 @@ class _Lookup:
         self.pos_slot = np.arange(n, dtype=np.int64)  # position -> slot
 
     def find(self, names: pa.Array) -> np.ndarray:
+        if not len(self.slot_pos):
+            return np.full(len(names), -1, dtype=np.int64)
         get = self.slots.get
         slots = np.fromiter((get(x, -1) for x in names.to_pylist()), np.int64, len(names))
         known = slots >= 0
-        return np.where(known, self.slot_pos[np.where(known, slots, 0)] if len(self.slot_pos) else -1, -1)
+        return np.where(known, self.slot_pos[np.where(known, slots, 0)], -1)
 
     def appended(self, names: pa.Array) -> None:
         first, n = len(self.slot_pos), len(names)
@@ -99,7 +101,8 @@ class _Lookup:
         self.pos_slot = np.concatenate([self.pos_slot, np.arange(first, first + n)])
 
     def removed(self, names: pa.Array, keep: np.ndarray) -> bool:
-        """``names`` left; ``keep`` is the mask over the old positions. False: rebuild instead."""
+        """``names`` are no longer known; ``keep`` masks the positions that stay. False: the
+        slots of removed names outnumber the live ones, and the lookup is better built anew."""
         for name in names.to_pylist():
             del self.slots[name]
         self.slot_pos[self.pos_slot[~keep]] = -1

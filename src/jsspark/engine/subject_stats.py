@@ -237,20 +237,21 @@ class SubjectStats:
             self.counts = self.counts[~empty]
             self.last = self.last[~empty]
 
+    def _with_added(self, added: SubjectGroups) -> tuple[np.ndarray, np.ndarray]:
+        """A copy of the counts with ``added`` counted in, and which of ``added`` are known."""
+        counts = self.counts.copy()
+        pos = self.positions_of(added)
+        known = pos >= 0
+        np.add.at(counts, pos[known], added.counts[known])
+        return counts, known
+
     def count_after(self, added: SubjectGroups, removed: SubjectGroups | None) -> int:
         """How many subjects would have messages after adding and removing these groups."""
         if removed is None or not len(removed.names):  # every known subject has messages (``remove``)
             return len(self.names) + (int((self.positions_of(added) < 0).sum()) if len(added.names) else 0)
-        counts = self.counts.copy()
-        extra = 0
-        if removed is not None and len(removed.names):
-            np.subtract.at(counts, self.positions(removed.names), removed.counts)
-        if len(added.names):
-            pos = self.positions_of(added)
-            known = pos >= 0
-            np.add.at(counts, pos[known], added.counts[known])
-            extra = int((~known).sum())
-        return int((counts > 0).sum()) + extra
+        counts, known = self._with_added(added)
+        np.subtract.at(counts, self.positions(removed.names), removed.counts)
+        return int((counts > 0).sum()) + int((~known).sum())
 
     def counts_of(self, names: pa.Array) -> np.ndarray:
         """The message count of each name (0 where unknown)."""
@@ -260,12 +261,9 @@ class SubjectStats:
     def over(self, added: SubjectGroups, limit: int) -> pa.Array:
         """The subjects with more than ``limit`` messages once ``added`` is counted in: the
         only ones a per-subject limit can remove from."""
-        counts = self.counts.copy()
-        pos = self.positions_of(added)
-        mine = pos >= 0
-        np.add.at(counts, pos[mine], added.counts[mine])
-        known = self.names.filter(pa.array(counts > limit)) if len(counts) else self.names
-        return pa.concat_arrays([known, added.names.filter(pa.array(~mine & (added.counts > limit)))])
+        counts, known = self._with_added(added)
+        over_known = self.names.filter(pa.array(counts > limit)) if len(counts) else self.names
+        return pa.concat_arrays([over_known, added.names.filter(pa.array(~known & (added.counts > limit)))])
 
     def last_seq(self, name: str) -> int:
         i = self.positions(pa.array([name], pa.string()))[0]

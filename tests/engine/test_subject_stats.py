@@ -12,9 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 import jsspark
-from jsspark.engine.subject_stats import SubjectGroups, SubjectStats
+from jsspark.engine import subject_stats
+from jsspark.engine.subject_stats import SubjectGroups, SubjectStats, find_in
 
 
 def _groups(pairs: list[tuple[str, int]]) -> SubjectGroups:
@@ -27,11 +29,10 @@ def _check(stats: SubjectStats, model: dict[str, list[int]], rng: random.Random)
     asked = list(model) + [f"never.{rng.randrange(10**6)}" for _ in range(5)]
     rng.shuffle(asked)
     # all names at once (Arrow's lookup), and a few at a time (the kept dict)
-    few = [asked[i:i + 3] for i in range(0, len(asked), 3)]
+    few = [asked[i:i + 3] for i in range(0, len(asked), 3)] * 2  # twice: the second time remembered
     pos = np.concatenate([stats.positions(pa.array(asked, pa.string())),
                           *(stats.positions(pa.array(f, pa.string())) for f in few)])
-    asked = asked + [name for f in few for name in f]
-    for name, p in zip(asked, pos.tolist(), strict=True):
+    for name, p in zip(asked + [name for f in few for name in f], pos.tolist(), strict=True):
         if name not in model:
             assert p == -1, name
             continue
@@ -51,7 +52,21 @@ def _check(stats: SubjectStats, model: dict[str, list[int]], rng: random.Random)
     assert [names[i] for i in encoded.indices.to_pylist()] == batch
 
 
-def test_stats_follow_a_model_through_heavy_churn() -> None:
+def test_find_in_hashes_either_side() -> None:
+    rng = random.Random(5)
+    for n_known, n_asked in ((1000, 3), (1000, 400), (50, 2000), (0, 4), (7, 0)):
+        known = [f"k.{i}" for i in rng.sample(range(10 * n_known + 1), n_known)]
+        pool = [*known, "other", "k.x"]
+        asked = [rng.choice(pool) if rng.random() < 0.9 else None for _ in range(n_asked)]
+        want = [known.index(a) if a in known else -1 for a in asked]
+        got = find_in(pa.array(asked, pa.string()), pa.array(known, pa.string()))
+        assert got.tolist() == want, (n_known, n_asked)
+
+
+@pytest.mark.parametrize("dict_after", [subject_stats.LOOKUP_AFTER, 10**9], ids=["kept-dict", "scans-only"])
+def test_stats_follow_a_model_through_heavy_churn(dict_after: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the kept dict, and without it (every few-name lookup remembered or scanned)."""
+    monkeypatch.setattr(subject_stats, "LOOKUP_AFTER", dict_after)
     rng = random.Random(7)
     model: dict[str, list[int]] = {}
     seq = 0

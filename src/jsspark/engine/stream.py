@@ -1137,7 +1137,7 @@ def _per_distinct(
     if known is None:
         return np.asarray(fn(names))
     stats, generation, positions = known
-    if generation != stats._generation:
+    if generation != stats._generation or not stats.keeps(kind, key, len(names)):
         return np.asarray(fn(names))
     mine = positions >= 0
     kept = stats.derived(kind, key, fn)

@@ -10,7 +10,10 @@ mapped for a local table) and replays only the difference in data files since:
 - files gone since the snapshot (removed by a limit, purge, delete or compaction): their
   sequences leave the index. They are read from the files themselves, which stay until VACUUM;
   if one is gone, the snapshot is not used;
-- files added since: their rows join the index.
+- files added since: their rows join the index (a row in both was moved by a rewrite of its
+  file and stays).
+
+The per-subject stats are kept in a second file and changed by the same difference.
 
 The result is exactly what a full read of that version gives. Snapshots are written after a
 load that had to read much (a full build, or a long replay) and after compaction, never on the
@@ -26,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
@@ -64,17 +66,52 @@ def data_files(snap: Snapshot) -> list[str]:
     return pa.table(snap.table.get_add_actions(flatten=True))["path"].to_pylist()
 
 
-def _read_files(dataset: ds.Dataset, paths: list[str]) -> pa.Table:
-    """INDEX_COLUMNS of the given data files of a table (present or removed)."""
+def _read_files(dataset: ds.Dataset, paths: list[str], columns: list[str] = INDEX_COLUMNS) -> pa.Table:
+    """``columns`` (of INDEX_COLUMNS) of the given data files of a table (present or removed)."""
+    schema = pa.schema([INDEX_SCHEMA.field(c) for c in columns])
     if not paths:
-        return INDEX_SCHEMA.empty_table()
+        return schema.empty_table()
     frag = next(iter(dataset.get_fragments()), None)
     if frag is None:
         raise FileNotFoundError("no data file to take the file system from")
     fragments = [frag.format.make_fragment(p, filesystem=frag.filesystem) for p in paths]
-    phys = pa.schema([dataset.schema.field(c) for c in INDEX_COLUMNS])
-    table = ds.FileSystemDataset(fragments, phys, frag.format, frag.filesystem).to_table(columns=INDEX_COLUMNS)
-    return table.cast(INDEX_SCHEMA)
+    phys = pa.schema([dataset.schema.field(c) for c in columns])
+    table = ds.FileSystemDataset(fragments, phys, frag.format, frag.filesystem).to_table(columns=columns)
+    return table.cast(schema)
+
+
+def _replayed(
+    stored: pa.Table, version: int, stats: SubjectStats | None, removed_seqs: np.ndarray | None, fresh: pa.Table
+) -> MessageIndex:
+    """The snapshot's rows without the messages of files removed since, with those of files added
+    since (``fresh``, sorted by seq). A message in both was moved by a rewrite of its file (a
+    removal of another message in it, a compaction): it stays. When what is new follows every
+    stored message, the snapshot's subject stats are kept and changed by the difference, as
+    a publish changes them (``MessageIndex.apply``); else they are rebuilt when first asked."""
+    if removed_seqs is None:
+        removed_seqs = np.zeros(0, np.int64)
+    fresh_seqs = fresh["seq"].to_numpy()
+    moved = np.isin(fresh_seqs, removed_seqs, assume_unique=True) if len(removed_seqs) else None
+    if moved is not None and moved.any():
+        removed_seqs = removed_seqs[~np.isin(removed_seqs, fresh_seqs[moved], assume_unique=True)]
+        fresh = fresh.filter(pa.array(~moved))
+    last_stored = int(stored["seq"][-1].as_py()) if stored.num_rows else 0
+    if stats is not None and (not fresh.num_rows or int(fresh["seq"][0].as_py()) > last_stored):
+        index = MessageIndex(stored, -1, ordered=True, subjects=stats)
+        index.apply(fresh, removed_seqs, version)
+        return index
+    rows = stored
+    if len(removed_seqs):
+        seqs = rows["seq"].to_numpy()
+        pos = np.searchsorted(removed_seqs, seqs)
+        hit = (pos < len(removed_seqs)) & (removed_seqs[np.minimum(pos, len(removed_seqs) - 1)] == seqs)
+        rows = rows.filter(pa.array(~hit))
+    if fresh.num_rows:
+        ordered = int(fresh["seq"][0].as_py()) > (int(rows["seq"][-1].as_py()) if rows.num_rows else 0)
+        rows = pa.concat_tables([rows, fresh])
+        if not ordered:
+            rows = rows.sort_by("seq")
+    return MessageIndex(rows, version, ordered=True)
 
 
 def write_ipc_file(fs: pafs.FileSystem, path: str, table: pa.Table, *, compress: bool) -> None:
@@ -142,30 +179,13 @@ class IndexStore:
             now = data_files(snap)
             gone = sorted(then - set(now))
             added = [p for p in now if p not in then]
-            rows = stored
-            replayed = 0
-            if gone:
-                removed_seqs = np.sort(_read_files(dataset, gone)["seq"].to_numpy())
-                replayed += len(removed_seqs)
-                seqs = rows["seq"].to_numpy()
-                pos = np.searchsorted(removed_seqs, seqs)
-                hit = (pos < len(removed_seqs)) & (removed_seqs[np.minimum(pos, len(removed_seqs) - 1)] == seqs)
-                rows = rows.filter(pa.array(~hit))
-            fresh = _read_files(dataset, added) if added else None
-            if fresh is not None and fresh.num_rows:
-                replayed += fresh.num_rows
-                fresh = fresh.sort_by("seq")
-                ordered = not rows.num_rows or int(pc.min(fresh["seq"]).as_py()) > int(rows["seq"][-1].as_py())
-                rows = pa.concat_tables([rows, fresh])
-                if not ordered:
-                    rows = rows.sort_by("seq")
-            # per-subject stats come along when only files were added (removals recompute them lazily)
-            stats = self._read_subjects(fs, root + _name(version, "subjects")) if not gone else None
-            if stats is not None and fresh is not None and fresh.num_rows:
-                stats.add(SubjectGroups.of(fresh["subject"], fresh["seq"].to_numpy()))
+            removed_seqs = np.sort(_read_files(dataset, gone, ["seq"])["seq"].to_numpy()) if gone else None
+            fresh = _read_files(dataset, added).sort_by("seq") if added else INDEX_SCHEMA.empty_table()
+            replayed = fresh.num_rows + (0 if removed_seqs is None else len(removed_seqs))
+            stats = self._read_subjects(fs, root + _name(version, "subjects"))
+            index = _replayed(stored, snap.version, stats, removed_seqs, fresh)
         except Exception:  # a snapshot is only a cache: an unreadable one is not used
             return None
-        index = MessageIndex(rows, snap.version, ordered=True, subjects=stats)
         if replayed >= REPLAY_SAVE_FRACTION * index.msgs:
             self.save_if_large(index, snap)  # the next process replays less
         return index

@@ -106,3 +106,10 @@ def test_reset(cli: Run, orders: Lake) -> None:
     assert doc["reset_seq"] == 3 and doc["delivered"]["stream_seq"] == 2
     again = cli("consumer", "reset", "ORDERS", "C")
     assert again.code == 0 and "Reset To Sequence:" in again.out
+
+
+def test_add_accepts_the_nats_cli_defaults_flag(cli: Run, orders: Lake) -> None:
+    with_flag = cli("consumer", "add", "ORDERS", "C1", "--pull", "--defaults", "-j").json()["config"]
+    without = cli("consumer", "add", "ORDERS", "C2", "--pull", "-j").json()["config"]
+    assert {**with_flag, "name": "", "durable_name": ""} == {**without, "name": "", "durable_name": ""}
+    assert orders.consumer_info("ORDERS", "C1").config.ack_policy == "explicit"

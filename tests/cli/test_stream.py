@@ -270,3 +270,12 @@ def test_usage_errors_exit_2(cli: Run) -> None:
                  ["stream", "rmm", "X", "-3", "-f"], ["consumer", "reset", "X", "C", "--seq", "-1"]):
         res = cli(*argv)
         assert res.code == 2 and "cannot be negative" in res.err, argv
+
+
+def test_add_accepts_the_nats_cli_defaults_flag(cli: Run, lake: Lake) -> None:
+    """``nats stream add X --subjects ... --defaults`` (as scripts for the nats CLI write it) stores
+    the same config as without the flag: nothing is asked either way."""
+    with_flag = cli("stream", "add", "A", "--subjects", "a.*", "--defaults", "-j").json()["config"]
+    without = cli("stream", "add", "B", "--subjects", "b.*", "-j").json()["config"]
+    assert {**with_flag, "name": "", "subjects": []} == {**without, "name": "", "subjects": []}
+    assert lake.stream_info("A").config.subjects == ["a.*"]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from jsspark.cli import render
 from jsspark.cli.documents import read_config
 from jsspark.cli.errors import CLIError, doing
-from jsspark.cli.interact import confirm
+from jsspark.cli.interact import confirm, defaults_flag
 from jsspark.cli.units import duration_arg, human_duration, parse_duration, size_arg, uint_arg
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("stream", metavar="STREAM")
     p.add_argument("name", nargs="?", metavar="NAME", help="durable name (or the config's)")
     _consumer_flags(p)
+    defaults_flag(p)
     p.set_defaults(func=cmd_add)
 
     p = verbs.add_parser("info", help="show a consumer's config and position", parents=[common])

@@ -8,11 +8,20 @@ piped or captured output stays clean.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from types import TracebackType
 
 from jsspark.cli.errors import CLIError
+
+
+def defaults_flag(p: argparse.ArgumentParser) -> None:
+    """``--defaults``, which the nats CLI's ``add`` verbs take to skip their questions: jsspark
+    asks none (what is not given takes the server's default), so scripts written for ``nats``
+    run unchanged."""
+    p.add_argument("--defaults", action="store_true",
+                   help="accepted as in the nats CLI: nothing is asked, what is not given takes the server's default")
 
 
 def confirm(question: str, force: bool) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from jsspark.cli import render
 from jsspark.cli.documents import read_config
 from jsspark.cli.errors import CLIError, doing
-from jsspark.cli.interact import Progress, confirm
+from jsspark.cli.interact import Progress, confirm, defaults_flag
 from jsspark.cli.units import duration_arg, human_bytes, human_duration, size_arg, uint_arg
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = verbs.add_parser("add", aliases=["create", "new"], help="create a stream", parents=[common])
     p.add_argument("name", nargs="?", metavar="NAME", help="stream name (or the config's name)")
     _stream_flags(p)
+    defaults_flag(p)
     p.set_defaults(func=cmd_add)
 
     p = verbs.add_parser("info", help="show a stream's config and state", parents=[common])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 
@@ -16,3 +17,34 @@ def one_chunk(col: pa.Array | pa.ChunkedArray) -> pa.Array:
 def column(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
     """A table's column as one Array (``one_chunk``)."""
     return one_chunk(table.column(name))
+
+
+# Up to this many rows are taken or dropped by zero-copy slices: Arrow's ``take`` on a table of
+# many chunks costs milliseconds even for one row, and a ``filter`` copies every other row.
+FEW_ROWS = 32
+
+
+def take_rows(table: pa.Table, positions: np.ndarray) -> pa.Table:
+    """``table.take(positions)``; a few rows as slices of it (no copy)."""
+    if len(positions) > FEW_ROWS:
+        return table.take(pa.array(positions))
+    if not len(positions):
+        return table.slice(0, 0)
+    return pa.concat_tables([table.slice(int(p), 1) for p in positions])
+
+
+def drop_rows(table: pa.Table, positions: np.ndarray) -> pa.Table:
+    """``table`` without the rows at ``positions`` (ascending, distinct); with a few, the slices
+    between them (no copy: the table gains a chunk or two, for the caller to combine in time)."""
+    if len(positions) > FEW_ROWS:
+        keep = np.ones(table.num_rows, dtype=bool)
+        keep[positions] = False
+        return table.filter(pa.array(keep))
+    pieces, start = [], 0
+    for p in positions.tolist():
+        if p > start:
+            pieces.append(table.slice(start, p - start))
+        start = p + 1
+    if start < table.num_rows or not pieces:
+        pieces.append(table.slice(start))
+    return pa.concat_tables(pieces)

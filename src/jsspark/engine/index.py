@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jsspark.engine.arrays import drop_rows, take_rows
 from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA
 from jsspark.engine.subject_stats import SubjectGroups, SubjectStats
 
@@ -72,9 +73,7 @@ class MessageIndex:
             if len(pos) and pos[-1] == len(pos) - 1:  # the oldest messages (max_msgs, max_age, ...): a slice
                 gone, left = rows.slice(0, len(pos)), rows.slice(len(pos))
             else:
-                keep = np.ones(rows.num_rows, dtype=bool)
-                keep[pos] = False
-                gone, left = rows.take(pa.array(pos)), rows.filter(pa.array(keep))
+                gone, left = take_rows(rows, pos), drop_rows(rows, pos)
             planned = self._planned_removal
             groups = planned[1] if planned is not None and np.array_equal(planned[0], pos) else None
             self._forget(gone, left, groups)
@@ -84,8 +83,8 @@ class MessageIndex:
             if self._bytes is not None:
                 self._bytes += int(pc.sum(added["size"]).as_py() or 0)
             rows = pa.concat_tables([rows, added])
-            if rows.column("seq").num_chunks > 64:
-                rows = rows.combine_chunks()
+        if rows.column("seq").num_chunks > 64:  # appends and few-row removals add chunks
+            rows = rows.combine_chunks()
         self.rows = rows
         self.version = version
         self._seqs = None
@@ -149,7 +148,7 @@ class MessageIndex:
         rows = self.rows
         n_old = rows.num_rows
         gone = np.flatnonzero(removed_mask) if removed_mask is not None else np.zeros(0, np.int64)
-        removed = rows.take(pa.array(gone)) if len(gone) else None
+        removed = take_rows(rows, gone) if len(gone) else None
         removed_groups = _groups(removed) if removed is not None else None
         # the commit that follows removes the same rows: ``apply`` takes their groups from here
         self._planned_removal = (gone, removed_groups) if removed_groups is not None else None

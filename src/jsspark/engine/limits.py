@@ -13,6 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jsspark.engine.arrays import take_rows
+
 
 def per_subject_excess(rows: pa.Table, max_per_subject: int, only: pa.Array | None = None) -> np.ndarray:
     """Boolean mask over ``rows`` (sorted by seq): beyond the newest ``max_per_subject`` of its
@@ -25,7 +27,7 @@ def per_subject_excess(rows: pa.Table, max_per_subject: int, only: pa.Array | No
         out = np.zeros(n, dtype=bool)
         if len(only):
             at = np.flatnonzero(pc.is_in(rows["subject"], value_set=only).to_numpy(zero_copy_only=False))
-            out[at] = per_subject_excess(rows.take(pa.array(at)), max_per_subject)
+            out[at] = per_subject_excess(take_rows(rows, at), max_per_subject)
         return out
     codes = pc.dictionary_encode(rows["subject"]).combine_chunks().indices.to_numpy()
     # Walk newest-first: a message's rank is how many newer ones share its subject.

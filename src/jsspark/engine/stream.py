@@ -28,7 +28,7 @@ from deltalake import Transaction
 from jsspark.engine import header_rules as rules
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, SourceInfo, StreamState
-from jsspark.engine.arrays import column
+from jsspark.engine.arrays import column, take_rows
 from jsspark.engine.dedup import DedupWindow, KnownIds
 from jsspark.engine.expiry import Expiries, expires_of, is_marker, marker_headers
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
@@ -543,7 +543,7 @@ class LakeStream:
             removed_mask = gone[:n_old]
             by_limits = removed_mask & ~rolled[:n_old]
             if by_limits.any():
-                limited = index.rows.select(["seq", "subject"]).filter(pa.array(by_limits))
+                limited = take_rows(index.rows.select(["seq", "subject"]), np.flatnonzero(by_limits))
         removed = index.seq_array()[removed_mask] if removed_mask is not None else np.zeros(0, np.int64)
         last_ts = now if accepted.any() else self._last_ts_ns
         state = index.state_after(rows.select(INDEX_COLUMNS), removed_mask, last_seq, last_ts, groups)

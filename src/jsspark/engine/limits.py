@@ -9,6 +9,8 @@ decided by the publisher before it gets here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -97,17 +99,49 @@ def removal_mask(
     return drop
 
 
-def seq_ranges_predicate(all_seqs: np.ndarray, removed: np.ndarray) -> str | None:
-    """A Delta predicate selecting exactly ``removed`` among ``all_seqs`` (both sorted), as
-    few ``seq`` ranges as there are runs of consecutive live messages being removed."""
+# A removal's Delta predicate names at most this many seq ranges. delta-rs evaluates every row
+# against each range, and parses the predicate recursively: tens of thousands of ranges (a purge
+# of one subject of two interleaved ones, a batch replacing thousands of keys) took minutes, and
+# at about 30,000 its parser overflowed the stack and the process died
+MAX_RANGES = 32
+
+
+@dataclass(frozen=True)
+class SeqRemoval:
+    """A commit's removal: a Delta ``predicate`` on ``seq`` and the live seqs it matches that
+    stay (``kept``, ascending), which the commit writes again."""
+
+    predicate: str
+    kept: np.ndarray
+
+    @classmethod
+    def where(cls, predicate: str) -> SeqRemoval:
+        """A predicate that matches exactly what goes."""
+        return cls(predicate, np.zeros(0, np.int64))
+
+
+def seq_removal(all_seqs: np.ndarray, removed: np.ndarray, max_ranges: int = MAX_RANGES) -> SeqRemoval | None:
+    """The removal of ``removed`` among ``all_seqs`` (both sorted, ``removed`` live): one range per
+    run of consecutive live messages removed. Past ``max_ranges`` runs, the runs with the fewest
+    live messages between them are joined, and those messages are kept (written again): the
+    fewest possible for that many ranges."""
     if len(removed) == 0:
         return None
     pos = np.searchsorted(all_seqs, removed)
     breaks = np.flatnonzero(np.diff(pos) != 1) + 1
     starts = np.r_[0, breaks]
     ends = np.r_[breaks - 1, len(pos) - 1]
-    parts = []
-    for s, e in zip(starts, ends, strict=True):
-        lo, hi = int(removed[s]), int(removed[e])
-        parts.append(f"seq = {lo}" if lo == hi else f"(seq >= {lo} AND seq <= {hi})")
-    return " OR ".join(parts)
+    kept = np.zeros(0, np.int64)
+    if len(starts) > max_ranges:
+        gaps = pos[starts[1:]] - pos[ends[:-1]] - 1  # live messages between one run and the next
+        split = np.sort(np.argsort(gaps, kind="stable")[len(gaps) - (max_ranges - 1):])  # the widest gaps stay
+        starts, ends = np.r_[starts[:1], starts[split + 1]], np.r_[ends[split], ends[-1:]]
+        edges = np.zeros(len(all_seqs) + 1, dtype=np.int64)
+        np.add.at(edges, pos[starts], 1)
+        np.add.at(edges, pos[ends] + 1, -1)
+        covered = np.cumsum(edges[:-1]) > 0
+        covered[pos] = False
+        kept = all_seqs[covered]
+    parts = [f"seq = {lo}" if lo == hi else f"(seq >= {lo} AND seq <= {hi})"
+             for lo, hi in zip(removed[starts].tolist(), removed[ends].tolist(), strict=True)]
+    return SeqRemoval(" OR ".join(parts), kept)

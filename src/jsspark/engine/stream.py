@@ -33,7 +33,7 @@ from jsspark.engine.dedup import DedupWindow, KnownIds
 from jsspark.engine.expiry import Expiries, expires_of, is_marker, marker_headers
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.index_store import IndexStore
-from jsspark.engine.limits import expired, removal_mask, seq_ranges_predicate
+from jsspark.engine.limits import SeqRemoval, expired, removal_mask, seq_removal
 from jsspark.engine.partitioning import PartitionKey
 from jsspark.engine.rollups import ALL as ROLLUP_ALL
 from jsspark.engine.rollups import NEVER, RolledUp, Rollup, purged_by, pushed_out_by, rollup_moments
@@ -321,7 +321,7 @@ class LakeStream:
                 plan.rows,
                 last_seq=plan.last_seq,
                 # the live seqs are only needed (and only copied out of the index) when a limit removes
-                remove_predicate=seq_ranges_predicate(index.seq_array(), plan.removed) if len(plan.removed) else None,
+                removal=seq_removal(index.seq_array(), plan.removed) if len(plan.removed) else None,
                 state=plan.state,
                 app_transactions=[Transaction(*t) for t in txns] or None,
             )
@@ -356,14 +356,14 @@ class LakeStream:
         predicate: str | None = None,
     ) -> int:
         """Commit removing the live messages ``mask`` selects (``predicate`` when a simpler
-        Delta predicate says the same), optionally moving the last sequence; returns how many."""
+        Delta predicate says exactly the same), optionally moving the last sequence; returns how many."""
         all_seqs = index.seq_array()
         removed = all_seqs[mask]
         last_seq = snap.last_seq if last_seq is None else last_seq
         state = index.state_after(_EMPTY_INDEX_ROWS, mask, last_seq, self._last_ts_ns)
         state[LAST_MSG_ID] = self._last_msg_id(index)
-        where = (predicate or seq_ranges_predicate(all_seqs, removed)) if len(removed) else None
-        version = self.table.commit(snap, None, last_seq=last_seq, remove_predicate=where, state=state)
+        removal = (SeqRemoval.where(predicate) if predicate else seq_removal(all_seqs, removed)) if len(removed) else None
+        version = self.table.commit(snap, None, last_seq=last_seq, removal=removal, state=state)
         self._after_commit(index, snap, version, None, removed, state)
         return len(removed)
 

@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 from deltalake import (
@@ -38,6 +39,7 @@ from deltalake import (
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from jsspark.engine.files import local_filesystem, table_filesystem
+from jsspark.engine.limits import SeqRemoval
 from jsspark.engine.schema import MESSAGE_SCHEMA, PARTITION_COLUMN
 
 SEQ_APP_ID = "jsspark.seq"
@@ -213,15 +215,21 @@ class MessageTable:
         rows: pa.Table | None,
         *,
         last_seq: int,
-        remove_predicate: str | None = None,
+        removal: SeqRemoval | None = None,
         state: dict[str, Any] | None = None,
         app_transactions: list[Transaction] | None = None,
     ) -> int:
-        """Append ``rows`` and remove what ``remove_predicate`` matches, as one Delta commit.
+        """Append ``rows`` and remove what ``removal`` matches, as one Delta commit; the
+        messages it matches but keeps are written again with the rows.
 
         Raises ``ConcurrentCommit`` when another writer committed after ``snap``.
         Returns the new table version.
         """
+        remove_predicate = removal.predicate if removal is not None else None
+        if removal is not None and len(removal.kept):
+            kept = self._kept_rows(snap, removal.kept)
+            rows = kept if rows is None or not rows.num_rows else pa.concat_tables(
+                [kept, rows.select(MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA)])
         txns = [Transaction(SEQ_APP_ID, last_seq), *(app_transactions or [])]
         props = CommitProperties(
             app_transactions=txns,
@@ -265,6 +273,14 @@ class MessageTable:
             raise ConcurrentCommit(str(e)) from e
         snap.table.update_incremental()
         return snap.table.version()
+
+    def _kept_rows(self, snap: Snapshot, seqs: np.ndarray) -> pa.Table:
+        """The stored rows of ``seqs`` (all live at ``snap``), in seq order, to be written again."""
+        kept = self.read(snap, filter=ds.field("seq").isin(pa.array(seqs, pa.int64())))
+        if kept.num_rows != len(seqs):  # the index and the table disagree: write nothing rather than lose rows
+            raise RuntimeError(f"table {self.uri}: {len(seqs)} messages to keep, {kept.num_rows} found at version "
+                               f"{snap.version}")
+        return kept.select(MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA).sort_by("seq")
 
     def compact(self, snap: Snapshot, state: dict[str, Any] | None, target_size: int | None = None) -> dict[str, Any]:
         """Rewrite small files into large ones (``dataChange=false``: streaming readers skip it).

@@ -9,7 +9,7 @@ decided by the publisher before it gets here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -108,16 +108,19 @@ MAX_RANGES = 32
 
 @dataclass(frozen=True)
 class SeqRemoval:
-    """A commit's removal: a Delta ``predicate`` on ``seq`` and the live seqs it matches that
-    stay (``kept``, ascending), which the commit writes again."""
+    """A commit's removal: a Delta ``predicate`` on ``seq``; with ``ranges`` (inclusive ``lo``,
+    ``hi`` seqs) it names, the live seqs in them that go (``removed``) and those that stay
+    (``kept``), which the commit writes again."""
 
     predicate: str
-    kept: np.ndarray
+    ranges: tuple[np.ndarray, np.ndarray] | None = None
+    removed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    kept: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @classmethod
     def where(cls, predicate: str) -> SeqRemoval:
         """A predicate that matches exactly what goes."""
-        return cls(predicate, np.zeros(0, np.int64))
+        return cls(predicate)
 
 
 def seq_removal(all_seqs: np.ndarray, removed: np.ndarray, max_ranges: int = MAX_RANGES) -> SeqRemoval | None:
@@ -142,6 +145,7 @@ def seq_removal(all_seqs: np.ndarray, removed: np.ndarray, max_ranges: int = MAX
         covered = np.cumsum(edges[:-1]) > 0
         covered[pos] = False
         kept = all_seqs[covered]
-    parts = [f"seq = {lo}" if lo == hi else f"(seq >= {lo} AND seq <= {hi})"
-             for lo, hi in zip(removed[starts].tolist(), removed[ends].tolist(), strict=True)]
-    return SeqRemoval(" OR ".join(parts), kept)
+    lo, hi = removed[starts], removed[ends]
+    parts = [f"seq = {a}" if a == b else f"(seq >= {a} AND seq <= {b})"
+             for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+    return SeqRemoval(" OR ".join(parts), (lo, hi), removed, kept)

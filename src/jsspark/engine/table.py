@@ -19,13 +19,15 @@ deletion vectors (delta-rs never writes them).
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import unquote
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 from deltalake import (
@@ -226,10 +228,11 @@ class MessageTable:
         Returns the new table version.
         """
         remove_predicate = removal.predicate if removal is not None else None
+        data: pa.Table | pa.RecordBatchReader | None = None
+        if rows is not None and rows.num_rows:
+            data = rows.select(MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA)
         if removal is not None and len(removal.kept):
-            kept = self._kept_rows(snap, removal.kept)
-            rows = kept if rows is None or not rows.num_rows else pa.concat_tables(
-                [kept, rows.select(MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA)])
+            data = self._kept_then(snap, removal, data)
         txns = [Transaction(SEQ_APP_ID, last_seq), *(app_transactions or [])]
         props = CommitProperties(
             app_transactions=txns,
@@ -237,25 +240,24 @@ class MessageTable:
             max_commit_retries=0,
         )
         try:
-            if rows is not None and rows.num_rows:
-                rows = rows.select(MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA)
-                props_w = WRITER_PROPERTIES
+            if data is not None:
                 if remove_predicate:
                     # Predicate overwrite: delete matches and add the new rows atomically. The new
-                    # rows satisfy the predicate through its ``seq > snapshot last`` arm.
+                    # rows satisfy the predicate through its ``seq > snapshot last`` arm, the
+                    # kept ones through its ranges.
                     write_deltalake(
                         snap.table,
-                        rows,
+                        data,
                         mode="overwrite",
                         predicate=f"({remove_predicate}) OR seq > {snap.last_seq}",
                         partition_by=[PARTITION_COLUMN],
                         commit_properties=props,
-                        writer_properties=props_w,
+                        writer_properties=WRITER_PROPERTIES,
                     )
                 else:
                     write_deltalake(
-                        snap.table, rows, mode="append", partition_by=[PARTITION_COLUMN], commit_properties=props,
-                        writer_properties=props_w,
+                        snap.table, data, mode="append", partition_by=[PARTITION_COLUMN], commit_properties=props,
+                        writer_properties=WRITER_PROPERTIES,
                     )
             elif remove_predicate:
                 snap.table.delete(remove_predicate, commit_properties=props, writer_properties=WRITER_PROPERTIES)
@@ -274,13 +276,34 @@ class MessageTable:
         snap.table.update_incremental()
         return snap.table.version()
 
-    def _kept_rows(self, snap: Snapshot, seqs: np.ndarray) -> pa.Table:
-        """The stored rows of ``seqs`` (all live at ``snap``), in seq order, to be written again."""
-        kept = self.read(snap, filter=ds.field("seq").isin(pa.array(seqs, pa.int64())))
-        if kept.num_rows != len(seqs):  # the index and the table disagree: write nothing rather than lose rows
-            raise RuntimeError(f"table {self.uri}: {len(seqs)} messages to keep, {kept.num_rows} found at version "
-                               f"{snap.version}")
-        return kept.select(MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA).sort_by("seq")
+    def _kept_then(self, snap: Snapshot, removal: SeqRemoval, rows: pa.Table | None) -> pa.RecordBatchReader:
+        """The stored rows ``removal`` keeps, a file at a time, then ``rows``: streamed into the
+        commit, so a removal that keeps most of a large stream holds no more than a batch. The
+        kept rows are picked by the smaller of the two sets (kept, or removed within the ranges)."""
+        seq = ds.field("seq")
+        if removal.ranges is None or len(removal.kept) <= len(removal.removed):
+            pick = seq.isin(pa.array(removal.kept, pa.int64()))
+        else:
+            lo, hi = removal.ranges
+            within = functools.reduce(operator.or_, [(seq >= a) & (seq <= b) for a, b in zip(
+                lo.tolist(), hi.tolist(), strict=True)])
+            pick = within & ~seq.isin(pa.array(removal.removed, pa.int64()))
+        scanner = self.dataset(snap).scanner(columns=MESSAGE_SCHEMA.names, filter=pick)
+        want = len(removal.kept)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            found = 0
+            for batch in scanner.to_batches():
+                if batch.num_rows:
+                    found += batch.num_rows
+                    yield batch.cast(MESSAGE_SCHEMA)
+            if found != want:  # the index and the table disagree: fail the write rather than lose rows
+                raise RuntimeError(f"table {self.uri}: {want} messages to keep at version {snap.version}, "
+                                   f"{found} found")
+            if rows is not None:
+                yield from rows.to_batches()
+
+        return pa.RecordBatchReader.from_batches(MESSAGE_SCHEMA, batches())
 
     def compact(self, snap: Snapshot, state: dict[str, Any] | None, target_size: int | None = None) -> dict[str, Any]:
         """Rewrite small files into large ones (``dataChange=false``: streaming readers skip it).

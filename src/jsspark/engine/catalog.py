@@ -8,6 +8,14 @@ stream only if absent, move an ack floor only forward) is atomic.
 
 delta-rs rejects custom table properties, which is why configs live here and not in the
 stream tables' metadata.
+
+The table is a log: every change appends a file, and reading it replays every file. So that
+the cost of a read does not grow with the catalog's history (a durable consumer moves its ack
+floor with every batch of a streaming query, for days), every ``COMPACT_EVERY`` revisions the
+live records are written as one file in place of all the others, in a commit of its own that
+serialises with changes like any change does; files that left the table over an hour before
+are then vacuumed. A process also keeps what it wrote: after its own commit, the records it
+read plus its changes are the records at the new version, and it reads nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +32,13 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 CATALOG_APP_ID = "jsspark.catalog"
 MAX_ATTEMPTS = 50
+COMPACT_EVERY = 200  # revisions between rewrites of the live records as one file
+# What a compaction leaves behind, kept this long: a reader updates its handle before every read
+# (and reopens the table if the log it missed is gone), so none needs them for long. Without log
+# cleanup, every commit lists a longer log: +10 ms a commit per 1,000 commits.
+RETENTION = {"delta.logRetentionDuration": "interval 10 minutes",
+             "delta.deletedFileRetentionDuration": "interval 1 hours"}
+VACUUM_AFTER_HOURS = 1
 
 CATALOG_SCHEMA = pa.schema(
     [
@@ -69,6 +84,12 @@ class Catalog:
     def _table(self, create: bool = True) -> DeltaTable | None:
         """The catalog table; ``create=False`` answers ``None`` for a lake never written, so a
         read at a mistyped location leaves nothing behind."""
+        if self._dt is not None:
+            try:
+                self._dt.update_incremental()
+                return self._dt
+            except Exception:  # the log it would replay was cleaned up (``compact``): open it anew
+                self._dt = None
         if self._dt is None:
             try:
                 self._dt = DeltaTable(self.uri, storage_options=self.storage_options)
@@ -80,8 +101,6 @@ class Catalog:
                     storage_options=self.storage_options,
                 )
                 self._dt = DeltaTable(self.uri, storage_options=self.storage_options)
-        else:
-            self._dt.update_incremental()
         return self._dt
 
     def records(self) -> dict[Key, Record]:
@@ -124,33 +143,89 @@ class Catalog:
             changes = plan(records)
             if not changes:
                 return changes
+            version = dt.version()
             rev = (dt.transaction_version(CATALOG_APP_ID) or 0) + 1
             now = time.time_ns()
-            rows = pa.Table.from_pylist(
-                [
-                    {
-                        "rev": rev,
-                        "kind": c.kind,
-                        "stream": c.stream,
-                        "name": c.name,
-                        "body": None if c.body is None else json.dumps(c.body, sort_keys=True),
-                        "deleted": c.body is None,
-                        "ts_ns": now,
-                    }
-                    for c in changes
-                ],
-                schema=CATALOG_SCHEMA,
-            )
-            try:
-                write_deltalake(
-                    dt,
-                    rows,
-                    mode="append",
-                    commit_properties=CommitProperties(
-                        app_transactions=[Transaction(CATALOG_APP_ID, rev)], max_commit_retries=0
-                    ),
-                )
-                return changes
-            except CommitFailedError:
+            rows = [
+                {
+                    "rev": rev,
+                    "kind": c.kind,
+                    "stream": c.stream,
+                    "name": c.name,
+                    "body": None if c.body is None else json.dumps(c.body, sort_keys=True),
+                    "deleted": c.body is None,
+                    "ts_ns": now,
+                }
+                for c in changes
+            ]
+            if not self._commit(dt, rows, rev, "append"):
                 continue
+            live = dict(records)
+            for c in changes:
+                if c.body is None:
+                    live.pop((c.kind, c.stream, c.name), None)
+                else:
+                    live[(c.kind, c.stream, c.name)] = Record(c.kind, c.stream, c.name, _copy(c.body), rev)
+            self._kept(dt, version + 1, live)
+            if rev % COMPACT_EVERY == 0:
+                self.compact()
+            return changes
         raise RuntimeError(f"catalog at {self.uri}: gave up after {MAX_ATTEMPTS} concurrent changes")
+
+    def _commit(self, dt: DeltaTable, rows: list[dict[str, Any]], rev: int, mode: str) -> bool:
+        """Write ``rows`` at revision ``rev``; False when another change got there first."""
+        try:
+            write_deltalake(
+                dt,
+                pa.Table.from_pylist(rows, schema=CATALOG_SCHEMA),
+                mode=mode,
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(CATALOG_APP_ID, rev)], max_commit_retries=0
+                ),
+            )
+        except CommitFailedError:
+            return False
+        return True
+
+    def _kept(self, dt: DeltaTable, version: int, live: dict[Key, Record]) -> None:
+        """Cache ``live`` as the records at ``version`` if that is the version this process's
+        commit made (another commit in between: the next read reads)."""
+        dt.update_incremental()
+        self._cache = (version, live) if dt.version() == version else None
+
+    def compact(self) -> bool:
+        """Rewrite the live records as the table's one file, at a revision of its own; then
+        checkpoint, clean up the log and vacuum what is past ``RETENTION``. False if a
+        concurrent change came first (the next compaction will do)."""
+        dt = self._table()
+        assert dt is not None
+        records = self.records()
+        version = dt.version()
+        rev = (dt.transaction_version(CATALOG_APP_ID) or 0) + 1
+        now = time.time_ns()
+        rows = [
+            {"rev": r.rev, "kind": r.kind, "stream": r.stream, "name": r.name,
+             "body": json.dumps(r.body, sort_keys=True), "deleted": False, "ts_ns": now}
+            for r in sorted(records.values(), key=lambda r: (r.rev, r.kind, r.stream, r.name))
+        ]
+        if not self._commit(dt, rows, rev, "overwrite"):
+            return False
+        self._kept(dt, version + 1, records)
+        try:  # best effort: what is left behind costs disk and log listing, never a wrong read
+            config = dt.metadata().configuration
+            if any(config.get(k) != v for k, v in RETENTION.items()):
+                dt.alter.set_table_properties(RETENTION)
+            dt.create_checkpoint()
+            dt.cleanup_metadata()
+            # full: the checkpoint dropped the expired removes, so only a listing finds their files
+            # (a write under way elsewhere is younger than the retention and stays)
+            dt.vacuum(VACUUM_AFTER_HOURS, dry_run=False, enforce_retention_duration=False, full=True)
+        except Exception:
+            self._cache = None
+        return True
+
+
+def _copy(body: dict[str, Any]) -> dict[str, Any]:
+    """A record's body as a read gives it: its own copy, through JSON, so what a caller later
+    does to the dict it handed in does not change the cache."""
+    return json.loads(json.dumps(body, sort_keys=True))

@@ -13,9 +13,10 @@ The table is a log: every change appends a file, and reading it replays every fi
 the cost of a read does not grow with the catalog's history (a durable consumer moves its ack
 floor with every batch of a streaming query, for days), every ``COMPACT_EVERY`` revisions the
 live records are written as one file in place of all the others, in a commit of its own that
-serialises with changes like any change does; files that left the table over an hour before
-are then vacuumed. A process also keeps what it wrote: after its own commit, the records it
-read plus its changes are the records at the new version, and it reads nothing.
+serialises with changes like any change does; then the table is checkpointed, its log cleaned
+up and the files it no longer uses vacuumed (``RETENTION``). A process also keeps what it
+wrote: after its own commit, the records it read plus its changes are the records at the new
+version, and it reads nothing.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ CATALOG_APP_ID = "jsspark.catalog"
 MAX_ATTEMPTS = 50
 COMPACT_EVERY = 200  # revisions between rewrites of the live records as one file
 # What a compaction leaves behind, kept this long: a reader updates its handle before every read
-# (and reopens the table if the log it missed is gone), so none needs them for long. Without log
-# cleanup, every commit lists a longer log: +10 ms a commit per 1,000 commits.
+# (from the newest checkpoint, if the log it missed is gone), so none needs them for long.
+# Without log cleanup, every commit lists a longer log: +10 ms a commit per 1,000 commits.
 RETENTION = {"delta.logRetentionDuration": "interval 10 minutes",
              "delta.deletedFileRetentionDuration": "interval 1 hours"}
 VACUUM_AFTER_HOURS = 1
@@ -84,12 +85,6 @@ class Catalog:
     def _table(self, create: bool = True) -> DeltaTable | None:
         """The catalog table; ``create=False`` answers ``None`` for a lake never written, so a
         read at a mistyped location leaves nothing behind."""
-        if self._dt is not None:
-            try:
-                self._dt.update_incremental()
-                return self._dt
-            except Exception:  # the log it would replay was cleaned up (``compact``): open it anew
-                self._dt = None
         if self._dt is None:
             try:
                 self._dt = DeltaTable(self.uri, storage_options=self.storage_options)
@@ -101,6 +96,8 @@ class Catalog:
                     storage_options=self.storage_options,
                 )
                 self._dt = DeltaTable(self.uri, storage_options=self.storage_options)
+        else:
+            self._dt.update_incremental()
         return self._dt
 
     def records(self) -> dict[Key, Record]:
@@ -146,18 +143,7 @@ class Catalog:
             version = dt.version()
             rev = (dt.transaction_version(CATALOG_APP_ID) or 0) + 1
             now = time.time_ns()
-            rows = [
-                {
-                    "rev": rev,
-                    "kind": c.kind,
-                    "stream": c.stream,
-                    "name": c.name,
-                    "body": None if c.body is None else json.dumps(c.body, sort_keys=True),
-                    "deleted": c.body is None,
-                    "ts_ns": now,
-                }
-                for c in changes
-            ]
+            rows = [_row(rev, c.kind, c.stream, c.name, c.body, now) for c in changes]
             if not self._commit(dt, rows, rev, "append"):
                 continue
             live = dict(records)
@@ -189,8 +175,7 @@ class Catalog:
 
     def _kept(self, dt: DeltaTable, version: int, live: dict[Key, Record]) -> None:
         """Cache ``live`` as the records at ``version`` if that is the version this process's
-        commit made (another commit in between: the next read reads)."""
-        dt.update_incremental()
+        commit made (the write moves ``dt`` to it; another commit came first: the next read reads)."""
         self._cache = (version, live) if dt.version() == version else None
 
     def compact(self) -> bool:
@@ -203,11 +188,8 @@ class Catalog:
         version = dt.version()
         rev = (dt.transaction_version(CATALOG_APP_ID) or 0) + 1
         now = time.time_ns()
-        rows = [
-            {"rev": r.rev, "kind": r.kind, "stream": r.stream, "name": r.name,
-             "body": json.dumps(r.body, sort_keys=True), "deleted": False, "ts_ns": now}
-            for r in sorted(records.values(), key=lambda r: (r.rev, r.kind, r.stream, r.name))
-        ]
+        rows = [_row(r.rev, r.kind, r.stream, r.name, r.body, now)
+                for r in sorted(records.values(), key=lambda r: (r.rev, r.kind, r.stream, r.name))]
         if not self._commit(dt, rows, rev, "overwrite"):
             return False
         self._kept(dt, version + 1, records)
@@ -223,6 +205,12 @@ class Catalog:
         except Exception:
             self._cache = None
         return True
+
+
+def _row(rev: int, kind: str, stream: str, name: str, body: dict[str, Any] | None, now: int) -> dict[str, Any]:
+    """A record as the table stores it (``body`` None: the key is deleted)."""
+    return {"rev": rev, "kind": kind, "stream": stream, "name": name,
+            "body": None if body is None else json.dumps(body, sort_keys=True), "deleted": body is None, "ts_ns": now}
 
 
 def _copy(body: dict[str, Any]) -> dict[str, Any]:

@@ -180,14 +180,14 @@ class SubjectStats:
                 if memo is not None:
                     return memo
                 self._asked += 1
-                if self._asked > LOOKUP_AFTER:
-                    self._lookup = _Lookup(self.names)
-            if self._lookup is not None:
-                return self._lookup.find(names)
-        pos = find_in(names, self.names)
-        if self._lookup is None and len(names) <= MEMO_NAMES:
-            self._memo.update(zip(names.to_pylist(), pos.tolist(), strict=True))
-        return pos
+                if self._asked <= LOOKUP_AFTER:
+                    pos = find_in(names, self.names)
+                    if len(names) <= MEMO_NAMES:  # ``_remembered`` set the memo to this generation
+                        self._memo.update(zip(names.to_pylist(), pos.tolist(), strict=True))
+                    return pos
+                self._lookup = _Lookup(self.names)
+            return self._lookup.find(names)
+        return find_in(names, self.names)
 
     def _remembered(self, names: pa.Array) -> np.ndarray | None:
         """The positions of ``names`` if all were asked since the known names last changed."""

@@ -128,3 +128,129 @@ def test_publish_batch_of_no_rows_is_a_no_op(tmp_path: Path) -> None:
     ack = lake.publish_batch("E", pa.table({"subject": pa.array([], pa.string()), "data": pa.array([], pa.binary())}))
     assert (ack.stored, ack.count) == (0, 0)
     assert lake.stream("E").table.snapshot().version == version
+
+
+# -- upkeep: what the process that makes every EVERY-th version does (engine/maintenance.py) ----------
+from jsspark.engine import maintenance  # noqa: E402
+
+
+def test_upkeep_schedule_tiers_and_vacuum() -> None:
+    """Every EVERY-th version; tier k (target TIERS[k]) every 10**k-th upkeep; vacuum from tier 1."""
+    every, tiers = maintenance.EVERY, maintenance.TIERS
+    for version in range(0, 25 * every * 10 + 1, 7):  # versions between upkeeps owe nothing
+        if version % every:
+            assert maintenance.due(version) is None
+    assert maintenance.due(0) is None
+    for turn in range(1, 2_500):
+        u = maintenance.due(turn * every)
+        tier = max(k for k in range(len(tiers)) if turn % 10**k == 0)
+        assert u == maintenance.Upkeep(tiers[tier], tier >= maintenance.VACUUM_TIER), turn
+
+
+@pytest.fixture
+def often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upkeep every 10 versions, the tiers as they are (the test's files are far below 2 MiB)."""
+    monkeypatch.setattr(maintenance, "EVERY", 10)
+
+
+def _batch(b: int, n: int = 40) -> pa.Table:
+    return pa.table({"subject": [f"k.{(b * n + i) % 13}" for i in range(n)], "data": [b"%d-%d" % (b, i) for i in range(n)]})
+
+
+def test_upkeep_bounds_files_and_log_and_keeps_every_message(tmp_path: Path, often: None) -> None:
+    """A long run of small commits: files, log entries and files on disk stay bounded (with the
+    table's own short retentions), the messages and state are what was published, and the
+    writer's index is never rebuilt because of its own upkeep."""
+    from deltalake import DeltaTable
+
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="K", subjects=["k.>"], max_msgs=3_000)
+    table_dir = tmp_path / "streams" / "K"
+    DeltaTable(str(table_dir)).alter.set_table_properties(  # checkpoints as often as the upkeeps
+        {"delta.logRetentionDuration": "interval 0 seconds", "delta.deletedFileRetentionDuration": "interval 0 seconds",
+         "delta.checkpointInterval": "10"})
+    ls = lake.stream("K")
+    published = []
+    for b in range(230):
+        published.append(_batch(b))
+        lake.publish_batch("K", published[-1])
+        assert ls._index is not None and ls._index.version == ls.table.snapshot().version  # never dropped
+    version = ls.table.snapshot().version
+    assert version > 230  # the upkeeps' compactions are commits too
+    files = _files(lake, "K")
+    assert files <= 8 * (1 + 10), files  # one compacted file per partition, and what came since
+    log = [p for p in (table_dir / "_delta_log").iterdir() if p.name.endswith(".json")]
+    assert len(log) <= 3 * 10, len(log)  # cleaned up to the newest checkpoint at every upkeep
+    on_disk = list(table_dir.rglob("*.parquet"))
+    assert len(on_disk) <= files + 8 * 100, len(on_disk)  # vacuumed every 100 versions; 9,200 were written
+    everything = pa.concat_tables(published)
+    kept = lake.stream("K").read().sort_by("seq")
+    assert kept["seq"].to_pylist() == list(range(everything.num_rows - 3_000 + 1, everything.num_rows + 1))
+    assert kept["data"].to_pylist() == everything["data"].to_pylist()[-3_000:]
+    assert kept["subject"].to_pylist() == everything["subject"].to_pylist()[-3_000:]
+    state = lake.stream_info("K").state
+    assert (state.messages, state.first_seq, state.last_seq) == (3_000, everything.num_rows - 2_999, everything.num_rows)
+    fresh = jsspark.connect(str(tmp_path))
+    assert fresh.stream_info("K").state == state
+    assert fresh.stream("K").read().sort_by("seq").equals(kept)
+    dt = ls.table.snapshot().table
+    proto = dt.protocol()
+    assert (proto.min_reader_version, proto.min_writer_version) == (1, 2) and not proto.writer_features
+
+
+def test_vacuum_commits_do_not_hide_the_recorded_state(tmp_path: Path, often: None) -> None:
+    """An upkeep's vacuum commits (VACUUM START/END) change nothing: the state still comes from
+    the newest commit that recorded one, with no index built."""
+    from deltalake import DeltaTable
+
+    from jsspark.engine.table import MessageTable
+
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="V", subjects=["k.>"], max_msgs_per_subject=1)
+    DeltaTable(str(tmp_path / "streams" / "V")).alter.set_table_properties(
+        {"delta.deletedFileRetentionDuration": "interval 0 seconds"})
+    ls = lake.stream("V")
+    b = 0
+    while "VACUUM END" not in [h.get("operation") for h in ls.table.snapshot().table.history(3)]:
+        lake.publish_batch("V", _batch(b))
+        b += 1
+        assert b < 120, "no vacuum within 100 versions"
+    snap = MessageTable(str(tmp_path / "streams" / "V")).snapshot()
+    recorded = MessageTable.recorded_state(snap)
+    assert recorded is not None and recorded["messages"] == 13 and recorded["last_seq"] == b * 40
+    assert jsspark.connect(str(tmp_path)).stream_info("V").state.messages == 13
+
+
+def test_upkeep_failure_never_fails_the_publish(tmp_path: Path, often: None, monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    from jsspark.engine.table import MessageTable
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(MessageTable, "compact", broken)
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="F", subjects=["k.>"])
+    for b in range(25):
+        assert lake.publish_batch("F", _batch(b)).stored == 40
+    assert "table upkeep after version 10 failed" in caplog.text and "disk full" in caplog.text
+    assert lake.stream_info("F").state.messages == 1_000
+    assert lake.stream("F").read().num_rows == 1_000
+
+
+def test_upkeep_with_two_writers_loses_and_doubles_nothing(tmp_path: Path, often: None) -> None:
+    """Two processes' handles take turns, each doing the upkeeps its versions owe: sequences stay
+    contiguous, every message is there once, both see the same state."""
+    a, b = jsspark.connect(str(tmp_path)), jsspark.connect(str(tmp_path))
+    a.add_stream(name="W", subjects=["k.>"])
+    sent = []
+    for i in range(120):
+        batch = _batch(i, 7)
+        sent.append(batch)
+        (a if i % 3 else b).publish_batch("W", batch)
+    rows = jsspark.connect(str(tmp_path)).stream("W").read().sort_by("seq")
+    everything = pa.concat_tables(sent)
+    assert rows["seq"].to_pylist() == list(range(1, everything.num_rows + 1))
+    assert rows["data"].to_pylist() == everything["data"].to_pylist()
+    assert a.stream_info("W").state == b.stream_info("W").state
+    assert _files(a, "W") <= 8 * (1 + 10)

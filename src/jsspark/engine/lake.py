@@ -281,7 +281,8 @@ class Lake:
         return self.stream(name).enforce_limits()
 
     def compact(self, name: str, target_size: int | None = None) -> dict[str, Any]:
-        """Merge a stream's small files (schedule it with ``enforce_limits``)."""
+        """Merge all of a stream's files below ``target_size`` now (writers' upkeep merges them in tiers as
+        they go: ``engine/maintenance.py``)."""
         return self.stream(name).compact(target_size)
 
     def vacuum(self, name: str, retention_hours: int = 168) -> list[str]:

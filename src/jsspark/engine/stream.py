@@ -11,6 +11,7 @@ first message's error as the server would have answered it for that message.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from deltalake import Transaction
 
 from jsspark.engine import header_rules as rules
 from jsspark.engine import headers as H
+from jsspark.engine import maintenance
 from jsspark.engine.api import BatchAck, SourceInfo, StreamState
 from jsspark.engine.arrays import column, take_rows
 from jsspark.engine.dedup import DedupWindow, KnownIds
@@ -51,6 +53,7 @@ from jsspark.engine.table import ConcurrentCommit, MessageTable, Snapshot
 from jsspark.errors import APIError, JSSparkError, api_error
 from jsspark.subjects import SubjectTransform, match_filter, subject_matches
 
+log = logging.getLogger(__name__)
 MAX_HEADER_BYTES = 65535
 MAX_ATTEMPTS = 100
 T = TypeVar("T")
@@ -381,9 +384,34 @@ class LakeStream:
                 if added is not None and "headers" in added.column_names:
                     self._expiries.added(added, version)
                 self._expiries.removed(removed if removed is not None else np.zeros(0, np.int64), version)
+            upkeep = maintenance.due(version)
+            if upkeep is not None:
+                self._upkeep(index, Snapshot(snap.table, version, state["last_seq"]), state, upkeep)
         else:  # someone else's commit slipped in between: rebuild on next use
             self._index = None
             self._expiries = None
+
+    def _upkeep(self, index: MessageIndex, snap: Snapshot, state: dict[str, Any], upkeep: maintenance.Upkeep) -> None:
+        """The table upkeep this process owes after committing ``snap`` (``maintenance.py``).
+        Never fails that commit: a concurrent commit leaves it to the next turn, an error is
+        logged (the next load sees the version moved and reloads)."""
+        try:
+            version = self.table.upkeep(snap, state, upkeep)
+        except ConcurrentCommit:
+            return
+        except Exception as e:  # the messages are committed; upkeep only saves later cost
+            log.warning("stream %s: table upkeep after version %d failed (the next upkeep retries): %s",
+                        self.name, snap.version, e)
+            return
+        if version is not None:
+            self._relaid(index, version)
+
+    def _relaid(self, index: MessageIndex, version: int) -> None:
+        """The same messages are at ``version`` in other files (compaction, vacuum): the index
+        and the expiries hold there too."""
+        if self._expiries is not None and self._expiries.version == index.version:
+            self._expiries.version = version
+        index.version = version
 
     def _known_ids(self, index: MessageIndex, since_ns: int) -> KnownIds:
         return self._dedup.known(index, since_ns)
@@ -1079,7 +1107,7 @@ class LakeStream:
         def attempt(snap: Snapshot, index: MessageIndex) -> dict[str, Any]:
             metrics = self.table.compact(snap, self._state_of(index, snap.last_seq), target_size)
             if metrics.get("numFilesAdded", 0) or metrics.get("numFilesRemoved", 0):
-                index.version = snap.table.version()  # same messages, new layout
+                self._relaid(index, snap.table.version())
                 self._store.save_if_large(index, self.table.snapshot())  # every file changed
             return metrics
 

@@ -42,6 +42,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from jsspark.engine.files import local_filesystem, table_filesystem
 from jsspark.engine.limits import SeqRemoval
+from jsspark.engine.maintenance import HOOKS, Upkeep
 from jsspark.engine.schema import MESSAGE_SCHEMA, PARTITION_COLUMN
 
 SEQ_APP_ID = "jsspark.seq"
@@ -57,6 +58,7 @@ WRITER_PROPERTIES = WriterProperties(
     column_properties={"seq": _ASCENDING, "ts_ns": _ASCENDING, "time": _ASCENDING},
 )
 STATS_COLUMNS = 4  # the leading columns of MESSAGE_SCHEMA: seq, ts_ns, time, subject
+NO_CHANGE = ("VACUUM START", "VACUUM END")  # commits that change no message and record no state
 
 
 class ConcurrentCommit(Exception):
@@ -145,15 +147,17 @@ class MessageTable:
 
     @staticmethod
     def recorded_state(snap: Snapshot) -> dict[str, Any] | None:
-        """The state the newest commit recorded, if that commit was ours."""
-        hist = snap.table.history(1)
-        if not hist:
-            return None
-        raw = hist[0].get(STATE_KEY)
-        if raw is None:
-            return None
-        state = json.loads(raw)
-        return state if state.get("last_seq") == snap.last_seq else None
+        """The state the newest commit that may change the stream recorded, if that commit was
+        ours (a vacuum's commits change nothing and record nothing)."""
+        for h in snap.table.history(1 + len(NO_CHANGE)):
+            if h.get("operation") in NO_CHANGE:
+                continue
+            raw = h.get(STATE_KEY)
+            if raw is None:
+                return None
+            state = json.loads(raw)
+            return state if state.get("last_seq") == snap.last_seq else None
+        return None
 
     @staticmethod
     def file_stats(snap: Snapshot) -> pa.Table:
@@ -225,7 +229,7 @@ class MessageTable:
         messages it matches but keeps are written again with the rows.
 
         Raises ``ConcurrentCommit`` when another writer committed after ``snap``.
-        Returns the new table version.
+        Returns the version this commit made.
         """
         remove_predicate = removal.predicate if removal is not None else None
         data: pa.Table | pa.RecordBatchReader | None = None
@@ -253,14 +257,16 @@ class MessageTable:
                         partition_by=[PARTITION_COLUMN],
                         commit_properties=props,
                         writer_properties=WRITER_PROPERTIES,
+                        post_commithook_properties=HOOKS,
                     )
                 else:
                     write_deltalake(
                         snap.table, data, mode="append", partition_by=[PARTITION_COLUMN], commit_properties=props,
-                        writer_properties=WRITER_PROPERTIES,
+                        writer_properties=WRITER_PROPERTIES, post_commithook_properties=HOOKS,
                     )
             elif remove_predicate:
-                snap.table.delete(remove_predicate, commit_properties=props, writer_properties=WRITER_PROPERTIES)
+                snap.table.delete(remove_predicate, commit_properties=props, writer_properties=WRITER_PROPERTIES,
+                                  post_commithook_properties=HOOKS)
             else:
                 # Nothing stored (e.g. interest retention, no interest) but sequences consumed:
                 # an empty append still records the new last sequence.
@@ -270,11 +276,11 @@ class MessageTable:
                     mode="append",
                     partition_by=[PARTITION_COLUMN],
                     commit_properties=props,
+                    post_commithook_properties=HOOKS,
                 )
         except CommitFailedError as e:
             raise ConcurrentCommit(str(e)) from e
-        snap.table.update_incremental()
-        return snap.table.version()
+        return snap.table.version()  # the write moved the handle to the version it made, no further
 
     def _kept_then(self, snap: Snapshot, removal: SeqRemoval, rows: pa.Table | None) -> pa.RecordBatchReader:
         """The stored rows ``removal`` keeps, a file at a time, then ``rows``: streamed into the
@@ -306,9 +312,12 @@ class MessageTable:
         return pa.RecordBatchReader.from_batches(MESSAGE_SCHEMA, batches())
 
     def compact(self, snap: Snapshot, state: dict[str, Any] | None, target_size: int | None = None) -> dict[str, Any]:
-        """Rewrite small files into large ones (``dataChange=false``: streaming readers skip it).
+        """Rewrite files smaller than ``target_size`` into larger ones (``dataChange=false``:
+        streaming readers skip it), with the writer properties of every other commit.
 
-        Carries the sequence ``txn`` and the unchanged state like any other commit.
+        Carries the sequence ``txn`` and the unchanged state like any other commit, so a
+        concurrent writer's commit fails it (``ConcurrentCommit``). The handle is left at the
+        version it made (or at ``snap`` when there was nothing to merge).
         """
         props = CommitProperties(
             app_transactions=[Transaction(SEQ_APP_ID, snap.last_seq)],
@@ -316,11 +325,30 @@ class MessageTable:
             max_commit_retries=0,
         )
         try:
-            metrics = snap.table.optimize.compact(target_size=target_size, commit_properties=props)
+            return snap.table.optimize.compact(
+                target_size=target_size, commit_properties=props, writer_properties=WRITER_PROPERTIES,
+                post_commithook_properties=HOOKS,
+            )
         except CommitFailedError as e:
             raise ConcurrentCommit(str(e)) from e
-        snap.table.update_incremental()
-        return metrics
+
+    def upkeep(self, snap: Snapshot, state: dict[str, Any], upkeep: Upkeep) -> int | None:
+        """``upkeep`` (``maintenance.py``) right after this process committed ``snap``, whose
+        recorded state is ``state``. Returns the version the table is at afterwards when only
+        upkeep's own commits followed ``snap`` (an index of ``snap`` is still exact there), else
+        None. Raises ``ConcurrentCommit`` when another writer's commit came before compaction's."""
+        dt = snap.table
+        self.compact(snap, state, upkeep.target_size)
+        dt.cleanup_metadata()  # the log older than the table's logRetentionDuration, to a checkpoint
+        if upkeep.vacuum:
+            before = dt.version()
+            # full: what the table's deletedFileRetentionDuration allows, found by listing (the
+            # removes it is told of are only those since the newest checkpoint)
+            dt.vacuum(None, dry_run=False, enforce_retention_duration=True, full=True,
+                      post_commithook_properties=HOOKS)
+            if dt.version() not in (before, before + 2):  # its start and end commits, or none
+                return None
+        return dt.version()
 
     def vacuum(self, retention_hours: int = 168) -> list[str]:
         """Delete files no version within ``retention_hours`` needs, and files of lost commits."""

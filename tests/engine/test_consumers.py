@@ -493,3 +493,48 @@ def test_created_again_and_generated_names_as_the_server(pair: Pair) -> None:
         pair.consumer_create(s, cfg, "create")
         pair.consumer_create(s, cfg, "create")
         pair.consumer_create(s, cfg)
+
+
+def test_needed_by_at_positions_is_the_whole_mask_at_those_positions(tmp_path: Any) -> None:
+    """An ack on an interest stream asks every consumer about the acked messages only
+    (``StreamView.needed_by(c, at)``): the answer must be the full mask's at those positions,
+    for filtered and unfiltered, explicit and ack-all consumers, skip lists, floors and
+    delivered positions anywhere."""
+    import numpy as np
+    import pyarrow as pa
+
+    from jsspark.engine.consumers import StreamView
+
+    lake = connect(tmp_path / "lake")
+    lake.add_stream(name="N", subjects=["n.>"], retention="limits")
+    rnd = np.random.default_rng(7)
+    subjects = [f"n.{t}" for t in rnd.choice(list("abcde"), 400)]
+    for i in range(0, 400, 50):
+        lake.publish_batch("N", pa.table({"subject": subjects[i:i + 50], "data": [b"x"] * 50}))
+    for seq in (3, 10, 11, 200, 399):
+        lake.delete_msg("N", seq)
+    configs = {
+        "ex_a": {"filter_subject": "n.a", "ack_policy": "explicit"},
+        "ex_all": {"ack_policy": "explicit"},
+        "ex_multi": {"filter_subjects": ["n.b", "n.c"], "ack_policy": "explicit"},
+        "all_d": {"filter_subject": "n.d", "ack_policy": "all"},
+        "lps": {"filter_subject": "n.>", "ack_policy": "explicit", "deliver_policy": "last_per_subject"},
+        "none": {"ack_policy": "none"},
+    }
+    for name, cfg in configs.items():
+        lake.add_consumer("N", {"durable_name": name, **cfg})
+        seqs = lake.next_seqs("N", name, int(rnd.integers(1, 120)))
+        if seqs:
+            lake.record_delivered("N", name, seqs[-1], len(seqs))
+            if len(seqs) > 2:
+                lake.ack("N", name, seqs[len(seqs) // 2])
+    view = StreamView.of(lake.stream("N"))
+    consumers = lake.consumers._all("N")
+    assert len(consumers) == len(configs)
+    n = len(view.seqs)
+    for c in consumers:
+        whole = view.needed_by(c)
+        assert 0 < whole.sum() < n or c.name == "none"
+        for size in (0, 1, 2, 5, 40, n - 1, n):
+            at = np.sort(rnd.choice(n, size, replace=False))
+            assert np.array_equal(view.needed_by(c, at), whole[at]), (c.name, size)

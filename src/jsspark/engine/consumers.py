@@ -65,6 +65,7 @@ from jsspark.config import (
 from jsspark.config.defaults import SERVER_LEVEL_KEY, SERVER_VERSION_KEY
 from jsspark.config.timestamps import UTCTime
 from jsspark.engine.api import ConsumerInfo, SequenceInfo
+from jsspark.engine.arrays import take_rows
 from jsspark.engine.catalog import Change, Key, Record
 from jsspark.engine.index import MessageIndex
 from jsspark.engine.rollups import NEVER, RolledUp
@@ -254,18 +255,31 @@ class StreamView:
             return np.ones(len(self.seqs), dtype=bool)
         return match_filter(self.rows["subject"], filters).to_numpy(zero_copy_only=False)
 
-    def needed_by(self, c: Consumer) -> np.ndarray:
-        """``needAck`` for every live message: in the consumer's filter and above its ack floor;
-        for an explicit-ack consumer also not delivered yet or still pending (it does not need
-        what it delivered under another filter, or never delivered below its position)."""
+    def needed_by(self, c: Consumer, at: np.ndarray | None = None) -> np.ndarray:
+        """``needAck`` for every live message (or those at positions ``at``, ascending): in the
+        consumer's filter and above its ack floor; for an explicit-ack consumer also not
+        delivered yet or still pending (it does not need what it delivered under another
+        filter, or never delivered below its position). Asked for a few positions, only those
+        are matched, and pending acks are derived only when one of them lies in
+        ``(floor, delivered]``: an ack on an interest stream asks for every consumer."""
         st = c.state
-        mask = self.seqs > st.ack_floor.stream_seq
+        if at is not None and len(at) == len(self.seqs):
+            at = None
+        seqs = self.seqs if at is None else self.seqs[at]
+        mask = seqs > st.ack_floor.stream_seq
+        if not mask.any():
+            return mask
         if is_filtered(c.filters, self.config):
-            mask &= self.match(c.filters)
+            if at is None:
+                mask &= self.match(c.filters)
+            else:
+                inside = np.flatnonzero(mask)
+                subjects = take_rows(self.rows.select(["subject"]), at[inside])["subject"]
+                mask[inside] = match_filter(subjects, c.filters).to_numpy(zero_copy_only=False)
         if c.config.ack_policy is AckPolicy.EXPLICIT:
-            mask &= (self.seqs > st.delivered.stream_seq) | np.isin(
-                self.seqs, self.pending(c.filters, st).seqs
-            )
+            delivered = mask & (seqs <= st.delivered.stream_seq)
+            if delivered.any():
+                mask[delivered] = np.isin(seqs[delivered], self.pending(c.filters, st).seqs)
         return mask
 
     def seq_from_time(self, t_ns: int) -> int:
@@ -757,10 +771,13 @@ class Consumers:
         def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
             view = StreamView(index.rows, snap.last_seq, engine.config)
             consumers = self._all(name)
-            mask = np.broadcast_to(np.asarray(candidates(view, consumers), dtype=bool), view.seqs.shape).copy()
-            for c in consumers:
-                mask &= ~view.needed_by(c)
-            return view.seqs[mask]
+            mask = np.broadcast_to(np.asarray(candidates(view, consumers), dtype=bool), view.seqs.shape)
+            at = np.flatnonzero(mask)
+            for c in consumers:  # each asked only about the candidates no earlier one needs
+                if not len(at):
+                    break
+                at = at[~view.needed_by(c, at)]
+            return view.seqs[at]
 
         return engine.remove_seqs(choose)
 

@@ -383,3 +383,43 @@ def test_vacuumed_history_is_reported_as_possible_loss(tmp_path: Path) -> None:
     lake.vacuum("V", retention_hours=0)
     with pytest.raises(DataLossError, match=r"messages 1\.\.2 were removed .* their subjects are no longer known"):
         planner.latest(start, None, None)
+
+
+def test_reading_across_table_upkeep_delivers_every_message_once(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Queries reading a stream while its writer compacts, cleans up the log and vacuums it
+    (``engine/maintenance.py``, here every 5 versions, with retentions of nothing): each run
+    reads on from its checkpoint, and every message arrives exactly once, filtered or not."""
+    from deltalake import DeltaTable
+
+    from jsspark.engine import maintenance
+    from jsspark.engine.table import MessageTable
+
+    monkeypatch.setattr(maintenance, "EVERY", 5)
+    done: list[maintenance.Upkeep] = []
+    upkeep = MessageTable.upkeep
+
+    def counted(self: MessageTable, snap: Any, state: Any, u: maintenance.Upkeep) -> int | None:
+        done.append(u)
+        return upkeep(self, snap, state, u)
+
+    monkeypatch.setattr(MessageTable, "upkeep", counted)
+    loc, lake = _lake(tmp_path, 0)
+    DeltaTable(lake.stream_uri("ORDERS")).alter.set_table_properties(
+        {"delta.logRetentionDuration": "interval 0 seconds", "delta.deletedFileRetentionDuration": "interval 0 seconds",
+         "delta.checkpointInterval": "5"})
+    sent = 0
+    for _ in range(3):
+        for _ in range(30):
+            _publish(lake, "ORDERS", sent, 7)
+            sent += 7
+        _run_available_now(_stream(spark, loc, maxMessagesPerTrigger=80), tmp_path / "ck", tmp_path / "out")
+        _run_available_now(_stream(spark, loc, filter_subject="orders.1"), tmp_path / "ckf", tmp_path / "outf")
+    assert len(done) >= 15 and sum(u.vacuum for u in done) >= 1, done
+    on_disk = len(list(Path(lake.stream_uri("ORDERS")).rglob("*.parquet")))
+    assert on_disk < 90 * 8, on_disk  # vacuumed: 90 commits wrote a file per partition each
+    rows = spark.read.parquet(str(tmp_path / "out")).select("seq", "subject", "data").collect()
+    assert sorted((r.seq, r.data) for r in rows) == [(i + 1, f"m{i}".encode()) for i in range(sent)]
+    filtered = sorted(r.seq for r in spark.read.parquet(str(tmp_path / "outf")).select("seq").collect())
+    assert filtered == [i + 1 for i in range(sent) if i % 3 == 1]

@@ -142,3 +142,72 @@ def test_every_removal_path_with_one_range(tmp_path: Path, monkeypatch: pytest.M
         model[q] for q in sorted(model)]
     assert lake.stream_info("S").state.messages == len(model)
     _check_against_full_read(tmp_path, "S")
+
+
+def _matched_confined(predicate: str, all_seqs: np.ndarray, parts: np.ndarray) -> tuple[np.ndarray, int]:
+    """Like ``_matched`` for ``part IN (...) AND (ranges)``."""
+    m = re.fullmatch(r"part IN \((.*?)\) AND \((.*)\)", predicate)
+    assert m, predicate
+    names = [n.replace("''", "'") for n in re.findall(r"'((?:[^']|'')*)'", m[1])]
+    inside = np.isin(parts, names)
+    matched, n_ranges = _matched(m[2], all_seqs)
+    return all_seqs[inside & np.isin(all_seqs, matched)], n_ranges
+
+
+@pytest.mark.parametrize("max_ranges", [1, 3, 32])
+def test_a_removal_confined_to_the_partitions_it_touches(max_ranges: int) -> None:
+    """Given the partition of every live message, a removal that would keep messages names the
+    partitions of the removed ones and keeps only messages of those: matched minus kept is the
+    removed, and it keeps no more than the removal over every partition would."""
+    rng = random.Random(max_ranges)
+    names = np.array(["0", "1", "2", "3", "o'k", "5"], dtype=object)
+    confined = 0
+    for _ in range(300):
+        all_seqs = np.array(sorted(rng.sample(range(1, 3000), rng.randrange(2, 400))), dtype=np.int64)
+        parts = names[np.array([rng.randrange(len(names)) for _ in all_seqs])]
+        chosen = set(rng.sample(names.tolist(), rng.randrange(1, 3)))
+        candidates = all_seqs[np.isin(parts, list(chosen))].tolist()
+        if not candidates:
+            continue
+        removed = np.array(sorted(rng.sample(candidates, rng.randrange(1, len(candidates) + 1))), np.int64)
+        r = seq_removal(all_seqs, removed, max_ranges, parts=lambda at, p=parts: p[at])
+        plain = seq_removal(all_seqs, removed, max_ranges)
+        assert r is not None and plain is not None
+        if r.parts is None:  # nothing kept over every partition, or they all are touched
+            assert r.predicate == plain.predicate and np.array_equal(r.kept, plain.kept)
+            continue
+        confined += 1
+        assert set(r.parts) == set(parts[np.isin(all_seqs, removed)].tolist())
+        matched, n_ranges = _matched_confined(r.predicate, all_seqs, parts)
+        assert n_ranges <= max_ranges
+        assert np.array_equal(np.setdiff1d(matched, r.kept), removed)
+        assert np.isin(r.kept, matched).all() and not np.isin(r.kept, removed).any()
+        assert np.isin(parts[np.isin(all_seqs, r.kept)], list(r.parts)).all()
+        assert len(r.kept) <= len(plain.kept)
+        # told there are no more partitions than those touched, it does not confine
+        every = seq_removal(all_seqs, removed, max_ranges, parts=lambda at, p=parts: p[at], n_parts=len(r.parts))
+        assert every is not None and every.parts is None and np.array_equal(every.kept, plain.kept)
+    assert confined > 50
+
+
+def test_a_removal_on_one_subject_leaves_other_partitions_files_alone(tmp_path: Path) -> None:
+    """A purge of one subject of many interleaved (hash(8) partitions): only its partition's
+    files are rewritten, and every message left is the one stored before."""
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream({"name": "S", "subjects": ["s.>"]})
+    n = 40_000
+    lake.publish_batch("S", pa.table({"subject": [f"s.{i % 64}" for i in range(n)],
+                                      "data": pa.array([str(i).encode() for i in range(n)], pa.binary())}))
+    snap = lake.stream("S").table.snapshot()
+    files = {a["path"]: a["partition.part"] for a in pa.table(snap.table.get_add_actions(flatten=True)).to_pylist()}
+    before = lake.stream("S").read().sort_by("seq")
+    lake.purge_stream("S", subject="s.5")
+    after = lake.stream("S").read().sort_by("seq")
+    want = before.filter(pa.array(np.arange(n) % 64 != 5))
+    assert after.select(want.column_names).equals(want)
+    now = {a["path"]: a["partition.part"]
+           for a in pa.table(lake.stream("S").table.snapshot().table.get_add_actions(flatten=True)).to_pylist()}
+    target = before.filter(pa.array(np.arange(n) % 64 == 5))["part"][0].as_py()
+    assert {p for p, part in files.items() if part != target} == {p for p, part in now.items() if part != target}
+    assert {p for p, part in files.items() if part == target}.isdisjoint(now)  # its own partition was rewritten
+    _check_against_full_read(tmp_path, "S")

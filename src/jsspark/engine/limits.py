@@ -9,13 +9,15 @@ decided by the publisher before it gets here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from jsspark.engine.arrays import take_rows
+from jsspark.engine.schema import PARTITION_COLUMN
 
 
 def per_subject_excess(rows: pa.Table, max_per_subject: int, only: pa.Array | None = None) -> np.ndarray:
@@ -106,16 +108,21 @@ def removal_mask(
 MAX_RANGES = 32
 
 
+MAX_PARTS = 32  # partitions a confined removal may name (more: not confined)
+
+
 @dataclass(frozen=True)
 class SeqRemoval:
     """A commit's removal: a Delta ``predicate`` on ``seq``; with ``ranges`` (inclusive ``lo``,
     ``hi`` seqs) it names, the live seqs in them that go (``removed``) and those that stay
-    (``kept``), which the commit writes again."""
+    (``kept``), which the commit writes again. With ``parts``, the predicate and the kept ones
+    are confined to those values of the partition column."""
 
     predicate: str
     ranges: tuple[np.ndarray, np.ndarray] | None = None
     removed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     kept: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    parts: tuple[str, ...] | None = None
 
     @classmethod
     def where(cls, predicate: str) -> SeqRemoval:
@@ -123,11 +130,41 @@ class SeqRemoval:
         return cls(predicate)
 
 
-def seq_removal(all_seqs: np.ndarray, removed: np.ndarray, max_ranges: int = MAX_RANGES) -> SeqRemoval | None:
+def seq_removal(
+    all_seqs: np.ndarray, removed: np.ndarray, max_ranges: int = MAX_RANGES,
+    parts: Callable[[np.ndarray], np.ndarray] | None = None, n_parts: int | None = None,
+) -> SeqRemoval | None:
     """The removal of ``removed`` among ``all_seqs`` (both sorted, ``removed`` live): one range per
     run of consecutive live messages removed. Past ``max_ranges`` runs, the runs with the fewest
     live messages between them are joined, and those messages are kept (written again): the
-    fewest possible for that many ranges."""
+    fewest possible for that many ranges.
+
+    ``parts(positions)``: the partition values of the live messages at those positions (of
+    ``all_seqs``; ``n_parts`` of them at most, if known). A removal that would keep messages is
+    then confined to the partitions of the removed ones (an interest ack, a purge or a key
+    replaced on one subject live in one partition): runs are counted among their messages
+    only, and no message of another partition is kept, so another partition's files are
+    neither rewritten nor read."""
+    plain = _ranges(all_seqs, removed, max_ranges)
+    if plain is None or parts is None or not len(plain.kept):
+        return plain
+    pos = np.searchsorted(all_seqs, removed)
+    mine = np.unique(np.asarray(parts(pos), dtype=object))
+    if len(mine) > MAX_PARTS or (n_parts is not None and len(mine) >= n_parts):
+        return plain
+    lo, hi = int(pos[0]), int(pos[-1]) + 1
+    inside = np.isin(np.asarray(parts(np.arange(lo, hi)), dtype=object), mine)
+    if inside.all():
+        return plain
+    confined = _ranges(all_seqs[lo:hi][inside], removed, max_ranges)
+    assert confined is not None
+    names = ", ".join("'" + str(v).replace("'", "''") + "'" for v in mine.tolist())
+    return replace(confined, predicate=f"{PARTITION_COLUMN} IN ({names}) AND ({confined.predicate})",
+                   parts=tuple(str(v) for v in mine.tolist()))
+
+
+def _ranges(all_seqs: np.ndarray, removed: np.ndarray, max_ranges: int) -> SeqRemoval | None:
+    """``seq_removal`` over every live message given."""
     if len(removed) == 0:
         return None
     pos = np.searchsorted(all_seqs, removed)
@@ -146,6 +183,6 @@ def seq_removal(all_seqs: np.ndarray, removed: np.ndarray, max_ranges: int = MAX
         covered[pos] = False
         kept = all_seqs[covered]
     lo, hi = removed[starts], removed[ends]
-    parts = [f"seq = {a}" if a == b else f"(seq >= {a} AND seq <= {b})"
+    terms = [f"seq = {a}" if a == b else f"(seq >= {a} AND seq <= {b})"
              for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
-    return SeqRemoval(" OR ".join(parts), (lo, hi), removed, kept)
+    return SeqRemoval(" OR ".join(terms), (lo, hi), removed, kept)

@@ -324,7 +324,8 @@ class LakeStream:
                 plan.rows,
                 last_seq=plan.last_seq,
                 # the live seqs are only needed (and only copied out of the index) when a limit removes
-                removal=seq_removal(index.seq_array(), plan.removed) if len(plan.removed) else None,
+                removal=seq_removal(index.seq_array(), plan.removed, **self._parts(index))
+                if len(plan.removed) else None,
                 state=plan.state,
                 app_transactions=[Transaction(*t) for t in txns] or None,
             )
@@ -365,7 +366,8 @@ class LakeStream:
         last_seq = snap.last_seq if last_seq is None else last_seq
         state = index.state_after(_EMPTY_INDEX_ROWS, mask, last_seq, self._last_ts_ns)
         state[LAST_MSG_ID] = self._last_msg_id(index)
-        removal = (SeqRemoval.where(predicate) if predicate else seq_removal(all_seqs, removed)) if len(removed) else None
+        removal = (SeqRemoval.where(predicate) if predicate
+                   else seq_removal(all_seqs, removed, **self._parts(index))) if len(removed) else None
         version = self.table.commit(snap, None, last_seq=last_seq, removal=removal, state=state)
         self._after_commit(index, snap, version, None, removed, state)
         return len(removed)
@@ -457,6 +459,21 @@ class LakeStream:
         if not pc.all(ok).as_py():
             bad = published.filter(pc.invert(ok))[0].as_py()
             raise NoRespondersError(f"no responders: stream {self.name} does not listen on subject {bad!r}")
+
+    def _parts(self, index: MessageIndex) -> dict[str, Any]:
+        """``seq_removal``'s partition arguments: the partition value of the index's live
+        messages at given positions (computed only for a removal that would rewrite kept
+        messages), and how many values there can be."""
+        subjects = index.rows.select(["subject"])
+
+        def of(at: np.ndarray) -> np.ndarray:
+            if len(at) and int(at[-1]) - int(at[0]) + 1 == len(at):  # a span: a slice, no copy
+                picked = subjects.slice(int(at[0]), len(at))
+            else:
+                picked = take_rows(subjects, at)
+            return self.partition.of(picked["subject"]).to_numpy(zero_copy_only=False)
+
+        return {"parts": of, "n_parts": self.partition.n if self.partition.kind == "hash" else None}
 
     def _partition_column(self, subjects: pa.DictionaryArray, known: KnownPositions) -> pa.Array:
         """The partition key of every row; for ``hash(N)`` from each known subject's bucket,

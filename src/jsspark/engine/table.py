@@ -293,6 +293,8 @@ class MessageTable:
             lo, hi = removal.ranges
             within = functools.reduce(operator.or_, [(seq >= a) & (seq <= b) for a, b in zip(
                 lo.tolist(), hi.tolist(), strict=True)])
+            if removal.parts is not None:
+                within = ds.field(PARTITION_COLUMN).isin(pa.array(removal.parts, pa.string())) & within
             pick = within & ~seq.isin(pa.array(removal.removed, pa.int64()))
         scanner = self.dataset(snap).scanner(columns=MESSAGE_SCHEMA.names, filter=pick)
         want = len(removal.kept)

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 import jsspark
+from jsspark.engine import maintenance
 from jsspark.engine.stream import Incoming
 
 
@@ -131,7 +132,6 @@ def test_publish_batch_of_no_rows_is_a_no_op(tmp_path: Path) -> None:
 
 
 # -- upkeep: what the process that makes every EVERY-th version does (engine/maintenance.py) ----------
-from jsspark.engine import maintenance  # noqa: E402
 
 
 def test_upkeep_schedule_tiers_and_vacuum() -> None:

@@ -31,6 +31,8 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
+from jsspark.engine.maintenance import HOOKS
+
 CATALOG_APP_ID = "jsspark.catalog"
 MAX_ATTEMPTS = 50
 COMPACT_EVERY = 200  # revisions between rewrites of the live records as one file
@@ -168,6 +170,7 @@ class Catalog:
                 commit_properties=CommitProperties(
                     app_transactions=[Transaction(CATALOG_APP_ID, rev)], max_commit_retries=0
                 ),
+                post_commithook_properties=HOOKS,  # the log is cleaned up at compaction, not listed per change
             )
         except CommitFailedError:
             return False

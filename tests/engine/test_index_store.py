@@ -10,10 +10,12 @@ import pyarrow as pa
 import pytest
 
 import jsspark
+from jsspark.engine import headers as H
 from jsspark.engine import index_store
+from jsspark.engine.expiry import Expiries
 from jsspark.engine.index import MessageIndex
 from jsspark.engine.schema import INDEX_COLUMNS
-from jsspark.engine.stream import LakeStream
+from jsspark.engine.stream import Incoming, LakeStream
 
 
 @pytest.fixture(autouse=True)
@@ -164,3 +166,100 @@ def test_replaced_keys_keep_the_snapshots_subject_stats(tmp_path: Path, monkeypa
     s = _fresh(tmp_path)
     assert s._store.load(s.table.snapshot())._subjects is None
     _check(tmp_path)
+
+
+def _ttl_batch(start: int, n: int) -> pa.Table:
+    """Messages on 13 subjects, every third with a TTL (1 h, 2 h or ``never``)."""
+    ttls = ["1h", "2h", "never"]
+    return pa.table({
+        "subject": [f"s.{(start + i) * 7 % 13}" for i in range(n)],
+        "data": [b"x"] * n,
+        "headers": H.to_arrow([[(H.TTL, ttls[(start + i) // 3 % 3])] if (start + i) % 3 == 0 else None
+                               for i in range(n)]),
+    })
+
+
+def _check_expiries(root: Path) -> Expiries:
+    """A new process's TTL expiries (from the newest snapshot of them) equal a full read's."""
+    s = _fresh(root)
+    snap, index = s._load()
+    loaded = s._store.load_expiries(snap, index.msgs)
+    assert loaded is not None, "the expiries snapshot was not used"
+    full = Expiries.of(s.table.read(snap, columns=index_store.EXPIRY_COLUMNS), snap.version)
+    assert loaded.version == full.version == snap.version
+    assert loaded.seqs.tolist() == full.seqs.tolist() and loaded.expires.tolist() == full.expires.tolist()
+    assert len(full.seqs)
+    return loaded
+
+
+def test_ttl_expiries_snapshot_then_appends_removals_and_compaction(tmp_path: Path) -> None:
+    """A stream with TTLs keeps its messages' expiries beside the index: a new process reads
+    the headers of the files added since the snapshot only, and gets what a full read gives
+    after another writer's appends, a delete, a purge, a limit and a compaction."""
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="S", subjects=["s.>"], allow_msg_ttl=True, max_msgs=400)
+    for b in range(3):
+        lake.publish_batch("S", _ttl_batch(b * 60, 60))
+    first = _fresh(tmp_path)
+    first.publish_batch(Incoming.from_table(_ttl_batch(180, 1)))  # a publish reads every header once, and saves them
+    assert any(n.startswith("expiries-") for n in _snapshots(tmp_path))
+
+    other = jsspark.connect(str(tmp_path))  # another writer appends and removes
+    other.publish_batch("S", _ttl_batch(181, 50))
+    _check_expiries(tmp_path)
+    other.delete_msg("S", 3)  # one with a TTL
+    other.purge_stream("S", subject="s.4")
+    _check_expiries(tmp_path)
+    other.publish_batch("S", _ttl_batch(231, 200))  # max_msgs removes the oldest
+    _check_expiries(tmp_path)
+    other.compact("S")  # every file replaced: the messages moved, none removed
+    assert _check_expiries(tmp_path).version == other.stream("S").table.snapshot().version
+
+
+def test_a_new_process_expires_messages_without_reading_old_headers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a snapshot of the expiries, a new process's publishes and expiries never read the
+    headers of the messages stored before it: they expire at their own time all the same."""
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="S", subjects=["s.>"], allow_msg_ttl=True)
+    lake.publish_batch("S", _ttl_batch(0, 90))
+    assert _fresh(tmp_path).save_index()  # a job's shutdown: the index and the expiries
+    stored = lake.stream("S").read(columns=["seq", "ts_ns", "headers"])
+
+    def never(*_: object) -> Expiries:
+        raise AssertionError("read every message's headers")
+
+    monkeypatch.setattr(Expiries, "of", classmethod(never))
+    s = _fresh(tmp_path)
+    s.publish_batch(Incoming.from_table(_ttl_batch(90, 9)))
+    last_ts = max(stored["ts_ns"].to_pylist())
+    removed = s.enforce_limits(now_ns=last_ts + 3600 * 10**9 + 1)  # the 1 h TTLs are due
+    with_1h = [r["seq"] for r in stored.to_pylist() if H.get(H.from_arrow(r["headers"]), H.TTL) == "1h"]
+    assert removed >= len(with_1h) > 0
+    left = set(s.read(columns=["seq"])["seq"].to_pylist())
+    assert not left & set(with_1h)
+    assert {r["seq"] for r in stored.to_pylist()} - set(with_1h) <= left
+
+
+def test_unusable_expiry_snapshots_are_not_used(tmp_path: Path) -> None:
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="S", subjects=["s.>"], allow_msg_ttl=True)
+    lake.publish_batch("S", _ttl_batch(0, 90))
+    assert _fresh(tmp_path).save_index()
+    lake.purge_stream("S", subject="s.1")
+    lake.vacuum("S", retention_hours=0)  # the files the snapshot knew are gone
+    s = _fresh(tmp_path)
+    snap, index = s._load()
+    assert s._store.load_expiries(snap, index.msgs) is None
+    s.publish_batch(Incoming.from_table(_ttl_batch(90, 3)))  # read from the headers, and saved again
+    _check_expiries(tmp_path)
+
+    for name in _snapshots(tmp_path):
+        if name.startswith("expiries-"):
+            (tmp_path / "streams" / "S" / index_store.INDEX_DIR / name).write_bytes(b"not arrow")
+    s = _fresh(tmp_path)
+    snap, index = s._load()
+    assert s._store.load_expiries(snap, index.msgs) is None
+    s.publish_batch(Incoming.from_table(_ttl_batch(93, 3)))
+    _check_expiries(tmp_path)

@@ -13,7 +13,10 @@ mapped for a local table) and replays only the difference in data files since:
 - files added since: their rows join the index (a row in both was moved by a rewrite of its
   file and stays).
 
-The per-subject stats are kept in a second file and changed by the same difference.
+The per-subject stats are kept in a second file and changed by the same difference. A stream
+with TTLs keeps its messages' expiries (``expiry.py``, read from every message's headers
+otherwise) in a third, with its own version and files: the headers of the files added since
+are all that a new process reads.
 
 The result is exactly what a full read of that version gives. Snapshots are written after a
 load that had to read much (a full build, or a long replay) and after compaction, never on the
@@ -32,6 +35,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
+from jsspark.engine.expiry import Expiries
 from jsspark.engine.files import local_root
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.schema import INDEX_COLUMNS
@@ -45,18 +49,19 @@ META_KEY = b"jsspark.index"
 KEEP = 2  # snapshots kept per stream
 SAVE_MIN_ROWS = 100_000  # smaller streams rebuild in well under a second
 REPLAY_SAVE_FRACTION = 0.2  # a replay that read this share of the rows writes a new snapshot
+EXPIRY_COLUMNS = ["seq", "ts_ns", "headers"]  # what a message's TTL expiry is read from
 
 
 def _name(version: int, kind: str = "index") -> str:
     return f"{INDEX_DIR}/{kind}-{version:020d}.arrow"
 
 
-def _version_of(name: str) -> int | None:
+def _version_of(name: str, kind: str = "index") -> int | None:
     base = name.rsplit("/", 1)[-1]
-    if not (base.startswith("index-") and base.endswith(".arrow")):
+    if not (base.startswith(f"{kind}-") and base.endswith(".arrow")):
         return None
     try:
-        return int(base[len("index-") : -len(".arrow")])
+        return int(base[len(kind) + 1 : -len(".arrow")])
     except ValueError:
         return None
 
@@ -67,15 +72,16 @@ def data_files(snap: Snapshot) -> list[str]:
 
 
 def _read_files(dataset: ds.Dataset, paths: list[str], columns: list[str] = INDEX_COLUMNS) -> pa.Table:
-    """``columns`` (of INDEX_COLUMNS) of the given data files of a table (present or removed)."""
-    schema = pa.schema([INDEX_SCHEMA.field(c) for c in columns])
+    """``columns`` of the given data files of a table (present or removed), those of
+    INDEX_COLUMNS in the index's types."""
+    phys = pa.schema([dataset.schema.field(c) for c in columns])
+    schema = pa.schema([INDEX_SCHEMA.field(c) if c in INDEX_SCHEMA.names else phys.field(c) for c in columns])
     if not paths:
         return schema.empty_table()
     frag = next(iter(dataset.get_fragments()), None)
     if frag is None:
         raise FileNotFoundError("no data file to take the file system from")
     fragments = [frag.format.make_fragment(p, filesystem=frag.filesystem) for p in paths]
-    phys = pa.schema([dataset.schema.field(c) for c in columns])
     table = ds.FileSystemDataset(fragments, phys, frag.format, frag.filesystem).to_table(columns=columns)
     return table.cast(schema)
 
@@ -151,10 +157,21 @@ class IndexStore:
         frag = next(iter(dataset.get_fragments()), None)
         return (frag.filesystem, "") if frag is not None else None
 
-    def _list(self, fs: pafs.FileSystem, root: str) -> list[tuple[int, str]]:
+    def _list(self, fs: pafs.FileSystem, root: str, kind: str = "index") -> list[tuple[int, str]]:
         infos = fs.get_file_info(pafs.FileSelector(root + INDEX_DIR, allow_not_found=True))
-        found = [(v, f"{INDEX_DIR}/{i.base_name}") for i in infos if (v := _version_of(i.base_name)) is not None]
+        found = [(v, f"{INDEX_DIR}/{i.base_name}") for i in infos if (v := _version_of(i.base_name, kind)) is not None]
         return sorted(found)
+
+    @staticmethod
+    def _since(dataset: ds.Dataset, snap: Snapshot, files: list[str]) -> tuple[np.ndarray | None, list[str]]:
+        """What changed between a snapshot of the data ``files`` and ``snap``: the seqs (sorted)
+        of the files gone since (None: none) and the files added since."""
+        then = set(files)
+        now = data_files(snap)
+        gone = sorted(then - set(now))
+        added = [p for p in now if p not in then]
+        removed_seqs = np.sort(_read_files(dataset, gone, ["seq"])["seq"].to_numpy()) if gone else None
+        return removed_seqs, added
 
     # -- loading -------------------------------------------------------------------------------
     def load(self, snap: Snapshot) -> MessageIndex | None:
@@ -175,11 +192,7 @@ class IndexStore:
             stored, meta = self._read(fs, root + name)
             if meta.get("version") != version:
                 return None
-            then = set(meta["files"])
-            now = data_files(snap)
-            gone = sorted(then - set(now))
-            added = [p for p in now if p not in then]
-            removed_seqs = np.sort(_read_files(dataset, gone, ["seq"])["seq"].to_numpy()) if gone else None
+            removed_seqs, added = self._since(dataset, snap, meta["files"])
             fresh = _read_files(dataset, added).sort_by("seq") if added else INDEX_SCHEMA.empty_table()
             replayed = fresh.num_rows + (0 if removed_seqs is None else len(removed_seqs))
             stats = self._read_subjects(fs, root + _name(version, "subjects"))
@@ -189,6 +202,40 @@ class IndexStore:
         if replayed >= REPLAY_SAVE_FRACTION * index.msgs:
             self.save_if_large(index, snap)  # the next process replays less
         return index
+
+    def load_expiries(self, snap: Snapshot, msgs: int) -> Expiries | None:
+        """The TTL expiries (``expiry.py``) at ``snap`` from the newest usable snapshot of them
+        plus the headers of the data files added since, or None when there is none (the caller
+        reads every message's headers and may ``save_expiries``). ``msgs``: the stream's count,
+        to tell a long replay."""
+        if self.table.as_of is not None:
+            return None
+        dataset = self.table.dataset(snap)
+        try:
+            where = self._fs(dataset)
+            if where is None:
+                return None
+            fs, root = where
+            candidates = [(v, n) for v, n in self._list(fs, root, "expiries") if v <= snap.version]
+            if not candidates:
+                return None
+            version, name = candidates[-1]
+            with fs.open_input_file(root + name) as f:
+                stored = pa.ipc.open_file(f).read_all()
+            meta = json.loads((stored.schema.metadata or {}).get(META_KEY, b"{}"))
+            if meta.get("version") != version:
+                return None
+            removed_seqs, added = self._since(dataset, snap, meta["files"])
+            expiries = Expiries(stored["seq"].to_numpy(), stored["expires"].to_numpy(), version)
+            if removed_seqs is not None:  # a moved message is in both: it leaves and comes back
+                expiries.removed(removed_seqs, snap.version)
+            fresh = _read_files(dataset, added, EXPIRY_COLUMNS)
+            expiries.added(fresh, snap.version)
+        except Exception:  # a snapshot is only a cache: an unreadable one is not used
+            return None
+        if fresh.num_rows >= REPLAY_SAVE_FRACTION * msgs:
+            self.save_expiries_if_large(expiries, snap, msgs)  # the next process replays less
+        return expiries
 
     @staticmethod
     def _read_subjects(fs: pafs.FileSystem, path: str) -> SubjectStats | None:
@@ -237,4 +284,31 @@ class IndexStore:
         return True
 
 
-__all__ = ["IndexStore", "data_files"]
+    def save_expiries_if_large(self, expiries: Expiries, snap: Snapshot, msgs: int) -> bool:
+        """``save_expiries`` of a stream big enough for reading every header to be slow."""
+        return msgs >= SAVE_MIN_ROWS and self.save_expiries(expiries, snap)
+
+    def save_expiries(self, expiries: Expiries, snap: Snapshot) -> bool:
+        """Write ``expiries`` (which must be exactly those at ``snap``) as a snapshot beside the
+        index's, with the data files they were read from; best effort."""
+        if self.table.as_of is not None or expiries.version != snap.version:
+            return False
+        dataset = self.table.dataset(snap)
+        try:
+            where = self._fs(dataset)
+            if where is None:
+                return False
+            fs, root = where
+            meta = {"version": snap.version, "files": data_files(snap)}
+            table = pa.table({"seq": expiries.seqs, "expires": expiries.expires})
+            fs.create_dir(root + INDEX_DIR, recursive=True)
+            write_ipc_file(fs, root + _name(snap.version, "expiries"),
+                           table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()}), compress=True)
+            for _, name in self._list(fs, root, "expiries")[:-KEEP]:
+                fs.delete_file(root + name)
+        except Exception:  # best effort: without a snapshot the next process reads the headers
+            return False
+        return True
+
+
+__all__ = ["EXPIRY_COLUMNS", "IndexStore", "data_files"]

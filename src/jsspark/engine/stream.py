@@ -34,7 +34,7 @@ from jsspark.engine.arrays import column, take_rows
 from jsspark.engine.dedup import DedupWindow, KnownIds
 from jsspark.engine.expiry import Expiries, expires_of, is_marker, marker_headers
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
-from jsspark.engine.index_store import IndexStore
+from jsspark.engine.index_store import EXPIRY_COLUMNS, IndexStore
 from jsspark.engine.limits import SeqRemoval, expired, removal_mask, seq_removal
 from jsspark.engine.partitioning import PartitionKey
 from jsspark.engine.rollups import ALL as ROLLUP_ALL
@@ -253,7 +253,11 @@ class LakeStream:
         if not self.config.allow_msg_ttl:
             return None
         if self._expiries is None or self._expiries.version != index.version:
-            self._expiries = Expiries.of(self.table.read(snap, columns=["seq", "ts_ns", "headers"]), index.version)
+            expiries = self._store.load_expiries(snap, index.msgs)  # a persisted snapshot and the files since
+            if expiries is None:
+                expiries = Expiries.of(self.table.read(snap, columns=EXPIRY_COLUMNS), index.version)
+                self._store.save_expiries_if_large(expiries, snap, index.msgs)
+            self._expiries = expiries
         return self._expiries
 
     def _last_msg_id(self, index: MessageIndex) -> str:
@@ -264,9 +268,13 @@ class LakeStream:
 
     def save_index(self) -> bool:
         """Persist the index as of the current table version (``index_store.py``), so the next
-        process to open the stream loads it instead of rebuilding it; jobs may call this on
-        shutdown or on a schedule. Returns whether a snapshot was written."""
+        process to open the stream loads it instead of rebuilding it (and, with TTLs, the
+        messages' expiries instead of reading every header); jobs may call this on shutdown or
+        on a schedule. Returns whether a snapshot was written."""
         snap, index = self._load()
+        expiries = self._ttl_expiries(snap, index)
+        if expiries is not None:
+            self._store.save_expiries(expiries, snap)
         return self._store.save(index, snap)
 
     def state(self, consumer_count: int = 0) -> StreamState:
@@ -1125,7 +1133,10 @@ class LakeStream:
             metrics = self.table.compact(snap, self._state_of(index, snap.last_seq), target_size)
             if metrics.get("numFilesAdded", 0) or metrics.get("numFilesRemoved", 0):
                 self._relaid(index, snap.table.version())
-                self._store.save_if_large(index, self.table.snapshot())  # every file changed
+                now = self.table.snapshot()  # every file changed
+                if self._expiries is not None and self._expiries.version == now.version:
+                    self._store.save_expiries_if_large(self._expiries, now, index.msgs)
+                self._store.save_if_large(index, now)
             return metrics
 
         return self._optimistic("compacting files", attempt)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -174,21 +175,28 @@ class IndexStore:
         return removed_seqs, added
 
     # -- loading -------------------------------------------------------------------------------
-    def load(self, snap: Snapshot) -> MessageIndex | None:
-        """The index at ``snap`` from the newest usable snapshot plus the data files since, or
-        None when there is none (the caller builds it from the table and may ``save`` it)."""
+    def _newest(self, snap: Snapshot, kind: str) -> tuple[ds.Dataset, pafs.FileSystem, str, int, str] | None:
+        """The table's dataset at ``snap``, the file system and root its snapshots are in, and
+        the version and path of the newest snapshot of ``kind`` at or below ``snap`` (None: none,
+        or a view of an older version, which is not kept up)."""
         if self.table.as_of is not None:
             return None
         dataset = self.table.dataset(snap)
+        where = self._fs(dataset)
+        if where is None:
+            return None
+        fs, root = where
+        candidates = [(v, n) for v, n in self._list(fs, root, kind) if v <= snap.version]
+        return (dataset, fs, root, *candidates[-1]) if candidates else None
+
+    def load(self, snap: Snapshot) -> MessageIndex | None:
+        """The index at ``snap`` from the newest usable snapshot plus the data files since, or
+        None when there is none (the caller builds it from the table and may ``save`` it)."""
         try:
-            where = self._fs(dataset)
-            if where is None:
+            newest = self._newest(snap, "index")
+            if newest is None:
                 return None
-            fs, root = where
-            candidates = [(v, n) for v, n in self._list(fs, root) if v <= snap.version]
-            if not candidates:
-                return None
-            version, name = candidates[-1]
+            dataset, fs, root, version, name = newest
             stored, meta = self._read(fs, root + name)
             if meta.get("version") != version:
                 return None
@@ -208,18 +216,11 @@ class IndexStore:
         plus the headers of the data files added since, or None when there is none (the caller
         reads every message's headers and may ``save_expiries``). ``msgs``: the stream's count,
         to tell a long replay."""
-        if self.table.as_of is not None:
-            return None
-        dataset = self.table.dataset(snap)
         try:
-            where = self._fs(dataset)
-            if where is None:
+            newest = self._newest(snap, "expiries")
+            if newest is None:
                 return None
-            fs, root = where
-            candidates = [(v, n) for v, n in self._list(fs, root, "expiries") if v <= snap.version]
-            if not candidates:
-                return None
-            version, name = candidates[-1]
+            dataset, fs, root, version, name = newest
             with fs.open_input_file(root + name) as f:
                 stored = pa.ipc.open_file(f).read_all()
             meta = json.loads((stored.schema.metadata or {}).get(META_KEY, b"{}"))
@@ -262,27 +263,14 @@ class IndexStore:
 
     def save(self, index: MessageIndex, snap: Snapshot) -> bool:
         """Write ``index`` (which must be exactly the table at ``snap``) as a snapshot; best effort."""
-        if self.table.as_of is not None or index.version != snap.version:
-            return False
-        dataset = self.table.dataset(snap)
-        try:
-            where = self._fs(dataset)
-            if where is None:
-                return False
-            fs, root = where
-            meta = {"version": snap.version, "files": data_files(snap)}
-            table = index.rows.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
-            fs.create_dir(root + INDEX_DIR, recursive=True)
+
+        def write(fs: pafs.FileSystem, root: str, meta: bytes) -> None:
             # the subject stats first: an index snapshot that is there has its stats there too
             write_ipc_file(fs, root + _name(snap.version, "subjects"), index.subjects().table(), compress=True)
-            write_ipc_file(fs, root + _name(snap.version), table, compress=not isinstance(fs, pafs.LocalFileSystem))
-            for v, _ in self._list(fs, root)[:-KEEP]:
-                for kind in ("index", "subjects"):
-                    fs.delete_file(root + _name(v, kind))
-        except Exception:  # best effort: without a snapshot the next process rebuilds
-            return False
-        return True
+            write_ipc_file(fs, root + _name(snap.version), index.rows.replace_schema_metadata({META_KEY: meta}),
+                           compress=not isinstance(fs, pafs.LocalFileSystem))
 
+        return self._saved(snap, index.version, ("index", "subjects"), write)
 
     def save_expiries_if_large(self, expiries: Expiries, snap: Snapshot, msgs: int) -> bool:
         """``save_expiries`` of a stream big enough for reading every header to be slow."""
@@ -290,8 +278,23 @@ class IndexStore:
 
     def save_expiries(self, expiries: Expiries, snap: Snapshot) -> bool:
         """Write ``expiries`` (which must be exactly those at ``snap``) as a snapshot beside the
-        index's, with the data files they were read from; best effort."""
-        if self.table.as_of is not None or expiries.version != snap.version:
+        index's; best effort."""
+        table = pa.table({"seq": expiries.seqs, "expires": expiries.expires})
+
+        def write(fs: pafs.FileSystem, root: str, meta: bytes) -> None:
+            write_ipc_file(fs, root + _name(snap.version, "expiries"),
+                           table.replace_schema_metadata({META_KEY: meta}), compress=True)
+
+        return self._saved(snap, expiries.version, ("expiries",), write)
+
+    def _saved(self, snap: Snapshot, version: int, kinds: tuple[str, ...],
+               write: Callable[[pafs.FileSystem, str, bytes], None]) -> bool:
+        """``write`` the files of a snapshot (of ``kinds``) as of ``snap``, given the metadata
+        that names the version and its data files, then drop all but the newest ``KEEP``.
+        Whether it was written: never for a view of an older version, or for what is not
+        exactly at ``snap`` (``version``), or on any error (without a snapshot the next process
+        reads the table)."""
+        if self.table.as_of is not None or version != snap.version:
             return False
         dataset = self.table.dataset(snap)
         try:
@@ -299,14 +302,12 @@ class IndexStore:
             if where is None:
                 return False
             fs, root = where
-            meta = {"version": snap.version, "files": data_files(snap)}
-            table = pa.table({"seq": expiries.seqs, "expires": expiries.expires})
             fs.create_dir(root + INDEX_DIR, recursive=True)
-            write_ipc_file(fs, root + _name(snap.version, "expiries"),
-                           table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()}), compress=True)
-            for _, name in self._list(fs, root, "expiries")[:-KEEP]:
-                fs.delete_file(root + name)
-        except Exception:  # best effort: without a snapshot the next process reads the headers
+            write(fs, root, json.dumps({"version": snap.version, "files": data_files(snap)}).encode())
+            for v, _ in self._list(fs, root, kinds[0])[:-KEEP]:
+                for kind in kinds:
+                    fs.delete_file(root + _name(v, kind))
+        except Exception:
             return False
         return True
 

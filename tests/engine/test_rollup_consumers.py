@@ -20,7 +20,7 @@ import pytest
 
 from jsspark.engine import headers as H
 from jsspark.engine.lake import connect
-from tests.engine.test_consumer_removals import _settle
+from tests.engine.test_consumer_removals import _settle, _settle_racing
 from tests.engine.test_differential import Pair, paired, subj
 from tests.engine.test_update_stream import UpdatingLake, UpdatingServer
 
@@ -56,25 +56,6 @@ def _settle_known(pair: Pair, s: str, name: str) -> bool:
     assert server_pending >= lake_pending
     assert server == lake
     return server_pending == lake_pending
-
-
-def _settle_racing(pair: Pair, s: str, name: str, **term_first: Any) -> None:
-    """``_settle``, where a rollup purged exactly one message that explicit consumer ``name``
-    had pending on another subject than its filter's. The server tells the consumer twice: as a
-    single removal, acked in a goroutine (``decStreamPending`` → ``go o.processTerm``), and as a
-    wider purge (``consumer.purge``), and does not order them. Wider purge first (the lake's
-    answer, and the server's on an idle machine) moves the ack floor past the purged delivery;
-    the ack first leaves the floor where it was (``term_first``): seen once in 150 runs with the
-    machine's cores busy, and once in a CI run. Everything but the floor is equal either way."""
-    lake = pair.lake.consumer_info(s, name)
-    either = (lake, {**lake, **term_first})
-    deadline = time.monotonic() + 5
-    server = pair.server.consumer_info(s, name)
-    while server not in either and time.monotonic() < deadline:
-        time.sleep(0.02)  # polling the server's answer, bounded by the deadline
-        server = pair.server.consumer_info(s, name)
-    assert server in either, f"server {server!r} != lake {lake!r} (or {term_first!r})"
-    _settle(pair, s)
 
 
 def _publish(pair: Pair, s: str, rows: list[tuple[str, list[tuple[str, str]] | None]]) -> None:

@@ -104,7 +104,10 @@ class Catalog:
 
     def records(self) -> dict[Key, Record]:
         """The live records, newest revision per key (cached per table version)."""
-        dt = self._table(create=False)
+        return self._records_of(self._table(create=False))
+
+    def _records_of(self, dt: DeltaTable | None) -> dict[Key, Record]:
+        """``records`` of the table as ``dt`` last saw it (refreshed by the caller)."""
         if dt is None:
             return {}
         version = dt.version()
@@ -138,7 +141,7 @@ class Catalog:
         for _ in range(MAX_ATTEMPTS):
             dt = self._table()
             assert dt is not None
-            records = self.records()
+            records = self._records_of(dt)
             changes = plan(records)
             if not changes:
                 return changes
@@ -187,7 +190,7 @@ class Catalog:
         concurrent change came first (the next compaction will do)."""
         dt = self._table()
         assert dt is not None
-        records = self.records()
+        records = self._records_of(dt)
         version = dt.version()
         rev = (dt.transaction_version(CATALOG_APP_ID) or 0) + 1
         now = time.time_ns()

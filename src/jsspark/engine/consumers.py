@@ -235,7 +235,8 @@ class StreamView:
 
     @classmethod
     def of(cls, engine: LakeStream) -> StreamView:
-        return cls(engine.index().rows, engine.state().last_seq, engine.config)
+        snap, index = engine._load()  # one refresh of the table: the index and last seq agree
+        return cls(index.rows, snap.last_seq, engine.config)
 
     def before_removal(self, seqs: np.ndarray, subjects: pa.Array, above: int, upto: int) -> StreamView:
         """The messages in ``(above, upto]`` as they were before ``seqs`` (on ``subjects``) were

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -143,6 +144,20 @@ def write_ipc_file(fs: pafs.FileSystem, path: str, table: pa.Table, *, compress:
         raw.close()
 
 
+@dataclass(frozen=True)
+class _Stored:
+    """A snapshot as read (``IndexStore._newest``): where it is, its version and table, and the
+    seqs of the data files gone since (sorted; None: none) and the files added since."""
+
+    dataset: ds.Dataset
+    fs: pafs.FileSystem
+    root: str
+    version: int
+    stored: pa.Table
+    removed_seqs: np.ndarray | None
+    added: list[str]
+
+
 class IndexStore:
     """Snapshots of one stream's index (see the module docstring)."""
 
@@ -175,10 +190,9 @@ class IndexStore:
         return removed_seqs, added
 
     # -- loading -------------------------------------------------------------------------------
-    def _newest(self, snap: Snapshot, kind: str) -> tuple[ds.Dataset, pafs.FileSystem, str, int, str] | None:
-        """The table's dataset at ``snap``, the file system and root its snapshots are in, and
-        the version and path of the newest snapshot of ``kind`` at or below ``snap`` (None: none,
-        or a view of an older version, which is not kept up)."""
+    def _newest(self, snap: Snapshot, kind: str) -> _Stored | None:
+        """The newest snapshot of ``kind`` at or below ``snap``, read, and what changed in the
+        table since (None: none, or a view of an older version, which is not kept up)."""
         if self.table.as_of is not None:
             return None
         dataset = self.table.dataset(snap)
@@ -187,24 +201,27 @@ class IndexStore:
             return None
         fs, root = where
         candidates = [(v, n) for v, n in self._list(fs, root, kind) if v <= snap.version]
-        return (dataset, fs, root, *candidates[-1]) if candidates else None
+        if not candidates:
+            return None
+        version, name = candidates[-1]
+        stored, meta = self._read(fs, root + name)
+        if meta.get("version") != version:
+            return None
+        removed_seqs, added = self._since(dataset, snap, meta["files"])
+        return _Stored(dataset, fs, root, version, stored, removed_seqs, added)
 
     def load(self, snap: Snapshot) -> MessageIndex | None:
         """The index at ``snap`` from the newest usable snapshot plus the data files since, or
         None when there is none (the caller builds it from the table and may ``save`` it)."""
         try:
-            newest = self._newest(snap, "index")
-            if newest is None:
+            got = self._newest(snap, "index")
+            if got is None:
                 return None
-            dataset, fs, root, version, name = newest
-            stored, meta = self._read(fs, root + name)
-            if meta.get("version") != version:
-                return None
-            removed_seqs, added = self._since(dataset, snap, meta["files"])
-            fresh = _read_files(dataset, added).sort_by("seq") if added else INDEX_SCHEMA.empty_table()
-            replayed = fresh.num_rows + (0 if removed_seqs is None else len(removed_seqs))
-            stats = self._read_subjects(fs, root + _name(version, "subjects"))
-            index = _replayed(stored, snap.version, stats, removed_seqs, fresh)
+            added = got.added
+            fresh = _read_files(got.dataset, added).sort_by("seq") if added else INDEX_SCHEMA.empty_table()
+            replayed = fresh.num_rows + (0 if got.removed_seqs is None else len(got.removed_seqs))
+            stats = self._read_subjects(got.fs, got.root + _name(got.version, "subjects"))
+            index = _replayed(got.stored.cast(INDEX_SCHEMA), snap.version, stats, got.removed_seqs, fresh)
         except Exception:  # a snapshot is only a cache: an unreadable one is not used
             return None
         if replayed >= REPLAY_SAVE_FRACTION * index.msgs:
@@ -217,20 +234,13 @@ class IndexStore:
         reads every message's headers and may ``save_expiries``). ``msgs``: the stream's count,
         to tell a long replay."""
         try:
-            newest = self._newest(snap, "expiries")
-            if newest is None:
+            got = self._newest(snap, "expiries")
+            if got is None:
                 return None
-            dataset, fs, root, version, name = newest
-            with fs.open_input_file(root + name) as f:
-                stored = pa.ipc.open_file(f).read_all()
-            meta = json.loads((stored.schema.metadata or {}).get(META_KEY, b"{}"))
-            if meta.get("version") != version:
-                return None
-            removed_seqs, added = self._since(dataset, snap, meta["files"])
-            expiries = Expiries(stored["seq"].to_numpy(), stored["expires"].to_numpy(), version)
-            if removed_seqs is not None:  # a moved message is in both: it leaves and comes back
-                expiries.removed(removed_seqs, snap.version)
-            fresh = _read_files(dataset, added, EXPIRY_COLUMNS)
+            expiries = Expiries(got.stored["seq"].to_numpy(), got.stored["expires"].to_numpy(), got.version)
+            if got.removed_seqs is not None:  # a moved message is in both: it leaves and comes back
+                expiries.removed(got.removed_seqs, snap.version)
+            fresh = _read_files(got.dataset, got.added, EXPIRY_COLUMNS)
             expiries.added(fresh, snap.version)
         except Exception:  # a snapshot is only a cache: an unreadable one is not used
             return None
@@ -248,13 +258,14 @@ class IndexStore:
         return SubjectStats(SubjectGroups(t["subject"].combine_chunks(), t["msgs"].to_numpy(), t["last_seq"].to_numpy()))
 
     def _read(self, fs: pafs.FileSystem, path: str) -> tuple[pa.Table, dict[str, Any]]:
+        """A snapshot file's table and the metadata it was written with."""
         if isinstance(fs, pafs.LocalFileSystem):  # memory map: pages are read when used
             reader = pa.ipc.open_file(pa.memory_map(path))
         else:
             reader = pa.ipc.open_file(fs.open_input_file(path))
         table = reader.read_all()
         meta = json.loads((table.schema.metadata or {}).get(META_KEY, b"{}"))
-        return table.replace_schema_metadata(None).cast(INDEX_SCHEMA), meta
+        return table.replace_schema_metadata(None), meta
 
     # -- saving --------------------------------------------------------------------------------
     def save_if_large(self, index: MessageIndex, snap: Snapshot) -> bool:

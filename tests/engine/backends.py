@@ -160,9 +160,10 @@ class ServerBackend:
         """Raw ``$JS.API.CONSUMER.RESET``: no body without ``seq``, else ``{"seq": N}``."""
         return consumer_view(self._req(f"$JS.API.CONSUMER.RESET.{stream}.{name}", None if seq is None else {"seq": seq}))
 
-    def fetch(self, stream: str, name: str, batch: int) -> list[tuple[int, int, str]]:
+    def fetch(self, stream: str, name: str, batch: int, expires: float | None = None) -> list[tuple[int, int, str]]:
         """One no-wait pull of up to ``batch``: ``(stream_seq, consumer_seq, subject)`` per message,
-        read from the ack reply subject."""
+        read from the ack reply subject. A pull that ``max_ack_pending`` stops short gets no
+        answer until it expires: pass ``expires`` (seconds) there."""
         inbox = self.nc.new_inbox()
         got: list[tuple[int, int, str]] = []
 
@@ -179,9 +180,12 @@ class ServerBackend:
                     done.set()
 
             sub = await self.nc.subscribe(inbox, cb=cb)
-            req = json.dumps({"batch": batch, "no_wait": True}).encode()
+            body: dict[str, Any] = {"batch": batch, "no_wait": True}
+            if expires is not None:
+                body["expires"] = int(expires * 1e9)
+            req = json.dumps(body).encode()
             await self.nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}", req, reply=inbox)
-            await asyncio.wait_for(done.wait(), 5)
+            await asyncio.wait_for(done.wait(), 5 + (expires or 0))
             await sub.unsubscribe()
 
         self.loop.run_until_complete(go())
@@ -269,8 +273,9 @@ class LakeBackend:
     def consumer_reset(self, stream: str, name: str, seq: int | None = None) -> dict[str, Any]:
         return self._info(self.lake.reset_consumer, stream, name, seq)
 
-    def fetch(self, stream: str, name: str, batch: int) -> list[tuple[int, int, str]]:
-        """Deliver the next ``batch`` messages as a reader would and record the position."""
+    def fetch(self, stream: str, name: str, batch: int, expires: float | None = None) -> list[tuple[int, int, str]]:
+        """Deliver the next ``batch`` messages as a reader would and record the position
+        (``expires``: the server's pull only)."""
         seqs = self.lake.next_seqs(stream, name, batch)
         if not seqs:
             return []

@@ -186,6 +186,22 @@ def test_create_is_idempotent_and_updates_follow_the_server_rules(pair: Pair) ->
     pair.consumer_delete(s, "U")
 
 
+def test_an_update_that_removes_every_filter_counts_what_comes_after(pair: Pair) -> None:
+    """Known divergence: 2.15.1's ``updateConfig`` hands ``swapSigSubs`` an empty but non-nil
+    filter list, so a consumer whose filters an update removed listens to no new-message
+    signal: its ``num_pending`` misses every message stored after the update, though its pulls
+    still deliver them. A lake consumer counts them."""
+    s = pair.stream()
+    pair.publish(subj(s, "a"), b"1")
+    pair.consumer_create(s, {"durable_name": "U", "ack_policy": "explicit", "filter_subject": subj(s, "a")})
+    pair.consumer_create(s, {"durable_name": "U", "ack_policy": "explicit"})
+    pair.publish(subj(s, "b"), b"2")
+    pair.publish(subj(s, "a"), b"3")
+    server, lake = pair.server.consumer_info(s, "U"), pair.lake.consumer_info(s, "U")
+    assert (server.pop("num_pending"), lake.pop("num_pending")) == (1, 3)
+    assert server == lake
+    assert [m[0] for m in pair.fetch(s, "U", 5)] == [1, 2, 3]
+
 def test_max_consumers(pair: Pair) -> None:
     s = pair.stream(max_consumers=1)
     pair.consumer_create(s, {"durable_name": "A", "ack_policy": "all"})
@@ -270,6 +286,31 @@ def test_ack_rules_on_a_limits_stream(pair: Pair) -> None:
     pair.ack(s, "A", 3, 3)
     pair.consumer_info(s, "A")
 
+
+@pytest.mark.parametrize("ack", ["explicit", "all", "none"])
+def test_max_ack_pending_stops_a_pull(pair: Pair, ack: str) -> None:
+    """``getNextMsg``: a consumer that acks delivers nothing more while ``max_ack_pending``
+    are pending (the server's pull then waits: each pull here expires), and goes on as acks
+    free room; one with ack policy none has nothing pending and is never stopped."""
+    s = pair.stream()
+    for t in "abababab":
+        pair.publish(subj(s, t), b"x")
+    pair.consumer_create(s, {"durable_name": "M", "ack_policy": ack, "filter_subject": subj(s, "a"),
+                             "max_ack_pending": 2})
+    wait = None if ack == "none" else 0.2
+    got = pair.fetch(s, "M", 3, expires=wait)
+    assert len(got) == (3 if ack == "none" else 2)
+    pair.consumer_info(s, "M")
+    if ack == "none":
+        return
+    assert pair.fetch(s, "M", 1, expires=wait) == []
+    pair.ack(s, "M", *got[0][:2])
+    pair.consumer_info(s, "M")
+    assert [m[0] for m in pair.fetch(s, "M", 3, expires=wait)] == [5]
+    pair.ack(s, "M", *got[1][:2])
+    pair.consumer_info(s, "M")
+    assert [m[0] for m in pair.fetch(s, "M", 3, expires=wait)] == [7]  # the last of the filter's four
+    pair.consumer_info(s, "M")
 
 def test_interest_retention_removes_what_every_consumer_acked(pair: Pair) -> None:
     s = pair.stream(retention="interest")

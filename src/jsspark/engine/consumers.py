@@ -592,10 +592,19 @@ class Consumers:
         return StreamView.of(self.lake.stream(stream)).num_pending(from_seq, flts, last_per_subject)
 
     def next_seqs(self, stream: str, name: str, limit: int) -> list[int]:
-        """The next ``limit`` stream seqs the consumer delivers (skip list first, then matches)."""
+        """The next ``limit`` stream seqs the consumer delivers (skip list first, then matches).
+
+        Fewer where ``max_ack_pending`` stops it: a consumer that acks delivers nothing more
+        while that many are pending (``getNextMsg``; a pull request then waits), so at most
+        ``max_ack_pending`` minus its pending acks."""
         engine = self.lake.stream(stream)
         c = self._get(self.catalog.records(), stream, name)
         view = StreamView.of(engine)
+        maxp = int(c.config.max_ack_pending)
+        if maxp > 0 and c.config.ack_policy is not AckPolicy.NONE:
+            limit = min(limit, maxp - len(view.pending(c.filters, c.state)))
+        if limit <= 0:
+            return []
         mask = view.deliverable(c.filters, c.state) & (view.seqs > c.state.delivered.stream_seq)
         return [int(s) for s in view.seqs[mask][:limit]]
 

@@ -346,6 +346,28 @@ def test_deleting_the_only_consumer_of_a_never_written_interest_stream_purges_it
     pair.settled("state", s)
 
 
+@pytest.mark.parametrize("acked", [False, True])
+def test_deleting_a_consumer_removes_what_nobody_needs_from_its_stored_ack_floor(pair: Pair, acked: bool) -> None:
+    """``cleanupNoInterestMessages`` looks from the deleted consumer's ack floor up (its store's:
+    ``SetStarting`` puts it below the start position, an ack moves it): what nobody else needs
+    there goes, while messages below it stay, here those the start position skipped (stored
+    for their subject's interest). Not followed: a floor beyond the stream's last seq
+    underflows the server's ``stop-start`` check, which then runs ``checkInterestState``."""
+    s = pair.stream(retention="interest")
+    pair.consumer_create(s, {"durable_name": "C", "ack_policy": "explicit", "deliver_policy": "by_start_sequence",
+                             "opt_start_seq": 3})
+    for t in "eeeb":
+        pair.publish(subj(s, t), t.encode())
+    pair.consumer_create(s, {"durable_name": "B", "ack_policy": "explicit", "filter_subject": subj(s, "b")})
+    got = pair.fetch(s, "C", 1)
+    if acked:
+        pair.ack(s, "C", *got[0][:2])
+        pair.settled("consumer_info", s, "C")
+    pair.consumer_delete(s, "C")
+    pair.settled("state", s)
+    pair.settled("messages", s)
+    assert [m[0] for m in pair.lake.messages(s)] == ([1, 2, 4] if acked else [1, 4])
+
 def test_interest_reset_forward_removes_messages_that_lost_interest(pair: Pair) -> None:
     s = pair.stream(retention="interest")
     pair.consumer_create(s, {"durable_name": "R", "ack_policy": "all"})

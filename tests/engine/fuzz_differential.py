@@ -144,17 +144,41 @@ class Scenario:
         if not self.new_stream("limits", **limits):
             return
         for _ in range(r.randint(20, 60)):
-            op = r.choices(["pub", "hdr", "del", "purge"], [8, 4, 1, 1])[0]
+            op = r.choices(["pub", "hdr", "del", "purge", "get", "update"], [8, 4, 1, 1, 2, 0.5])[0]
             if op == "pub":
                 self.publish()
             elif op == "hdr":
                 self.publish(self._headers())
             elif op == "del":
                 self.delete()
-            else:
+            elif op == "purge":
                 self.purge()
+            elif op == "get":
+                self.get()
+            else:
+                self.update(limits)
             self.pair.state(self.name)
         self.pair.messages(self.name)
+
+    def get(self) -> None:
+        """``STREAM.MSG.GET`` by seq, last by subject or next by subject (wildcards too)."""
+        r = self.rnd
+        last = self.pair.lake.state(self.name)["last_seq"]
+        subject = r.choice([self.subject(), f"{self.prefix}.*", None])
+        seq = r.randint(0, last + 1) if subject is None or r.random() < 0.5 else None
+        nxt = subject is not None and seq is not None
+        self.step("get", seq, subject, nxt)
+        self.pair.msg_get(self.name, seq=seq, subject=subject, next=nxt)
+
+    def update(self, limits: dict[str, Any]) -> None:
+        """Lower or raise a limit (a lowered one applies at once)."""
+        r = self.rnd
+        key = r.choice(["max_msgs", "max_msgs_per_subject", "max_bytes"])
+        limits[key] = {"max_msgs": r.randint(1, 12), "max_msgs_per_subject": r.randint(1, 4),
+                       "max_bytes": r.randint(100, 800)}[key]
+        cfg = {"name": self.name, "subjects": [f"{self.prefix}.>"], "retention": "limits", **limits}
+        self.step("update", cfg)
+        self.pair.update_stream(cfg)
 
     def _headers(self) -> list[tuple[str, str]]:
         """One or two headers of different names (the server backend sends them as a dict)."""

@@ -91,3 +91,23 @@ def test_lowered_limits_apply_on_update(pair: Pair, limits: dict[str, Any]) -> N
         pair.publish(subj(s, t), b"x" * 20)
     pair.update_stream({"name": s, "subjects": [subj(s, ">")], **limits})
     pair.check(s)
+
+
+@pytest.mark.parametrize("max_bytes", [None, 1000])
+def test_a_discard_new_stream_over_a_lowered_max_msgs_takes_what_replaces(pair: Pair, max_bytes: int | None) -> None:
+    """A discard-new stream lowered below what it holds keeps its messages (the update trims
+    only discard-old streams), and ``storeRawMsg`` still takes a message that replaces one of
+    its subject's (``max_msgs_per_subject`` reached): ``max_msgs`` does not count it, however
+    far over the stream is. A message of a subject with room is refused. With ``max_bytes``
+    the lake decides message by message, without it for the whole batch: both are checked."""
+    limits: dict[str, Any] = {"max_msgs": 9, "max_msgs_per_subject": 3, "discard": "new"}
+    if max_bytes is not None:
+        limits["max_bytes"] = max_bytes
+    s = pair.stream(**limits)
+    for t in "ccccb":
+        pair.publish(subj(s, t), t.encode())
+    pair.update_stream({"name": s, "subjects": [subj(s, ">")], **limits, "max_msgs": 2})
+    pair.check(s)
+    assert "error" in pair.publish(subj(s, "b"), b"room on b: counts, refused")
+    assert pair.publish(subj(s, "c"), b"replaces the oldest c")["seq"] == 6
+    pair.check(s)

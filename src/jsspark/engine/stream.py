@@ -851,8 +851,8 @@ class LakeStream:
                 if cfg.discard_new_per_subject:
                     raise api_error("JSStreamStoreFailedF", err="maximum messages per subject exceeded")
                 replaced = int(np.clip(over, 0, None).sum())
-        k = rows.num_rows
-        if int(cfg.max_msgs) >= 0 and index.msgs + k - replaced > int(cfg.max_msgs):
+        added = rows.num_rows - replaced  # the replacing ones pass however full the stream is
+        if int(cfg.max_msgs) >= 0 and added > 0 and index.msgs + added > int(cfg.max_msgs):
             raise api_error("JSStreamStoreFailedF", err="maximum messages exceeded")
         new_bytes = int(pc.sum(rows["size"]).as_py() or 0)
         if int(cfg.max_bytes) >= 0 and index.bytes + new_bytes > int(cfg.max_bytes):

@@ -41,6 +41,7 @@ from typing import Any
 from jsspark.engine.lake import connect
 from jsspark.nats_server import NatsServer
 from tests.engine.test_differential import Pair
+from tests.engine.test_direct_get_differential import assert_same_replies
 from tests.engine.test_update_stream import UpdatingLake, UpdatingServer
 
 LETTERS = "abcde"
@@ -134,6 +135,8 @@ class Scenario:
                 limits[key] = value()
         if r.random() < 0.4:
             limits["allow_rollup_hdrs"] = True
+        if r.random() < 0.5:
+            limits["allow_direct"] = True
         if r.random() < 0.3:
             limits["discard"] = "new"
             if limits.get("max_msgs_per_subject") and r.random() < 0.5:
@@ -144,7 +147,8 @@ class Scenario:
         if not self.new_stream("limits", **limits):
             return
         for _ in range(r.randint(20, 60)):
-            op = r.choices(["pub", "hdr", "del", "purge", "get", "update"], [8, 4, 1, 1, 2, 0.5])[0]
+            op = r.choices(["pub", "hdr", "del", "purge", "get", "update", "direct"],
+                           [8, 4, 1, 1, 2, 0.5, 2 if limits.get("allow_direct") else 0])[0]
             if op == "pub":
                 self.publish()
             elif op == "hdr":
@@ -155,6 +159,8 @@ class Scenario:
                 self.purge()
             elif op == "get":
                 self.get()
+            elif op == "direct":
+                self.direct_get()
             else:
                 self.update(limits)
             self.pair.state(self.name)
@@ -169,6 +175,21 @@ class Scenario:
         nxt = subject is not None and seq is not None
         self.step("get", seq, subject, nxt)
         self.pair.msg_get(self.name, seq=seq, subject=subject, next=nxt)
+
+    def direct_get(self) -> None:
+        """``DIRECT.GET`` in its forms: by seq, last/next by subject, batches, multi last."""
+        r = self.rnd
+        last = self.pair.lake.state(self.name)["last_seq"]
+        seq, wild = r.randint(0, last + 1), f"{self.prefix}.*"
+        req = r.choice([
+            {"seq": seq}, {"last_by_subj": self.subject()}, {"next_by_subj": r.choice([self.subject(), wild]), "seq": seq},
+            {"batch": r.randint(1, 4), "seq": seq}, {"batch": r.randint(1, 4), "next_by_subj": wild},
+            {"multi_last": [self.subject(), wild]}, {"multi_last": [wild], "up_to_seq": seq},
+        ])
+        if "batch" in req and r.random() < 0.3:
+            req["max_bytes"] = r.randint(1, 200)
+        self.step("direct get", req)
+        assert_same_replies(self.pair, self.name, req)
 
     def update(self, limits: dict[str, Any]) -> None:
         """Lower or raise a limit (a lowered one applies at once)."""

@@ -65,6 +65,9 @@ class Server(UpdatingServer):
     def consumer_info(self, stream: str, name: str) -> dict[str, Any]:
         return _compared(super().consumer_info(stream, name))
 
+    def consumer_create(self, stream: str, cfg: dict[str, Any], action: str | None = None) -> dict[str, Any]:
+        return _compared(super().consumer_create(stream, cfg, action))
+
     def consumer_reset(self, stream: str, name: str, seq: int | None = None) -> dict[str, Any]:
         return _compared(super().consumer_reset(stream, name, seq))
 
@@ -78,6 +81,9 @@ class Server(UpdatingServer):
 class Lake(UpdatingLake):
     def consumer_info(self, stream: str, name: str) -> dict[str, Any]:
         return _compared(super().consumer_info(stream, name))
+
+    def consumer_create(self, stream: str, cfg: dict[str, Any], action: str | None = None) -> dict[str, Any]:
+        return _compared(super().consumer_create(stream, cfg, action))
 
     def consumer_reset(self, stream: str, name: str, seq: int | None = None) -> dict[str, Any]:
         return _compared(super().consumer_reset(stream, name, seq))

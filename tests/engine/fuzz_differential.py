@@ -35,6 +35,7 @@ import itertools
 import random
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,10 @@ class Scenario:
         self.step("pub", subject, headers)
         self.pair.publish(subject, b"x" * self.rnd.randint(0, 6), headers=headers)
 
+    def publish_run(self) -> None:
+        for _ in range(self.rnd.randint(2, 8)):
+            self.publish()
+
     def delete(self) -> None:
         seq = self.rnd.randint(1, self.pair.lake.state(self.name)["last_seq"] + 1)
         self.step("del", seq)
@@ -151,23 +156,13 @@ class Scenario:
                 limits[key] = True
         if not self.new_stream("limits", **limits):
             return
+        ops: dict[str, tuple[float, Callable[[], None]]] = {  # name: (weight, step), in draw order
+            "pub": (8, self.publish), "hdr": (4, lambda: self.publish(self._headers())), "del": (1, self.delete),
+            "purge": (1, self.purge), "get": (2, self.get), "update": (0.5, lambda: self.update(limits)),
+            "direct": (2 if limits.get("allow_direct") else 0, self.direct_get),
+        }
         for _ in range(r.randint(20, 60)):
-            op = r.choices(["pub", "hdr", "del", "purge", "get", "update", "direct"],
-                           [8, 4, 1, 1, 2, 0.5, 2 if limits.get("allow_direct") else 0])[0]
-            if op == "pub":
-                self.publish()
-            elif op == "hdr":
-                self.publish(self._headers())
-            elif op == "del":
-                self.delete()
-            elif op == "purge":
-                self.purge()
-            elif op == "get":
-                self.get()
-            elif op == "direct":
-                self.direct_get()
-            else:
-                self.update(limits)
+            ops[r.choices(list(ops), [w for w, _ in ops.values()])[0]][1]()
             self.pair.state(self.name)
         self.pair.messages(self.name)
 
@@ -233,20 +228,18 @@ class Scenario:
             return
         self.consumers: dict[str, dict[str, Any]] = {}
         self.delivered: dict[str, list[tuple[int, int]]] = {}
+        stream_ops: dict[str, Callable[[], None]] = {
+            "pub": lambda: self.publish([("Nats-Msg-Id", f"id{r.randint(0, 8)}")] if r.random() < 0.15 else None),
+            "pubs": self.publish_run,
+            "del": self.delete, "purge": self.purge,
+        }
         for _ in range(r.randint(20, 60)):
             op = r.choices(["pub", "pubs", "del", "purge", "create", "fetch", "ack", "delete", "reset"],
                            [6, 2, 1, 1, 2, 4, 4, 0.3, 0.5])[0]
             if op == "create" or (not self.consumers and op in ("fetch", "ack", "delete", "reset")):
                 self.create()
-            elif op == "pub":
-                self.publish([("Nats-Msg-Id", f"id{r.randint(0, 8)}")] if r.random() < 0.15 else None)
-            elif op == "pubs":
-                for _ in range(r.randint(2, 8)):
-                    self.publish()
-            elif op == "del":
-                self.delete()
-            elif op == "purge":
-                self.purge()
+            elif op in stream_ops:
+                stream_ops[op]()
             else:
                 name = r.choice(list(self.consumers))
                 {"fetch": self.fetch, "ack": self.ack, "delete": self.delete_consumer, "reset": self.reset}[op](name)

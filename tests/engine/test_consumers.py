@@ -202,6 +202,7 @@ def test_an_update_that_removes_every_filter_counts_what_comes_after(pair: Pair)
     assert server == lake
     assert [m[0] for m in pair.fetch(s, "U", 5)] == [1, 2, 3]
 
+
 def test_max_consumers(pair: Pair) -> None:
     s = pair.stream(max_consumers=1)
     pair.consumer_create(s, {"durable_name": "A", "ack_policy": "all"})
@@ -312,6 +313,7 @@ def test_max_ack_pending_stops_a_pull(pair: Pair, ack: str) -> None:
     assert [m[0] for m in pair.fetch(s, "M", 3, expires=wait)] == [7]  # the last of the filter's four
     pair.consumer_info(s, "M")
 
+
 def test_interest_retention_removes_what_every_consumer_acked(pair: Pair) -> None:
     s = pair.stream(retention="interest")
     pair.consumer_create(s, {"durable_name": "ALL", "ack_policy": "all"})
@@ -367,6 +369,7 @@ def test_deleting_a_consumer_removes_what_nobody_needs_from_its_stored_ack_floor
     pair.settled("state", s)
     pair.settled("messages", s)
     assert [m[0] for m in pair.lake.messages(s)] == ([1, 2, 4] if acked else [1, 4])
+
 
 def test_interest_reset_forward_removes_messages_that_lost_interest(pair: Pair) -> None:
     s = pair.stream(retention="interest")

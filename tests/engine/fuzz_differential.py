@@ -25,7 +25,9 @@ follow (each is a known divergence, see the tests named):
 Known server answers a run still reports: ``num_pending`` counted by the server's incremental
 counter where it over-counts (a start sequence beyond the last message); a purge that moves an
 ack-none consumer to where its last pull scanned; acks of messages a removal took while
-pending, whose order the server does not fix (``test_consumer_removals._settle_racing``).
+pending, whose order the server does not fix (``test_consumer_removals._settle_racing``); the
+file store's ``first_seq`` after a purge up to a deleted tail
+(``test_a_purge_up_to_a_deleted_tail_moves_first_seq_past_the_last``).
 """
 
 from __future__ import annotations

@@ -218,6 +218,27 @@ def test_purge_variants(pair: Pair, req: dict[str, Any]) -> None:
     pair.check(s)
 
 
+def test_a_purge_up_to_a_deleted_tail_moves_first_seq_past_the_last(pair: Pair) -> None:
+    """Known divergence: when every message from the purge point to the last is already deleted,
+    2.15.1's file store leaves ``first_seq`` on the purged message (nothing stored, ``first_seq``
+    2, ``num_deleted`` 3). Its memory store moves ``first_seq`` past the last (5), as the lake
+    does (checked by hand on a ``storage: memory`` stream, whose byte counts differ from the
+    file store's). The next publish brings both to the same state. Found by the consumer fuzz
+    seed 40263, where interest removals had deleted the tail."""
+    s = pair.stream()
+    for i in range(4):
+        pair.publish(subj(s, "a"), f"{i}".encode())
+    for seq in (1, 3, 4):
+        pair.delete_msg(s, seq)
+    assert pair.server.purge(s, seq=3) == pair.lake.purge(s, seq=3) == {"purged": 1}
+    server, lake = pair.server.state(s), pair.lake.state(s)
+    assert (lake["first_seq"], lake["last_seq"], lake["messages"], lake["num_deleted"]) == (5, 4, 0, 0)
+    assert (server.pop("first_seq"), server.pop("num_deleted")) == (2, 3)
+    assert server == {k: v for k, v in lake.items() if k not in ("first_seq", "num_deleted")}
+    pair.publish(subj(s, "a"), b"after")
+    pair.check(s)
+
+
 def test_purge_and_delete_denied(pair: Pair) -> None:
     s = pair.stream(deny_purge=True, deny_delete=True)
     _fill(pair, s)

@@ -21,6 +21,15 @@ LOCAL_CHECKPOINTS = {
     CHECKPOINT_MANAGER: "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
 }
 
+# Python workers connect back to the JVM over a Unix socket instead of a loopback TCP port. On
+# TCP, Spark's worker factory listens on an ephemeral port and takes the *first* connection as
+# its worker: any other local client that reaches that port first (one reconnecting to a port
+# that was just freed, say) fails the worker's start. It was seen twice in about fifteen CI runs
+# (``NegativeArraySizeException`` in ``SocketAuthHelper.readUtf8`` at a streaming query's
+# start: the first four bytes were not a worker's). A Unix socket in a fresh path has no such
+# neighbours, and needs no auth handshake.
+PYTHON_WORKERS_ON_UNIX_SOCKETS = {"spark.python.unix.domain.socket.enabled": "true"}
+
 
 def local_spark(app_name: str = "jsspark", cores: int = 2, **conf: str) -> Any:
     """Get or create the process's local SparkSession; ``conf`` adds or overrides settings."""
@@ -31,6 +40,7 @@ def local_spark(app_name: str = "jsspark", cores: int = 2, **conf: str) -> Any:
     jvm = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
     settings = {
         **LOCAL_CHECKPOINTS,
+        **PYTHON_WORKERS_ON_UNIX_SOCKETS,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": str(cores),

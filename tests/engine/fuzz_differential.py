@@ -6,11 +6,12 @@ difference that is the lake's fault becomes a differential test in this folder.
     python3 -m tests.engine.fuzz_differential --mode stream --seconds 300
     python3 -m tests.engine.fuzz_differential --mode consumers --seed 4035 --one   # replay one
 
-``stream``: publishes (with ``Nats-Msg-Id``, ``Nats-Rollup`` and the expected-sequence
-headers), deletes and purges on streams with random limits and discard policies; the publish
-answers, the state and the stored messages must be equal. ``consumers``: durable pull
-consumers (created, updated, pulled, acked in order as a lake reader acks, reset, deleted) on
-limits, interest and work-queue streams; their infos and the stream state must be equal.
+``stream``: publishes (with ``Nats-Msg-Id``, ``Nats-Rollup``, ``Nats-TTL`` and the expected
+headers), deletes and purges on streams with random limits, discard policies and first
+sequences; the publish answers, the state and the stored messages must be equal.
+``consumers``: durable pull consumers (created, updated, pulled, acked in order as a lake
+reader acks, reset, deleted) on limits, interest and work-queue streams; their infos and the
+stream state must be equal.
 
 What a consumers run does not compare, because the server answers it in ways the lake does not
 follow (each is a known divergence, see the tests named):
@@ -156,6 +157,10 @@ class Scenario:
         for key in ("deny_delete", "deny_purge"):
             if r.random() < 0.1:
                 limits[key] = True
+        if r.random() < 0.3:
+            limits["allow_msg_ttl"] = True
+        if r.random() < 0.15:
+            limits["first_seq"] = r.randint(1, 40)
         if not self.new_stream("limits", **limits):
             return
         ops: dict[str, tuple[float, Callable[[], None]]] = {  # name: (weight, step), in draw order
@@ -213,8 +218,14 @@ class Scenario:
             "Nats-Expected-Last-Sequence": lambda: str(r.choice([last, last - 1, 0])),
             "Nats-Expected-Last-Subject-Sequence": lambda: str(r.randint(0, max(last, 1))),
             "Nats-Expected-Last-Msg-Id": lambda: f"id{r.randint(0, 6)}",
+            "Nats-Expected-Stream": lambda: r.choice([self.name, "OTHER"]),
+            # TTLs long enough that nothing expires during a run; some are not valid TTLs
+            "Nats-TTL": lambda: r.choice(["1h", "90m", "7200", "never", "-1", "0", "-2", "soon", "1h30x"]),
         }
-        return [(name, kinds[name]()) for name in r.sample(sorted(kinds), r.randint(1, 2))]
+        headers = [(name, kinds[name]()) for name in r.sample(sorted(kinds), r.randint(1, 2))]
+        if any(name == "Nats-Expected-Last-Subject-Sequence" for name, _ in headers) and r.random() < 0.5:
+            headers.append(("Nats-Expected-Last-Subject-Sequence-Subject", r.choice([self.subject(), f"{self.prefix}.*"])))
+        return headers
 
     # -- consumer runs --------------------------------------------------------------------------
     def run_consumers(self) -> None:

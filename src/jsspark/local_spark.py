@@ -7,8 +7,13 @@ interpreter (they need pyarrow and deltalake, which a bare system python lacks).
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 # Streaming checkpoints on a local disk: Spark's default manager goes through Hadoop's FileContext,
@@ -24,11 +29,31 @@ LOCAL_CHECKPOINTS = {
 # Python workers connect back to the JVM over a Unix socket instead of a loopback TCP port. On
 # TCP, Spark's worker factory listens on an ephemeral port and takes the *first* connection as
 # its worker: any other local client that reaches that port first (one reconnecting to a port
-# that was just freed, say) fails the worker's start. It was seen twice in about fifteen CI runs
+# that was just freed, say) fails the worker's start. It failed three CI runs in thirty sessions
 # (``NegativeArraySizeException`` in ``SocketAuthHelper.readUtf8`` at a streaming query's
 # start: the first four bytes were not a worker's). A Unix socket in a fresh path has no such
-# neighbours, and needs no auth handshake.
+# neighbours, and needs no auth handshake. The sockets go in a directory of the process's own
+# (``worker_socket_dir``), removed at exit: Spark leaves its daemon's socket file behind when it
+# stops the daemon, and a killed JVM leaves all of them.
 PYTHON_WORKERS_ON_UNIX_SOCKETS = {"spark.python.unix.domain.socket.enabled": "true"}
+SOCKET_DIR = "spark.python.unix.domain.socket.dir"
+
+
+def worker_socket_dir(pid: int | None = None) -> Path:
+    """Where the Python workers of process ``pid`` (this one by default) have their sockets, so
+    whoever kills that process can remove them too."""
+    base = Path(tempfile.gettempdir())
+    if len(str(base)) > 40:  # a Unix socket's path has at most 107 bytes, and Spark adds 43
+        base = Path("/tmp")
+    return base / f"jsspark-py-{pid or os.getpid()}"
+
+
+@functools.cache
+def _own_worker_socket_dir() -> str:
+    path = worker_socket_dir()
+    path.mkdir(exist_ok=True)
+    atexit.register(shutil.rmtree, path, True)
+    return str(path)
 
 
 def local_spark(app_name: str = "jsspark", cores: int = 2, **conf: str) -> Any:
@@ -41,6 +66,7 @@ def local_spark(app_name: str = "jsspark", cores: int = 2, **conf: str) -> Any:
     settings = {
         **LOCAL_CHECKPOINTS,
         **PYTHON_WORKERS_ON_UNIX_SOCKETS,
+        SOCKET_DIR: conf.get(SOCKET_DIR) or _own_worker_socket_dir(),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": str(cores),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 import jsspark
+from jsspark.local_spark import worker_socket_dir
 
 pytestmark = pytest.mark.spark
 
@@ -98,6 +100,7 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
         return True
 
     _wait_for("the killed processes to go away", gone)
+    shutil.rmtree(worker_socket_dir(proc.pid), ignore_errors=True)
 
 
 def _finish(**args: Any) -> None:

@@ -7,8 +7,8 @@ difference that is the lake's fault becomes a differential test in this folder.
     python3 -m tests.engine.fuzz_differential --mode consumers --seed 4035 --one   # replay one
 
 ``stream``: publishes (with ``Nats-Msg-Id``, ``Nats-Rollup``, ``Nats-TTL`` and the expected
-headers), deletes and purges on streams with random limits, discard policies and first
-sequences; the publish answers, the state and the stored messages must be equal.
+headers), deletes and purges on streams with random limits, discard policies, first
+sequences and subject transforms; the publish answers, the state and the stored messages must be equal.
 ``consumers``: durable pull consumers (created, updated, pulled, acked in order as a lake
 reader acks, reset, deleted) on limits, interest and work-queue streams; their infos and the
 stream state must be equal.
@@ -104,11 +104,16 @@ class Scenario:
     def step(self, *what: Any) -> None:
         self.steps.append(what)
 
-    def new_stream(self, retention: str, **limits: Any) -> bool:
-        """Create the stream; False where both refuse the config (with the same error)."""
+    def new_stream(self, retention: str, transform: tuple[str, str] | None = None, **limits: Any) -> bool:
+        """Create the stream (``transform``: its subject transform's source and destination, with
+        ``{p}`` for the subject prefix); False where both refuse the config (with the same error)."""
         self.name = f"F{next(_names)}"
         self.prefix = self.name.lower()
         cfg = {"name": self.name, "subjects": [f"{self.prefix}.>"], "retention": retention, **limits}
+        if transform:
+            cfg["subject_transform"] = {"src": transform[0].format(p=self.prefix),
+                                        "dest": transform[1].format(p=self.prefix)}
+        self.config = cfg
         self.step("stream", cfg)
         if "error" in self.pair.add_stream(cfg):
             return False
@@ -161,7 +166,10 @@ class Scenario:
             limits["allow_msg_ttl"] = True
         if r.random() < 0.15:
             limits["first_seq"] = r.randint(1, 40)
-        if not self.new_stream("limits", **limits):
+        transform = None
+        if r.random() < 0.2:  # applied on ingest, before every limit and header rule
+            transform = r.choice([("{p}.a", "{p}.b"), ("{p}.*", "{p}.{{{{partition(2,1)}}}}"), ("{p}.>", "{p}.t.>")])
+        if not self.new_stream("limits", transform, **limits):
             return
         ops: dict[str, tuple[float, Callable[[], None]]] = {  # name: (weight, step), in draw order
             "pub": (8, self.publish), "hdr": (4, lambda: self.publish(self._headers())), "del": (1, self.delete),
@@ -204,7 +212,7 @@ class Scenario:
         key = r.choice(["max_msgs", "max_msgs_per_subject", "max_bytes"])
         limits[key] = {"max_msgs": r.randint(1, 12), "max_msgs_per_subject": r.randint(1, 4),
                        "max_bytes": r.randint(100, 800)}[key]
-        cfg = {"name": self.name, "subjects": [f"{self.prefix}.>"], "retention": "limits", **limits}
+        cfg = {**self.config, **limits}
         self.step("update", cfg)
         self.pair.update_stream(cfg)
 

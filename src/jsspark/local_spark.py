@@ -50,6 +50,7 @@ def worker_socket_dir(pid: int | None = None) -> Path:
 
 @functools.cache
 def _own_worker_socket_dir() -> str:
+    """This process's ``worker_socket_dir``, made once and removed at exit."""
     path = worker_socket_dir()
     path.mkdir(exist_ok=True)
     atexit.register(shutil.rmtree, path, True)

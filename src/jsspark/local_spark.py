@@ -34,7 +34,9 @@ LOCAL_CHECKPOINTS = {
 # start: the first four bytes were not a worker's). A Unix socket in a fresh path has no such
 # neighbours, and needs no auth handshake. The sockets go in a directory of the process's own
 # (``worker_socket_dir``), removed at exit: Spark leaves its daemon's socket file behind when it
-# stops the daemon, and a killed JVM leaves all of them.
+# stops the daemon, and a killed JVM leaves all of them. A process that ends without its exit
+# hooks (killed, or a notebook kernel shut down) leaves its directory: the next session started
+# here removes those of processes that are gone.
 PYTHON_WORKERS_ON_UNIX_SOCKETS = {"spark.python.unix.domain.socket.enabled": "true"}
 SOCKET_DIR = "spark.python.unix.domain.socket.dir"
 
@@ -48,10 +50,21 @@ def worker_socket_dir(pid: int | None = None) -> Path:
     return base / f"jsspark-py-{pid or os.getpid()}"
 
 
+def _remove_socket_dirs_of_gone_processes(base: Path) -> None:
+    for path in base.glob("jsspark-py-*"):
+        try:
+            os.kill(int(path.name.rpartition("-")[2]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (ValueError, OSError):  # not one of ours, or another user's live process
+            continue
+
+
 @functools.cache
 def _own_worker_socket_dir() -> str:
     """This process's ``worker_socket_dir``, made once and removed at exit."""
     path = worker_socket_dir()
+    _remove_socket_dirs_of_gone_processes(path.parent)
     path.mkdir(exist_ok=True)
     atexit.register(shutil.rmtree, path, True)
     return str(path)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from jsspark.local_spark import worker_socket_dir
+from jsspark.local_spark import _remove_socket_dirs_of_gone_processes, worker_socket_dir
 
 pytestmark = pytest.mark.spark
 
@@ -21,3 +24,17 @@ def test_python_workers_connect_back_over_unix_sockets(spark: Any) -> None:
     ).collect()
     assert seen == [("True", str(worker_socket_dir()))]
     assert worker_socket_dir().is_dir()
+
+
+def test_socket_dirs_of_gone_processes_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
+    """A process that ended without its exit hooks (a kill) leaves its socket directory; the
+    next session's start removes it, and leaves those of running processes alone."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead = tmp_path / f"jsspark-py-{int(gone.stdout)}"
+    live = tmp_path / f"jsspark-py-{os.getpid()}"
+    other = tmp_path / "jsspark-py-notapid"
+    for path in (dead, live, other):
+        (path / "sub").mkdir(parents=True)
+    _remove_socket_dirs_of_gone_processes(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])

@@ -26,9 +26,9 @@ LOCAL_CHECKPOINTS = {
     CHECKPOINT_MANAGER: "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
 }
 
-# Python workers connect back to the JVM over a Unix socket instead of a loopback TCP port. On
-# TCP, Spark's worker factory listens on an ephemeral port and takes the *first* connection as
-# its worker: any other local client that reaches that port first (one reconnecting to a port
+# Python workers connect back to the JVM over a Unix socket (the ``spark.python.unix.domain``
+# settings below) instead of a loopback TCP port. On TCP, Spark's worker factory listens on an
+# ephemeral port and takes the *first* connection as its worker: any other local client that reaches that port first (one reconnecting to a port
 # that was just freed, say) fails the worker's start. It failed three CI runs in thirty sessions
 # (``NegativeArraySizeException`` in ``SocketAuthHelper.readUtf8`` at a streaming query's
 # start: the first four bytes were not a worker's). A Unix socket in a fresh path has no such
@@ -37,7 +37,6 @@ LOCAL_CHECKPOINTS = {
 # stops the daemon, and a killed JVM leaves all of them. A process that ends without its exit
 # hooks (killed, or a notebook kernel shut down) leaves its directory: the next session started
 # here removes those of processes that are gone.
-PYTHON_WORKERS_ON_UNIX_SOCKETS = {"spark.python.unix.domain.socket.enabled": "true"}
 SOCKET_DIR = "spark.python.unix.domain.socket.dir"
 
 
@@ -79,7 +78,7 @@ def local_spark(app_name: str = "jsspark", cores: int = 2, **conf: str) -> Any:
     jvm = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
     settings = {
         **LOCAL_CHECKPOINTS,
-        **PYTHON_WORKERS_ON_UNIX_SOCKETS,
+        "spark.python.unix.domain.socket.enabled": "true",
         SOCKET_DIR: conf.get(SOCKET_DIR) or _own_worker_socket_dir(),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",

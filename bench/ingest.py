@@ -1,7 +1,7 @@
 """Live ingest benchmark: NATS -> lake with a jsspark mirror job against nats-server's own mirror.
 
     python3 dev.py bench ingest [--messages 500000] [--size 100] [--consumer ordered|durable]
-                                [--trigger "1 second"] [--repeat 3] [--skip-spark]
+                                [--max-ack-pending N] [--trigger "1 second"] [--repeat 3] [--skip-spark]
 
 One nats-server on loopback and two identical Limits origins (``ON`` for the native mirror,
 ``OJ`` for jsspark), each filled with the same ``--messages`` messages of ``--size`` bytes by
@@ -196,20 +196,23 @@ def ordered_consumer(nats: Nats, origin: str, n: int) -> float:
 
 
 def ingestor_alone(url: str, origin: str, n: int, work: Path, mode: str, store: bool = True,
-                   server_pid: int | None = None) -> tuple[float, float | None]:
+                   server_pid: int | None = None, max_ack_pending: int | None = None) -> tuple[float, float | None]:
     """The live source's driver half without Spark: receive, spill, read back, store; with
-    ``store=False`` receiving alone (frames parsed, spilled; nothing read back or stored, and
-    ``maxAckPending`` above the backlog, so no window waits for an ack): the floor any landing
-    of this consumer stands on, since delivery to a client that does no more is no faster.
+    ``store=False`` receiving alone (frames parsed, spilled, each batch acked as it is taken;
+    nothing read back or stored): the floor any landing of this consumer stands on, since
+    delivery to a client that does no more is no faster. ``max_ack_pending`` as the job's: a
+    durable's delivery costs nats-server more CPU the more messages are pending (its pending
+    maps; 500,000 deliveries here: 0.9-1.0 CPU-s at 20,000, 1.1-1.3 at 200,000, 1.4-1.6 at
+    500,000), so a window above the job's would make this floor slower than the job can be.
     (seconds, nats-server CPU-s or ``None``)."""
     name = "bench_ingestor" if store else "bench_receiver"
     options = {"servers": url, "stream": origin, "consumer": name, "spillDir": str(work / f"spill-{name}"),
                "consumerMode": "server" if mode == "durable" else "ordered"}
+    if max_ack_pending is not None:
+        options["maxAckPending"] = str(max_ack_pending)
     if store:
         lake = jsspark.connect(str(work / "lake-ingestor"))
         lake.add_stream(name="ING", mirror={"name": origin})
-    else:
-        options["maxAckPending"] = str(n + 1)
     before = process_cpu(server_pid)
     t0 = time.perf_counter()
     ing = Ingestor(parse_live_read_options(options))
@@ -233,10 +236,11 @@ def ingestor_alone(url: str, origin: str, n: int, work: Path, mode: str, store: 
 
 # -- the jsspark side ---------------------------------------------------------------------------
 class SparkSide:
-    def __init__(self, nats: Nats, work: Path, mode: str, trigger: str) -> None:
+    def __init__(self, nats: Nats, work: Path, mode: str, trigger: str, max_ack_pending: int | None = None) -> None:
         from jsspark.local_spark import local_spark
 
         self.nats, self.work, self.mode, self.trigger = nats, work, mode, trigger
+        self.max_ack_pending = max_ack_pending
         self.spark = local_spark("jsspark-bench-ingest")
         self.spark.range(10).count()  # the JVM and one Python worker up: a warm session
         self.lake = jsspark.connect(str(work / "lake-spark"))
@@ -261,6 +265,8 @@ class SparkSide:
         endpoint: dict[str, Any] = {"servers": self.nats.url, "options": {"spillDir": str(self.work / "spill-spark")}}
         if self.mode == "durable":
             endpoint["options"].update({"consumerMode": "server", "consumer": "bench_durable"})
+            if self.max_ack_pending is not None:  # the job's batches follow it (minMessagesPerTrigger)
+                endpoint["options"]["maxAckPending"] = str(self.max_ack_pending)
         t0 = time.perf_counter()
         self.job = run_job({"stream": {"name": "MJ", "mirror": {"name": origin}},
                             "target": {"location": str(self.work / "lake-spark")},
@@ -337,6 +343,9 @@ def main() -> None:
     ap.add_argument("--consumer", choices=("ordered", "durable"), default="ordered",
                     help="ordered: what the job runner picks for a Limits origin; durable: the flow_control "
                          "durable of a WorkQueue/Interest origin")
+    ap.add_argument("--max-ack-pending", type=int, default=None,
+                    help="--consumer durable: the durable's maxAckPending (default the live source's), which also "
+                         "caps each of the job's batches")
     ap.add_argument("--trigger", default="1 second", help="the job's trigger (a job file's default)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of view (c) on each side (each over a new backlog of --messages); the median counts")
@@ -358,9 +367,10 @@ def main() -> None:
             # the native side: (a) mirror over the backlog, (b) arrivals, (c) a new mirror over a new backlog
             native_a = native_backlog(nats, "MN", "ON", 1, n)
             ordered = ordered_consumer(nats, "ON", n)
-            alone, _ = ingestor_alone(srv.url, "ON", n, work, args.consumer)
+            window = args.max_ack_pending if args.consumer == "durable" else None
+            alone, _ = ingestor_alone(srv.url, "ON", n, work, args.consumer, max_ack_pending=window)
             server_pid = srv.proc.pid if srv.proc is not None else None
-            receiver, receiver_cpu = ingestor_alone(srv.url, "ON", n, work, args.consumer, False, server_pid)
+            receiver, receiver_cpu = ingestor_alone(srv.url, "ON", n, work, args.consumer, False, server_pid, window)
             if args.consumer == "durable":  # no idle durables on the origin during the native runs
                 for name in ("bench_ingestor", "bench_receiver"):
                     nats.api(f"CONSUMER.DELETE.ON.{name}")
@@ -393,7 +403,7 @@ def main() -> None:
                 nats.api("STREAM.DELETE.MD")
                 nats.api("CONSUMER.DELETE.ON.md")
             if not args.skip_spark:
-                side = SparkSide(nats, work, args.consumer, args.trigger)
+                side = SparkSide(nats, work, args.consumer, args.trigger, window)
                 try:
                     spark_a = side.backlog_cold("OJ", n)
                     spark_b, pub_b_spark = arrivals(nats, "OJ", n, size, side.last_seq, poll=LAKE_POLL)
@@ -421,7 +431,12 @@ def main() -> None:
                         "(c) backlog, running job [judged]": (native_c, spark_c)}
             nats.close()
 
-        print(f"{n:,} messages of {size} B; jsspark: run_job mirror, {args.consumer} consumer, trigger "
+        consumer = args.consumer
+        if consumer == "durable":
+            from jsspark.live.options import LiveReadOptions
+
+            consumer += f" (maxAckPending {window or LiveReadOptions.max_ack_pending:,})"
+        print(f"{n:,} messages of {size} B; jsspark: run_job mirror, {consumer} consumer, trigger "
               f"{args.trigger!r}; native: nats-server mirror; one after the other on this machine")
         for line in lines:
             print(f"  {line}")

@@ -10,8 +10,9 @@ difference that is the lake's fault becomes a differential test in this folder.
 headers), deletes and purges on streams with random limits, discard policies, first
 sequences and subject transforms; the publish answers, the state and the stored messages must be equal.
 ``consumers``: durable pull consumers (created, updated, pulled, acked in order as a lake
-reader acks, reset, deleted) on limits, interest and work-queue streams; their infos and the
-stream state must be equal.
+reader acks, reset, deleted) on limits, interest and work-queue streams, with every deliver
+policy but ``last_per_subject`` (``by_start_time`` at a moment between two steps) and some of
+the rest of their config (``Scenario._options``); their infos and the stream state must be equal.
 
 What a consumers run does not compare, because the server answers it in ways the lake does not
 follow (each is a known divergence, see the tests named):
@@ -249,6 +250,9 @@ class Scenario:
             return
         self.consumers: dict[str, dict[str, Any]] = {}
         self.delivered: dict[str, list[tuple[int, int]]] = {}
+        # moments between steps, for by_start_time: both sides stamp messages with this
+        # machine's clock, so a moment taken after a step divides their messages alike
+        self.moments = [_now()]
         stream_ops: dict[str, Callable[[], None]] = {
             "pub": lambda: self.publish([("Nats-Msg-Id", f"id{r.randint(0, 8)}")] if r.random() < 0.15 else None),
             "pubs": self.publish_run,
@@ -267,6 +271,7 @@ class Scenario:
             for name in self.consumers:
                 self.pair.settled("consumer_info", self.name, name, timeout=2)
             self.pair.settled("state", self.name, timeout=2)
+            self.moments.append(_now())
         self.pair.settled("messages", self.name, timeout=2)
 
     def create(self) -> None:
@@ -280,11 +285,15 @@ class Scenario:
             cfg["filter_subjects"] = sorted({self.subject(), self.subject()})
         elif pick < 0.5:
             cfg["filter_subject"] = f"{self.prefix}.>"
-        cfg["deliver_policy"] = r.choice(["all", "all", "last", "new", "by_start_sequence"])
+        cfg["deliver_policy"] = r.choice(["all", "all", "last", "new", "by_start_sequence", "by_start_time"])
         if cfg["deliver_policy"] == "by_start_sequence":
             cfg["opt_start_seq"] = r.randint(1, 10)
+        elif cfg["deliver_policy"] == "by_start_time":
+            cfg["opt_start_time"] = r.choice(self.moments)
         if r.random() < 0.3:
             cfg["max_ack_pending"] = r.randint(1, 5)
+        if r.random() < 0.3:
+            self._options(cfg)
         old = self.consumers.get(name)
         filtered = any(cfg.get(k) for k in ("filter_subject", "filter_subjects"))
         if old and not filtered and any(old.get(k) for k in ("filter_subject", "filter_subjects")):
@@ -293,6 +302,29 @@ class Scenario:
         if "error" not in self.pair.consumer_create(self.name, cfg):
             self.consumers[name] = cfg
             self.delivered.setdefault(name, [])
+
+    def _options(self, cfg: dict[str, Any]) -> None:
+        """Some of the rest of a consumer's config, valid or not (both must refuse alike), none
+        of it timing-dependent: a run compares infos, which echo the config with its defaults.
+        Left out: the limits of pull requests (``max_waiting``, ``max_batch``, ``max_expires``,
+        ``max_bytes``), which the lake does not serve (its readers pull through its own API),
+        and ``num_replicas`` above 1 (a standalone server refuses it, 10074, where a lake takes
+        a stream's replicas as a cluster would: ``config.update``)."""
+        r = self.rnd
+        for key, values in (
+            ("description", ["d", ""]),
+            ("metadata", [{"k": "v"}, {}]),
+            ("max_deliver", [-1, 1, 3, 0]),
+            ("headers_only", [True, False]),
+            ("sample_freq", ["50%", "100", ""]),
+            ("mem_storage", [True, False]),
+            ("num_replicas", [0, 1]),
+            ("inactive_threshold", [3600 * 10**9, 0]),
+            ("ack_wait", [30 * 10**9, 10**9]),
+            ("backoff", [[10**9, 2 * 10**9], [10**9]]),
+        ):
+            if r.random() < 0.25:
+                cfg[key] = r.choice(values)
 
     def fetch(self, name: str) -> None:
         cfg = self.consumers[name]
@@ -324,6 +356,12 @@ class Scenario:
         self.step("reset", name, seq)
         self.pair.consumer_reset(self.name, name, seq)
         self.delivered[name] = []
+
+
+def _now() -> str:
+    """This moment in RFC 3339 with nanoseconds, as JetStream writes times."""
+    ns = time.time_ns()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns % 10**9:09d}Z"
 
 
 def main() -> None:

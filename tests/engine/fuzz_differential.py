@@ -19,7 +19,10 @@ follow (each is a known divergence, see the tests named):
 
 - how far a pull scanned past a filtered consumer's last delivery, which the server shows as
   its delivered and ack floor stream seqs (compared: the consumer seqs only);
-  ``test_explicit_ack_floor_moves_below_the_next_pending_delivery``;
+  ``test_explicit_ack_floor_moves_below_the_next_pending_delivery``. A reset or an update
+  that changes the filter keeps that position, which then shows in ``num_pending``
+  (``test_a_filter_changed_after_a_pull_scanned_past_a_message_skips_it_on_the_server``;
+  still reported);
 - ``last_per_subject`` consumers (the server's skip lists; not generated);
 - an update that removes every filter (``test_an_update_that_removes_every_filter_counts_what_comes_after``;
   not generated).

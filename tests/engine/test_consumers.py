@@ -203,6 +203,26 @@ def test_an_update_that_removes_every_filter_counts_what_comes_after(pair: Pair)
     assert [m[0] for m in pair.fetch(s, "U", 5)] == [1, 2, 3]
 
 
+def test_a_filter_changed_after_a_pull_scanned_past_a_message_skips_it_on_the_server(pair: Pair) -> None:
+    """Known divergence (fuzz seed 81004): a pull that finds no more messages for its filter
+    leaves the server's scan position (``o.sseq``) past the ones it skipped, and an update that
+    changes the filter keeps that position: the server neither counts nor ever delivers a
+    message of the new filter that the old one skipped, though it was never delivered. A lake
+    consumer reads on from its delivered stream seq, so it counts and delivers it."""
+    s = pair.stream()
+    pair.publish(subj(s, "b"), b"1")
+    pair.publish(subj(s, "e"), b"2")
+    pair.consumer_create(s, {"durable_name": "F", "ack_policy": "explicit", "filter_subject": subj(s, "b")})
+    assert [m[0] for m in pair.fetch(s, "F", 5)] == [1]
+    changed = {"durable_name": "F", "ack_policy": "explicit", "filter_subject": subj(s, "e")}
+    server, lake = pair.server.consumer_create(s, changed), pair.lake.consumer_create(s, changed)
+    assert (server.pop("num_pending"), lake.pop("num_pending")) == (0, 1)
+    assert server == lake
+    assert ([m[0] for m in pair.server.fetch(s, "F", 5)], [m[0] for m in pair.lake.fetch(s, "F", 5)]) == ([], [2])
+    pair.publish(subj(s, "e"), b"3")  # what comes after the scan position, both deliver
+    assert ([m[0] for m in pair.server.fetch(s, "F", 5)], [m[0] for m in pair.lake.fetch(s, "F", 5)]) == ([3], [3])
+
+
 def test_max_consumers(pair: Pair) -> None:
     s = pair.stream(max_consumers=1)
     pair.consumer_create(s, {"durable_name": "A", "ack_policy": "all"})

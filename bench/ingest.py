@@ -73,7 +73,7 @@ from fill import fill
 import jsspark
 from jsspark.engine.ingest import store_mirrored
 from jsspark.live.ingestor import Ingestor
-from jsspark.live.options import parse_live_read_options
+from jsspark.live.options import LiveReadOptions, parse_live_read_options
 from jsspark.live.spill import read_spill
 from jsspark.nats_server import NatsServer
 
@@ -433,8 +433,6 @@ def main() -> None:
 
         consumer = args.consumer
         if consumer == "durable":
-            from jsspark.live.options import LiveReadOptions
-
             consumer += f" (maxAckPending {window or LiveReadOptions.max_ack_pending:,})"
         print(f"{n:,} messages of {size} B; jsspark: run_job mirror, {consumer} consumer, trigger "
               f"{args.trigger!r}; native: nats-server mirror; one after the other on this machine")

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from jsspark.engine.api import rfc3339nano
 from jsspark.engine.lake import connect
 from jsspark.nats_server import NatsServer
 from tests.engine.test_differential import Pair
@@ -255,7 +256,7 @@ class Scenario:
         self.delivered: dict[str, list[tuple[int, int]]] = {}
         # moments between steps, for by_start_time: both sides stamp messages with this
         # machine's clock, so a moment taken after a step divides their messages alike
-        self.moments = [_now()]
+        self.moments = [rfc3339nano(time.time_ns())]
         stream_ops: dict[str, Callable[[], None]] = {
             "pub": lambda: self.publish([("Nats-Msg-Id", f"id{r.randint(0, 8)}")] if r.random() < 0.15 else None),
             "pubs": self.publish_run,
@@ -274,7 +275,7 @@ class Scenario:
             for name in self.consumers:
                 self.pair.settled("consumer_info", self.name, name, timeout=2)
             self.pair.settled("state", self.name, timeout=2)
-            self.moments.append(_now())
+            self.moments.append(rfc3339nano(time.time_ns()))
         self.pair.settled("messages", self.name, timeout=2)
 
     def create(self) -> None:
@@ -323,8 +324,8 @@ class Scenario:
             ("mem_storage", [True, False]),
             ("num_replicas", [0, 1]),
             ("inactive_threshold", [3600 * 10**9, 0]),
-            ("ack_wait", [30 * 10**9, 10**9]),
-            ("backoff", [[10**9, 2 * 10**9], [10**9]]),
+            ("ack_wait", [30 * 10**9, 120 * 10**9]),  # long: a run ends before any redelivery
+            ("backoff", [[30 * 10**9, 60 * 10**9], [30 * 10**9]]),
         ):
             if r.random() < 0.25:
                 cfg[key] = r.choice(values)
@@ -357,14 +358,8 @@ class Scenario:
     def reset(self, name: str) -> None:
         seq = None if self.rnd.random() < 0.5 else self.rnd.randint(1, 15)
         self.step("reset", name, seq)
-        self.pair.consumer_reset(self.name, name, seq)
-        self.delivered[name] = []
-
-
-def _now() -> str:
-    """This moment in RFC 3339 with nanoseconds, as JetStream writes times."""
-    ns = time.time_ns()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns % 10**9:09d}Z"
+        if "error" not in self.pair.consumer_reset(self.name, name, seq):  # a refused one moves nothing
+            self.delivered[name] = []
 
 
 def main() -> None:

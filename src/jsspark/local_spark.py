@@ -28,8 +28,9 @@ LOCAL_CHECKPOINTS = {
 
 # Python workers connect back to the JVM over a Unix socket (the ``spark.python.unix.domain``
 # settings below) instead of a loopback TCP port. On TCP, Spark's worker factory listens on an
-# ephemeral port and takes the *first* connection as its worker: any other local client that reaches that port first (one reconnecting to a port
-# that was just freed, say) fails the worker's start. It failed three CI runs in thirty sessions
+# ephemeral port and takes the *first* connection as its worker: any other local client that
+# reaches that port first (one reconnecting to a port that was just freed, say) fails the
+# worker's start. It failed three CI runs in thirty sessions
 # (``NegativeArraySizeException`` in ``SocketAuthHelper.readUtf8`` at a streaming query's
 # start: the first four bytes were not a worker's). A Unix socket in a fresh path has no such
 # neighbours, and needs no auth handshake. The sockets go in a directory of the process's own

@@ -28,9 +28,12 @@ follow (each is a known divergence, see the tests named):
   not generated).
 
 Known server answers a run still reports: ``num_pending`` counted by the server's incremental
-counter where it over-counts (a start sequence beyond the last message); a purge that moves an
-ack-none consumer to where its last pull scanned; acks of messages a removal took while
-pending, whose order the server does not fix (``test_consumer_removals._settle_racing``); the
+counter where it over-counts (a start sequence beyond the last message); a purge that leaves a
+consumer nothing pending, which sets its floors from where its last pull scanned (``consumer.purge``:
+``o.sseq - 1``; an ack-none consumer or an AckAll one, seed 91034); acks of messages a removal took while
+pending, whose order the server does not fix (``test_consumer_removals._settle_racing``); an
+AckAll consumer's ``num_ack_pending`` after a purge narrower than its filter, which keeps older
+deliveries pending below the floor it moved (``test_purge_moves_consumers_like_the_server``); the
 file store's ``first_seq`` after a purge up to a deleted tail
 (``test_a_purge_up_to_a_deleted_tail_moves_first_seq_past_the_last``).
 """

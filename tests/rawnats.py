@@ -45,6 +45,8 @@ class RawNats:
         self.pongs = 0
         self.closed = False
         self._sid = 0
+        self._inbox_sid: str | None = None
+        self._requests = 0
         self._read_line_blocking()  # INFO
         connect = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True, "protocol": 1,
                    "name": "rawnats"}
@@ -122,12 +124,28 @@ class RawNats:
         self.flush()
         return sid
 
-    def publish(self, subject: str, data: bytes = b"", pairs: list[tuple[str, str]] | None = None) -> None:
+    def publish(
+        self, subject: str, data: bytes = b"", pairs: list[tuple[str, str]] | None = None, reply: str = ""
+    ) -> None:
         block = H.encode(pairs) if pairs else b""
+        to = f"{subject} {reply}" if reply else subject
         if block:
-            self._send(f"HPUB {subject} {len(block)} {len(block) + len(data)}\r\n".encode() + block + data + b"\r\n")
+            self._send(f"HPUB {to} {len(block)} {len(block) + len(data)}\r\n".encode() + block + data + b"\r\n")
         else:
-            self._send(f"PUB {subject} {len(data)}\r\n".encode() + data + b"\r\n")
+            self._send(f"PUB {to} {len(data)}\r\n".encode() + data + b"\r\n")
+
+    def request(
+        self, subject: str, data: bytes = b"", pairs: list[tuple[str, str]] | None = None, timeout: float = 10
+    ) -> RawMsg:
+        """Publish with a reply inbox of its own and return the one reply (a JetStream API
+        answer or publish ack), header values sent exactly as given."""
+        if self._inbox_sid is None:
+            self._inbox_sid = self.subscribe("_RAWNATS_INBOX.>")
+        self._requests += 1
+        inbox = f"_RAWNATS_INBOX.{self._requests}"
+        self.publish(subject, data, pairs, reply=inbox)
+        got = self.wait(lambda ms: any(m.subject == inbox for m in ms), self._inbox_sid, timeout, f"a reply on {inbox}")
+        return next(m for m in got if m.subject == inbox)
 
     def received(self, sid: str | None = None) -> list[RawMsg]:
         with self.lock:

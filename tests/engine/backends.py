@@ -17,6 +17,7 @@ from jsspark.config import ConsumerConfig
 from jsspark.engine import headers as H
 from jsspark.engine.lake import Lake
 from jsspark.errors import APIError, DirectGetError
+from tests.rawnats import RawNats
 
 STATE_KEYS = ("messages", "bytes", "first_seq", "last_seq", "num_subjects", "num_deleted", "consumer_count")
 
@@ -48,10 +49,14 @@ class ServerBackend:
     """Raw JetStream API requests with nats-py, on a private event loop (sync for tests)."""
 
     def __init__(self, url: str) -> None:
+        self.url = url
         self.loop = asyncio.new_event_loop()
         self.nc = self.loop.run_until_complete(nats.connect(url))
+        self.raw: RawNats | None = None
 
     def close(self) -> None:
+        if self.raw is not None:
+            self.raw.close()
         self.loop.run_until_complete(self.nc.close())
         self.loop.close()
 
@@ -76,6 +81,13 @@ class ServerBackend:
         hdrs = dict(headers) if headers else None
         msg = self.loop.run_until_complete(self.nc.request(subject, data, timeout=5, headers=hdrs))
         return _ack(json.loads(msg.data))
+
+    def publish_raw(self, subject: str, data: bytes = b"", headers: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+        """``publish`` with the header block written as given (nats-py strips values and keeps
+        one per key), for checks of what the server reads from raw header bytes."""
+        if self.raw is None:
+            self.raw = RawNats(self.url)
+        return _ack(json.loads(self.raw.request(subject, data, headers).data))
 
     def state(self, name: str) -> dict[str, Any]:
         s = self._req(f"$JS.API.STREAM.INFO.{name}")["state"]
@@ -234,6 +246,8 @@ class LakeBackend:
         if r.duplicate:
             out["duplicate"] = True
         return out
+
+    publish_raw = publish  # the lake takes header pairs exactly as given
 
     def state(self, name: str) -> dict[str, Any]:
         s = self.lake.stream_info(name).state

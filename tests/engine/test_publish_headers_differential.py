@@ -120,6 +120,18 @@ def test_ttl_values_on_a_stream_that_allows_them(pair: Pair, value: str) -> None
     pair.check(s)
 
 
+@pytest.mark.parametrize("allow", [True, False])
+@pytest.mark.parametrize("value", ["1s ", "1s\t", "\t1s", "\u0662s", "  5s", " never", "never ", "5 "])
+def test_ttl_values_as_raw_header_bytes(pair: Pair, allow: bool, value: str) -> None:
+    """The server reads a header value from the raw block skipping only leading spaces, and
+    Go's ``time.ParseDuration`` takes ASCII digits and no whitespace: anything else is an
+    invalid TTL (10165), checked before whether the stream allows TTLs at all. (State, not
+    stored headers: a value's leading spaces are kept in the lake's pairs, not in a decoded block.)"""
+    s = pair.stream(allow_msg_ttl=allow)
+    pair.publish_raw(subj(s, "a"), b"", headers=[("Nats-TTL", value)])
+    pair.state(s)
+
+
 def _kv_like(pair: Pair, **cfg: Any) -> str:
     s = pair.stream(allow_rollup_hdrs=True, **cfg)
     for i, t in enumerate("abab"):

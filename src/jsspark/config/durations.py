@@ -30,14 +30,15 @@ _UNITS = {
     "m": MINUTE,
     "h": HOUR,
 }
-_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_PART = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")  # Go: ASCII digits only
 _INT64_MAX = 2**63 - 1
 
 
-def parse_go_duration(text: str) -> int:
+def parse_go_duration(text: str, exact: bool = False) -> int:
     """Nanoseconds of a Go duration string, with Go's ``time.ParseDuration`` rules:
-    an optional sign, then one or more ``<decimal><unit>`` parts; a bare ``"0"`` is zero."""
-    s = text.strip()
+    an optional sign, then one or more ``<decimal><unit>`` parts; a bare ``"0"`` is zero.
+    Surrounding whitespace is forgiven in configs, not with ``exact`` (Go refuses it)."""
+    s = text if exact else text.strip()
     sign = -1 if s.startswith("-") else 1
     if s.startswith(("-", "+")):
         s = s[1:]

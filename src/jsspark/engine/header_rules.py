@@ -34,10 +34,13 @@ def message_ttl(text: str | None) -> int | None:
     nor a whole number of seconds)."""
     if text is None:
         return 0
+    text = text.lstrip(" ")  # as ``sliceHeader`` reads a value; any other whitespace is refused
+    if not text:
+        return 0
     if text.lower() == "never":
         return -1
     try:
-        ns = parse_go_duration(text)
+        ns = parse_go_duration(text, exact=True)
     except ValueError:
         return int(text) if _UINT.fullmatch(text) else None
     return ns // SECOND if ns >= SECOND else None

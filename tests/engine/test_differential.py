@@ -275,6 +275,9 @@ def test_message_get_requests_and_negative_sequences(pair: Pair) -> None:
         {"seq": 2, "subject": subj(s, "a"), "next": True},
         {"subject": subj(s, "b"), "next": True},
         {"seq": 99},
+        {"subject": ""},  # an empty subject is none: a bad request without a seq
+        {"subject": "", "next": True},
+        {"seq": 2, "subject": ""},
     ]:
         pair.msg_get(s, **form)
     pair.msg_get("NO_SUCH_STREAM")  # a bad request, before the stream is looked up
@@ -385,3 +388,4 @@ def test_first_seq_numbers_the_first_message(pair: Pair, first_seq: int) -> None
     pair.publish(subj(s, "b"), b"second")
     pair.delete_msg(s, 2)
     pair.check(s)
+

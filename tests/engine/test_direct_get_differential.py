@@ -161,3 +161,35 @@ def test_negative_numbers(pair: Pair, req: dict[str, Any]) -> None:
     s = pair.stream(allow_direct=True)
     _publish_mixed(pair, s)
     assert_same_replies(pair, s, _with_prefix(s, req))
+
+
+@pytest.mark.parametrize("tail", ["deleted", "purged by subject", "not stored"])
+def test_the_full_wildcard_reads_the_message_at_the_last_seq(pair: Pair, tail: str) -> None:
+    """nats-server reads ``>`` as the whole stream, as it reads no filter: the last message for
+    ``>`` is the one at the stream's last seq (``LoadLastMsg``, ``FilteredState``'s shortcut).
+    With that one gone, a get by ``>`` finds nothing, an expected last subject sequence on ``>``
+    is 0, and a deliver-last consumer filtered on ``>`` starts past the stored messages, as an
+    unfiltered one does. A narrower wildcard still finds the last stored match."""
+    interest = tail == "not stored"
+    s = pair.stream(retention="interest" if interest else "limits", allow_direct=True)
+    if interest:  # nobody wants b: it takes seq 2 but is not stored
+        pair.consumer_create(s, {"durable_name": "K", "ack_policy": "explicit", "filter_subject": subj(s, "a")})
+    pair.publish(subj(s, "a"), b"1")
+    pair.publish(subj(s, "b"), b"2")
+    if tail == "deleted":
+        pair.delete_msg(s, 2)
+    elif tail == "purged by subject":
+        pair.server.purge(s, filter=subj(s, "b"))
+        pair.lake.purge(s, subject=subj(s, "b"))
+    pair.state(s)
+    for subject in (">", subj(s, ">")):
+        pair.msg_get(s, subject=subject)
+        assert_same_replies(pair, s, {"last_by_subj": subject})
+    for name, filters in (("L1", {"filter_subject": ">"}), ("L2", {"filter_subjects": [">"]})):
+        pair.consumer_create(s, {"durable_name": name, "ack_policy": "explicit", "deliver_policy": "last", **filters})
+        pair.fetch(s, name, 5)
+        pair.consumer_info(s, name)
+    for expected in ("1", "0"):
+        pair.publish(subj(s, "a"), b"3", headers=[("Nats-Expected-Last-Subject-Sequence", expected),
+                                                 ("Nats-Expected-Last-Subject-Sequence-Subject", ">")])
+    pair.check(s)

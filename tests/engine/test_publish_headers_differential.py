@@ -222,6 +222,46 @@ def test_rollup_all_in_one_lake_batch(pair: Pair) -> None:
     pair.check(s)
 
 
+def _one_by_one_and_as_a_lake_batch(pair: Pair, s: str, rows: list[tuple[str, list[tuple[str, str]] | None]]) -> None:
+    """``rows`` (subject token, headers) published one by one on the server, as one batch on the lake."""
+    for t, hdrs in rows:
+        assert "error" not in pair.server.publish(subj(s, t), b"x", headers=hdrs)
+    pair.lake.lake.publish_batch(s, pa.table({
+        "subject": [subj(s, t) for t, _ in rows],
+        "data": [b"x"] * len(rows),
+        "headers": H.to_arrow([h for _, h in rows]),
+    }))
+
+
+def _expect_last(seq: int, on: str | None = None) -> list[tuple[str, str]]:
+    return [("Nats-Expected-Last-Subject-Sequence", str(seq))] + (
+        [("Nats-Expected-Last-Subject-Sequence-Subject", on)] if on else [])
+
+
+def test_expected_last_subject_sequence_in_a_lake_batch_counts_only_what_it_stored(pair: Pair) -> None:
+    """On an interest stream a message nobody wants takes a seq but is not stored: a later
+    message of the batch expecting its subject's last seq reads 0 (or what was stored before),
+    and on ``>`` the message at the last seq, which is not stored."""
+    s = pair.stream(retention="interest")
+    pair.consumer_create(s, {"durable_name": "K", "ack_policy": "explicit", "filter_subject": subj(s, "a")})
+    _one_by_one_and_as_a_lake_batch(pair, s, [
+        ("b", None), ("b", _expect_last(0)), ("a", None), ("b", None), ("a", _expect_last(0, ">")),
+        ("a", _expect_last(5)),
+    ])
+    pair.check(s)
+
+
+def test_expected_last_subject_sequence_after_a_rollup_of_all_in_a_lake_batch(pair: Pair) -> None:
+    """A rollup of all takes every message before it, the batch's own included."""
+    s = pair.stream(allow_rollup_hdrs=True)
+    pair.publish(subj(s, "b"), b"before")
+    _one_by_one_and_as_a_lake_batch(pair, s, [
+        ("a", None), ("b", None), ("c", [("Nats-Rollup", "all")]),
+        ("a", _expect_last(0, subj(s, "b"))), ("a", _expect_last(5)), ("c", _expect_last(6, subj(s, "*"))),
+    ])
+    pair.check(s)
+
+
 @pytest.mark.parametrize("remove", ["purge", "purge subject", "delete last", "none"])
 def test_expected_last_msg_id_is_the_last_accepted_one(pair: Pair, remove: str) -> None:
     """The server compares with the id of the last message it accepted, whatever removed it

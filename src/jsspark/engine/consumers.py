@@ -380,6 +380,9 @@ def select_starting_seq(view: StreamView, cfg: ConsumerConfig) -> tuple[int, lis
             else:
                 sseq = 0
                 for f in filters:
+                    if f == ">":  # ``FilteredState(1, ">")`` answers the stream's last seq, stored or not
+                        sseq = max(sseq, last)
+                        continue
                     hits = view.seqs[view.match([f])]
                     if len(hits) and int(hits[-1]) > sseq:
                         sseq = int(hits[-1])

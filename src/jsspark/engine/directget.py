@@ -106,7 +106,7 @@ class DirectGet:
         if batch:  # a negative batch is a batch too: it sends nothing but the end of batch
             return self._batch(index, seq or 1, nxt or ">", batch, max_bytes, no_hdr)
         if last:
-            found = self._last_by(index, last)
+            found = self._last_by(index, last, snap.last_seq)
         elif nxt:
             found = self._next_by(index, nxt, seq or 1)
         else:
@@ -131,8 +131,11 @@ class DirectGet:
         return rows if subject == ">" else rows.filter(match_filter(rows["subject"], subject))
 
     @staticmethod
-    def _last_by(index: MessageIndex, subject: str) -> int:
-        """From the per-subject stats: O(1) for a literal subject, O(distinct subjects) for a wildcard."""
+    def _last_by(index: MessageIndex, subject: str, last_seq: int) -> int:
+        """From the per-subject stats: O(1) for a literal subject, O(distinct subjects) for a
+        wildcard. ``>`` is the message at the stream's last seq, if stored (``LoadLastMsg``)."""
+        if subject == ">":
+            return last_seq if index.has(last_seq) else 0
         if is_literal(subject):
             return index.last_seq_of(subject)
         stats = index.subject_stats()

@@ -304,6 +304,7 @@ class Lake:
         neither a sequence nor a subject, is a bad request (10003)."""
         if not direct:
             check_uint64("JSApiMsgGetRequest", seq=seq)
+            subject = subject or None  # an empty subject is no subject in the server's request
             last_for = subject is not None and not next
             if (seq and last_for) or not (seq or subject is not None):
                 raise api_error("JSBadRequestErr")

@@ -764,7 +764,11 @@ class LakeStream:
         subj_list = subjects.to_pylist()
         hdr_list = [H.from_arrow(h) for h in batch.headers.to_pylist()]
         ids = msg_ids.to_pylist()
-        batch_last: dict[str, int] = {}  # literal subject -> last seq assigned in this batch
+        # What an expected last subject sequence reads: each subject's last message this batch
+        # stored so far, whether the message at ``last_seq`` is stored (all that ``>`` reads),
+        # and whether a rollup of all in the batch took every message stored before it.
+        batch_last: dict[str, int] = {}
+        tail_stored, rolled_up_all = index.has(last_seq), False
         window = int(cfg.duplicate_window or 0)
         may_roll_up = bool(cfg.allow_rollup_hdrs) and not cfg.deny_purge
         for i in range(n):
@@ -772,14 +776,20 @@ class LakeStream:
             if not hdrs:
                 last_seq += 1
                 accepted[i], seqs[i] = True, last_seq
-                batch_last[subject] = last_seq
+                tail_stored = wanted is None or bool(wanted[i])
+                if tail_stored:
+                    batch_last[subject] = last_seq
                 last_id = ""
                 continue
             rules.check_before_expectations(hdrs, self.name, bool(cfg.allow_msg_ttl))
             exp_subj_seq = H.get(hdrs, H.EXPECTED_LAST_SUBJ_SEQ)
             exp_subj = H.get(hdrs, H.EXPECTED_LAST_SUBJ_SEQ_SUBJ)
             if exp_subj_seq is not None:
-                actual = self._last_seq_on(index, batch_last, exp_subj or subject)
+                on = exp_subj or subject
+                if on == ">":  # the server's LoadLastMsg(">"): the message at the last seq, if stored
+                    actual = last_seq if tail_stored else 0
+                else:
+                    actual = self._last_seq_on(None if rolled_up_all else index, batch_last, on)
                 if rules.parse_seq(exp_subj_seq) != actual:
                     raise api_error("JSStreamWrongLastSequenceErrF", seq=actual)
             elif exp_subj is not None:
@@ -806,7 +816,12 @@ class LakeStream:
             last_seq += 1
             accepted[i] = True
             seqs[i] = last_seq
-            batch_last[subject] = last_seq
+            tail_stored = wanted is None or bool(wanted[i])
+            if tail_stored:
+                if rollup == ROLLUP_ALL:
+                    batch_last.clear()
+                    rolled_up_all = True
+                batch_last[subject] = last_seq
             last_id = mid or ""
             if rollup is not None:
                 rollups.append((i, rollup))
@@ -815,15 +830,18 @@ class LakeStream:
         return Checked(accepted, seqs, rollups, rewritten)
 
     @staticmethod
-    def _last_seq_on(index: MessageIndex, batch_last: dict[str, int], subject: str) -> int:
-        """Last stored seq on a subject or filter, counting this batch's earlier messages."""
+    def _last_seq_on(index: MessageIndex | None, batch_last: dict[str, int], subject: str) -> int:
+        """Last stored seq on a subject or filter, counting this batch's earlier stored messages
+        (``index`` None: a rollup in the batch took every message stored before it)."""
         if "*" in subject.split(".") or ">" in subject.split("."):
-            stats = index.subject_stats()
-            hit = stats.filter(match_filter(stats["subject"], subject))
-            base = int(pc.max(hit["last_seq"]).as_py() or 0) if hit.num_rows else 0
+            base = 0
+            if index is not None:
+                stats = index.subject_stats()
+                hit = stats.filter(match_filter(stats["subject"], subject))
+                base = int(pc.max(hit["last_seq"]).as_py() or 0) if hit.num_rows else 0
             mine = [s for subj, s in batch_last.items() if subject_matches(subject, subj)]
             return max([base, *mine])
-        return batch_last.get(subject) or index.last_seq_of(subject)
+        return batch_last.get(subject) or (index.last_seq_of(subject) if index is not None else 0)
 
     def _check_discard_new(self, index: MessageIndex, rows: pa.Table, rollups: np.ndarray) -> None:
         """Discard-new limits refuse the batch (``rollups``: each row's rollup kind or None).

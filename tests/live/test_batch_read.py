@@ -153,6 +153,22 @@ def test_batch_read_equals_a_server_consumer(server: NatsServer, nats: SyncNats,
     assert nats.api("STREAM.INFO.SNAP")["state"]["consumer_count"] == 0
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["allow_direct", "no_direct"])
+def test_batch_read_of_a_header_block_without_the_nats_line(server: NatsServer, nats: SyncNats, raw: RawNats,
+                                                           direct: bool) -> None:
+    """A stored block without the ``NATS/1.0`` line reads as the ``K: V`` lines it holds, by
+    direct get (whose reply appends the server's headers to that block) and by message get."""
+    from tests.live.test_consumers import publish_without_preamble
+
+    name = f"NOPRE{int(direct)}"
+    nats.add_stream(name=name, subjects=[f"{name.lower()}.>"], allow_direct=direct)
+    publish_without_preamble(raw, f"{name.lower()}.a", b"X-Foo: bar\r\n\r\n", b"x")
+    raw.flush()
+    wait_for(lambda: nats.state(name)["messages"] == 1, 10, "the origin to store it")
+    rows = collect(load(server.url, name))
+    assert [(seq, hdrs, data) for seq, _, _, hdrs, data in rows] == [(1, [("X-Foo", "bar")], b"x")]
+
+
 def test_last_per_subject_needs_allow_direct(server: NatsServer, nats: SyncNats, snap: dict[str, Any]) -> None:
     set_direct(nats, "SNAP", False)
     ds = load(server.url, "SNAP", **LAST_PER_SUBJECT[0])

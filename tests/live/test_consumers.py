@@ -410,6 +410,39 @@ def test_a_subject_that_is_not_utf8_is_stored_as_the_servers_api_shows_it(server
         ing.stop()
 
 
+def publish_without_preamble(raw: RawNats, subject: str, block: bytes, data: bytes) -> None:
+    """A raw ``HPUB`` whose header block lacks the ``NATS/1.0`` line: the server stores it as sent."""
+    raw._send(b"HPUB %s %d %d\r\n" % (subject.encode(), len(block), len(block) + len(data)) + block + data + b"\r\n")
+
+
+def test_a_header_block_without_the_nats_line_is_stored_with_its_lines(
+    server: NatsServer, nats: SyncNats, raw: RawNats, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server stores any header bytes a publisher sent. A block without the ``NATS/1.0``
+    line is stored in the lake with the ``K: V`` lines it holds (what the server's own header
+    lookups read), with a warning naming the message; before, it failed every later read of
+    the buffer, for good."""
+    nats.add_stream(name="NP", subjects=["np.>"])
+    publish_without_preamble(raw, "np.1", b"X-Foo: bar\r\nX-Two: 2\r\n\r\n", b"a")
+    raw.publish("np.2", b"b", [("K", "v")])
+    raw.flush()
+    wait_for(lambda: nats.state("NP")["messages"] == 2, 10, "the origin to store both")
+    ing = Ingestor(opts(server.url, "NP", tmp_path, consumer="lake"))
+    ing.start(None)
+    try:
+        with caplog.at_level(logging.WARNING, logger="jsspark.live.ingestor"):
+            end = ing.latest(0, None, None)
+        assert end == 2
+        rows = pa.Table.from_batches([b for p in ing.plan(0, end) for b in read_spill(p)])
+        assert rows.column("seq").to_pylist() == [1, 2]
+        headers = [[(h["name"], h["value"]) for h in hs] for hs in rows.column("headers").to_pylist()]
+        assert headers == [[("X-Foo", "bar"), ("X-Two", "2")], [("K", "v")]]
+        assert rows.column("data").to_pylist() == [b"a", b"b"]
+        assert any("NP seq 1 has a header block without the NATS/1.0 line" in r.getMessage() for r in caplog.records)
+    finally:
+        ing.stop()
+
+
 def test_a_landing_sinks_mark_acks_the_batch_before_spark_commits_it(
     server: NatsServer, nats: SyncNats, tmp_path: Path
 ) -> None:

@@ -92,6 +92,15 @@ def decode(block: bytes) -> tuple[HeaderPairs, str]:
     return pairs, status
 
 
+def repaired(block: bytes) -> bytes:
+    """A header block without the ``NATS/1.0`` line (nats-server stores whatever header bytes a
+    publisher sent) as a NATS block of the ``K: V`` lines it holds, which is what the server's
+    own header lookups read from it; a block that has the line comes back as it is."""
+    if not block or block.startswith(HEADER_LINE):
+        return block
+    return encode(decode(HEADER_LINE + b"\r\n" + bytes(block))[0])
+
+
 def encoded_len(pairs: HeaderPairs | None) -> int:
     """``len(encode(pairs))`` without building it: the server's byte accounting needs it."""
     if not pairs:

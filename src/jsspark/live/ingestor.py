@@ -97,7 +97,9 @@ import pyarrow.compute as pc
 
 from jsspark.datasource.pacing import TriggerPacing
 from jsspark.datasource.redaction import redact_storage
+from jsspark.engine.headers import HEADER_LINE
 from jsspark.engine.headers import decode as decode_headers
+from jsspark.engine.headers import repaired as repaired_headers
 from jsspark.live import consumer as C
 from jsspark.live import wire
 from jsspark.live.client import client_class, open_client
@@ -668,6 +670,10 @@ class Ingestor:
             subject = subject.decode(errors="replace").encode()
             log.warning("jetstream (live): %s seq %d has a subject that is not UTF-8; stored as the server's JSON "
                         "API shows it: %r", self.opts.stream, sseq, subject.decode())
+        if hdr and not hdr.startswith(HEADER_LINE):  # the server stores any header bytes; a lake keeps pairs
+            log.warning("jetstream (live): %s seq %d has a header block without the NATS/1.0 line (%r); stored "
+                        "with the 'K: V' lines it holds", self.opts.stream, sseq, bytes(hdr[:40]))
+            hdr = repaired_headers(hdr)
         with self._cv:
             if self._awaiting:
                 if dseq != 1:

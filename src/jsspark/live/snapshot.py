@@ -208,11 +208,12 @@ def _status(msg: Any) -> str | None:
 
 
 def _direct_row(msg: Any) -> Row:
-    """A direct-get reply as a row: the six appended headers give subject, seq and time."""
-    from jsspark.engine.headers import decode
+    """A direct-get reply as a row: the six appended headers give subject, seq and time. (The
+    server appends them to the stored block as it is, one without the ``NATS/1.0`` line too.)"""
+    from jsspark.engine.headers import decode, repaired
 
     raw = getattr(msg.headers, "raw", b"") if msg.headers else b""
-    pairs = decode(raw)[0] if raw else []
+    pairs = decode(repaired(raw))[0] if raw else []
     tail = pairs[-len(DIRECT_TAIL):]
     if tuple(k for k, _ in tail) != DIRECT_TAIL:
         raise SnapshotError(f"jetstream (live): unexpected direct get reply headers {[k for k, _ in tail]}")
@@ -273,7 +274,7 @@ async def _multi_last(nc: Any, sub: Any, p: SnapshotPartition) -> list[Row]:
 
 
 async def _get_range(nc: Any, p: SnapshotPartition, subject: str | None) -> list[Row]:
-    from jsspark.engine.headers import decode
+    from jsspark.engine.headers import decode, repaired
 
     out: list[Row] = []
     seq = p.lo + 1
@@ -281,7 +282,7 @@ async def _get_range(nc: Any, p: SnapshotPartition, subject: str | None) -> list
         m = await _msg_get(nc, p.conn, p.stream, {"seq": seq, "next_by_subj": subject or ">"})
         if m is None or int(m["seq"]) > p.hi:
             break
-        hdrs = decode(base64.b64decode(m["hdrs"]))[0] if m.get("hdrs") else []
+        hdrs = decode(repaired(base64.b64decode(m["hdrs"])))[0] if m.get("hdrs") else []
         out.append((m["subject"], int(m["seq"]), rfc3339_ns(m["time"]), hdrs or None,
                     base64.b64decode(m.get("data") or ""), None, None))
         seq = int(m["seq"]) + 1

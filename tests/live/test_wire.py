@@ -231,6 +231,33 @@ def test_bulk_frames_equal_nats_py_parse_at_every_read_size(read_size: int, shap
         assert scanned[0] == 0
 
 
+def test_frames_of_another_subscription_are_walked_without_a_scan_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scan reads the whole buffer; one started at each frame of a subscription that is not
+    routed made a read of such frames quadratic (seconds of a blocked event loop at 8,000).
+    Such frames are walked one by one, and the routed run after them is still scanned."""
+    scans: list[int] = []
+    scan_frames = wire.scan_frames
+
+    def counted(data: bytes, is_routed: Any) -> Any:
+        scans.append(len(data))
+        return scan_frames(data, is_routed)
+
+    monkeypatch.setattr(wire, "scan_frames", counted)
+    other = b"".join(_frame(f"s.{i}", 2, f" r.{i}", None, b"x" * 40) for i in range(2000))
+    mine = b"".join(_frame(f"s.{i}", 1, f" r.{i}", None, b"y") for i in range(500))
+    client, routed = _Recorder(), []
+
+    async def feed() -> None:
+        parser = wire.bulk_parser_class()(client)
+        parser.route(1, lambda frames: routed.extend(frames.to_lists()[0]))
+        await parser.parse(other + mine)
+
+    asyncio.run(feed())
+    assert [m[1] for m in client.msgs] == [f"s.{i}" for i in range(2000)]
+    assert routed == [f"s.{i}".encode() for i in range(500)]
+    assert scans == [len(mine)]  # one scan, of the routed run only
+
+
 def test_scan_takes_the_frames_it_can_prove_and_stops_before_anything_else() -> None:
     def msg(i: int, sid: int = 1, data: bytes = b"abc") -> bytes:
         return f"MSG s.{i} {sid} r.{i} {len(data)}\r\n".encode() + data + b"\r\n"

@@ -229,6 +229,12 @@ def bulk_parser_class() -> type:
                 while pos < end:
                     if scan and end - pos >= BULK_MIN:
                         scan = False
+                        # only a routed subscription's frame starts a scan: frames of others, one
+                        # after another, would each scan the whole buffer again
+                        eol = find(_CRLF, pos)
+                        args = bytes(buf[pos:eol]).split(None, 3) if eol >= 0 else []
+                        if len(args) < 3 or args[2] not in routes or args[0] not in (b"MSG", b"HMSG"):
+                            continue
                         with memoryview(buf) as view:
                             found = scan_frames(bytes(view[pos:]), routes.__contains__)
                         if found is not None:

@@ -125,3 +125,41 @@ def test_a_flush_while_disconnected_queues_no_stray_ping(server: Any, run: Any) 
 
     queued, reply = run(scenario())
     assert b"PING\r\n" not in queued and reply == b"back"
+
+
+def test_a_flush_that_timed_out_does_not_stop_the_reader(server: Any, run: Any) -> None:
+    """nats-py leaves a timed-out flush's cancelled future first in line and sets a result on it
+    when the late PONG comes: that error ended its read loop for good, the connection still
+    saying connected (a flow-control answer's flush could time out so after a partition heals).
+    The client takes that PONG and reads on: a message published after it arrives, and the
+    next flush returns."""
+    import asyncio
+
+    import nats
+    from nats.errors import TimeoutError as NatsTimeout
+
+    async def scenario() -> tuple[list[bytes], bool]:
+        nc = await _connect(server, client_class())
+        got: list[bytes] = []
+
+        async def cb(msg: Any) -> None:
+            got.append(msg.data)
+
+        await nc.subscribe("after.timeout", cb=cb)
+        await nc.flush()
+        with pytest.raises(NatsTimeout):
+            await nc.flush(timeout=1e-9)  # its PONG comes after the future was cancelled
+        other = await nats.connect(server.url)
+        await other.publish("after.timeout", b"hello")
+        await other.flush()
+        for _ in range(200):  # bounded: 10 s
+            if got:
+                break
+            await asyncio.sleep(0.05)
+        await nc.flush(timeout=5)
+        reading = not nc._reading_task.done()
+        await other.close()
+        await nc.close()
+        return got, reading
+
+    assert run(scenario()) == ([b"hello"], True)

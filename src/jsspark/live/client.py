@@ -101,6 +101,18 @@ def client_class() -> type:
             await self._flush_pending()
             return None
 
+        async def _process_pong(self) -> None:
+            """A ``flush()`` that timed out leaves its cancelled future first in line; nats-py
+            would set a result on it when the late PONG comes, and that error ends its read
+            loop for good (the connection still says connected, reads nothing until the ping
+            timer calls it stale, minutes later). A PONG answers the oldest PING all the same."""
+            if self._pongs and self._pongs[0].done():
+                self._pongs.pop(0)
+                self._pongs_received += 1
+                self._pings_outstanding = 0
+                return None
+            return await super()._process_pong()
+
     return RawHeaderClient
 
 

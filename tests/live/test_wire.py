@@ -258,6 +258,31 @@ def test_frames_of_another_subscription_are_walked_without_a_scan_each(monkeypat
     assert scans == [len(mine)]  # one scan, of the routed run only
 
 
+@pytest.mark.parametrize("cut", [30, 60, 100])
+def test_a_route_set_while_nats_py_reads_a_payload(cut: int) -> None:
+    """Until a subscription is routed nats-py's parser reads, and it may be in the middle of a
+    payload (an API reply) when the live source routes its deliveries. It finishes that
+    message and the bulk loop takes what follows; before, the bulk loop read the rest of the
+    payload as protocol lines (a protocol error, so a reconnect)."""
+    body = b'{"type":"io.nats.jetstream.api.v1.stream_info_response"}\r\nMSG x 9 2'
+    reply = _frame("_INBOX.abc.1", 7, "", None, body)
+    delivery = _frame("d.1", 9, " $JS.ACK.S.C.1.1.1.1.0", None, b"hi")
+    client, routed = _Recorder(), []
+
+    async def feed() -> None:
+        parser = wire.bulk_parser_class()(client)
+        await parser.parse(reply[:cut])  # no route yet
+        parser.route(9, lambda frames: routed.extend(frames.to_lists()[3]))
+        rest = reply[cut:] + delivery
+        for at in range(0, len(rest), 25):
+            await parser.parse(rest[at:at + 25])
+        assert bytes(parser.buf) == b""
+
+    asyncio.run(feed())
+    assert client.msgs == [(7, "_INBOX.abc.1", "", body, None)]
+    assert routed == [b"hi"]
+
+
 def test_scan_takes_the_frames_it_can_prove_and_stops_before_anything_else() -> None:
     def msg(i: int, sid: int = 1, data: bytes = b"abc") -> bytes:
         return f"MSG s.{i} {sid} r.{i} {len(data)}\r\n".encode() + data + b"\r\n"

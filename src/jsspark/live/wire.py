@@ -189,7 +189,7 @@ def check_client(client_cls: type) -> None:
 
 def bulk_parser_class() -> type:
     from nats.errors import ProtocolError
-    from nats.protocol.parser import Parser
+    from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
 
     class BulkParser(Parser):  # type: ignore[misc]
         """nats-py's parser, except that routed subscriptions get their frames in bulk."""
@@ -215,6 +215,12 @@ def bulk_parser_class() -> type:
         async def parse(self, data: bytes = b"") -> None:
             if not self._routes:
                 return await super().parse(data)
+            if self.state != AWAITING_CONTROL_LINE:  # nats-py's parser was in a payload when a route came
+                rest = max(self.needed + len(_CRLF) - len(self.buf), 0)
+                await super().parse(data[:rest])  # it finishes that message, the bulk loop takes the rest
+                if self.state != AWAITING_CONTROL_LINE:
+                    return None
+                data = data[rest:]
             buf = self.buf
             buf.extend(data)
             if len(buf) < self._need or (len(buf) < BULK_BYTES and self._more_buffered()):

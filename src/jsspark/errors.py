@@ -86,16 +86,19 @@ class APIError(JSSparkError):
         *,
         stream: str | None = None,
         seq: int | None = None,
+        field: str | None = None,
     ) -> None:
         self.code = code if code is not None else self.http_code
         self.err_code = err_code
         self.description = description
         self.stream = stream
         self.seq = seq
+        self.field = field  # the request field at fault, where the server's text does not name it
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        return f"{type(self).__name__}: code={self.code} err_code={self.err_code} description='{self.description}'"
+        where = f" field={self.field!r}" if self.field else ""
+        return f"{type(self).__name__}: code={self.code} err_code={self.err_code} description='{self.description}'{where}"
 
     def to_dict(self) -> dict[str, Any]:
         """The ``error`` object exactly as the server writes it."""

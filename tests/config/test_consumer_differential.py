@@ -102,6 +102,9 @@ INVALID: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {
     ),
     "pedantic-max-deliver": (LIMITS, {"max_deliver": -3}, True),
     "misspelt-field-10025": (LIMITS, {"ack_wiat": 30 * S, "ack_policy": "explicit"}, False),
+    "null-ack-policy-10025": (LIMITS, {"durable_name": "na", "ack_policy": None}, False),
+    "null-deliver-policy-10025": (LIMITS, {"durable_name": "nd", "deliver_policy": None}, False),
+    "capitalised-ack-policy-10025": (LIMITS, {"durable_name": "ca", "ack_policy": "EXPLICIT"}, False),
     "pedantic-backoff-vs-ack-wait": (
         LIMITS,
         {"ack_policy": "explicit", "backoff": [S], "ack_wait": 2 * S},
@@ -155,6 +158,10 @@ VALID: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "pause-until": (LIMITS, {"durable_name": "pu", "pause_until": "2099-01-01T00:00:00Z"}),
     "sample-freq": (LIMITS, {"durable_name": "sf", "ack_policy": "explicit", "sample_freq": "50%"}),
+    "nulls-are-unset": (LIMITS, {"durable_name": "nu", "ack_policy": "explicit", "backoff": None, "max_deliver": None,
+                                 "filter_subject": None, "filter_subjects": None, "metadata": None,
+                                 "opt_start_time": None}),
+    "undefined-deliver-policy-is-all": (LIMITS, {"durable_name": "ud", "deliver_policy": "undefined"}),
 }
 
 

@@ -140,6 +140,11 @@ INVALID: dict[str, dict[str, Any]] = {
     "async-persist-memory": {"persist_mode": "async", "storage": "memory"},
     "async-persist-atomic": {"persist_mode": "async", "allow_atomic": True},
     "preferred-placement": {"placement": {"preferred": "srv"}},
+    # the enums' own decoders refuse null (the rest take it as unset, VALID)
+    "null-discard-10025": {"discard": None},
+    "null-retention-10025": {"retention": None},
+    "null-persist-mode-10025": {"persist_mode": None},
+    "capitalised-retention-10025": {"retention": "Limits"},
 }
 
 
@@ -205,6 +210,11 @@ VALID: dict[str, dict[str, Any]] = {
     "atomic": {"allow_atomic": True},
     "empty-placement-dropped": {"placement": {}},
     "memory-storage": {"storage": "memory"},
+    # Go's decoder leaves a field at its zero value on null; the discard decoder lower-cases
+    "nulls-are-unset": {"subjects": None, "max_msgs": None, "description": None, "metadata": None,
+                        "sources": None, "duplicate_window": None, "allow_direct": None, "mirror": None},
+    "discard-in-capitals": {"discard": "NEW"},
+    "empty-persist-mode": {"persist_mode": ""},
     "everything": {
         "description": "all the things",
         "subjects": ["ev.*", "other.>"],

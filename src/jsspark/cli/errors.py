@@ -24,7 +24,7 @@ def describe(exc: BaseException) -> str:
     """One line for ``exc``: ``description (err_code)`` for API errors, a short list of the
     fields a config document got wrong for pydantic validation errors, else its text."""
     if isinstance(exc, APIError):
-        return f"{exc.description} ({exc.err_code})"
+        return f"{exc.description} ({exc.err_code})" + (f" in field {exc.field}" if exc.field else "")
     errors = getattr(exc, "errors", None)
     if callable(errors) and type(exc).__name__ == "ValidationError":
         parts = []

@@ -19,6 +19,11 @@ class DiscardPolicy(StrEnum):
     OLD = "old"
     NEW = "new"
 
+    @classmethod
+    def _missing_(cls, value: object) -> DiscardPolicy | None:
+        """The server's decoder lower-cases it first (``"OLD"`` is ``old``)."""
+        return cls.__members__.get(value.upper()) if isinstance(value, str) else None
+
 
 class StorageType(StrEnum):
     """Server storage backend; a lake stream stores in Delta either way."""
@@ -40,6 +45,11 @@ class PersistMode(StrEnum):
     DEFAULT = "default"
     ASYNC = "async"
 
+    @classmethod
+    def _missing_(cls, value: object) -> PersistMode | None:
+        """The server's decoder reads ``""`` as the default."""
+        return cls.DEFAULT if value == "" else None
+
 
 class DeliverPolicy(StrEnum):
     """Where a consumer starts."""
@@ -50,6 +60,11 @@ class DeliverPolicy(StrEnum):
     BY_START_SEQUENCE = "by_start_sequence"
     BY_START_TIME = "by_start_time"
     LAST_PER_SUBJECT = "last_per_subject"
+
+    @classmethod
+    def _missing_(cls, value: object) -> DeliverPolicy | None:
+        """The server's decoder reads ``"undefined"`` as ``all``."""
+        return cls.ALL if value == "undefined" else None
 
 
 class AckPolicy(StrEnum):

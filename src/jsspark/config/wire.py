@@ -14,7 +14,7 @@ import json
 from enum import Enum
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
 
 from jsspark.config.timestamps import UTCTime
 
@@ -29,6 +29,17 @@ class WireModel(BaseModel):
     """Fields of the design documents that nats-server 2.15 does not know yet."""
 
     _keys: tuple[str, ...] = PrivateAttr(default=())  # the document's key order
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_unset(cls, data: Any) -> Any:
+        """Go's decoder leaves a field at its zero value on a JSON ``null`` (a pointer field at
+        nil), so the server takes ``"max_msgs": null`` or ``"subjects": null``; only the enums'
+        own decoders refuse it ("can not unmarshal"), so a null enum is left to fail here too."""
+        if not isinstance(data, dict) or None not in data.values():
+            return data
+        fields = cls.model_fields
+        return {k: v for k, v in data.items() if v is not None or (k in fields and _is_enum(fields[k].annotation))}
 
     @model_validator(mode="wrap")
     @classmethod
@@ -72,7 +83,39 @@ class WireModel(BaseModel):
         """Parse the server's JSON (a dict or its text); durations may also be Go strings."""
         if isinstance(data, str | bytes):
             data = json.loads(data)
-        return cls.model_validate(data)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            refused = _refused_enum(cls, data, e)
+            if refused is None:
+                raise
+            raise refused from None
+
+
+def _refused_enum(cls: type[WireModel], data: Any, e: ValidationError) -> Exception | None:
+    """A value an enum field does not take, as the server's decoder refuses it (10025, its
+    decoder's text; the first such field in the document, as Go's decoder stops there)."""
+    from jsspark.config.validation import go_quote
+    from jsspark.errors import api_error
+
+    bad = {err["loc"][0]: err["input"] for err in e.errors() if err["type"] == "enum" and len(err["loc"]) == 1}
+    if not isinstance(data, dict) or not bad:
+        return None
+    field = next((k for k in data if k in bad), None)
+    if field is None:
+        return None
+    raw = json.dumps(bad[field])  # the bytes the decoder was given
+    kind = cls.model_fields[field].annotation
+    text = {"Compression": "unknown compression algorithm",
+            "PriorityPolicy": f"unknown priority policy: {raw}"}.get(getattr(kind, "__name__", ""))
+    refused = api_error("JSInvalidJSONErr", err=text or f"can not unmarshal {go_quote(raw)}")
+    refused.field = field
+    refused.args = (str(refused),)
+    return refused
+
+
+def _is_enum(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, Enum)
 
 
 def _is_empty(value: Any) -> bool:

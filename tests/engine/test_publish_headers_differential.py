@@ -262,6 +262,33 @@ def test_expected_last_subject_sequence_after_a_rollup_of_all_in_a_lake_batch(pa
     pair.check(s)
 
 
+@pytest.mark.parametrize("limit", [{"max_msgs": 2}, {"max_bytes": 100}, {"max_msgs": 2, "max_msgs_per_subject": 1}])
+def test_expected_last_subject_sequence_after_a_limit_took_it_in_a_lake_batch(pair: Pair, limit: dict[str, Any]) -> None:
+    """Discard-old totals push out the oldest messages as the server stores the batch's rows
+    one by one: a subject whose last message went by the time a later row is checked reads 0.
+    Each row expects what the server says just before it, and the lake takes them as a batch."""
+    s = pair.stream(**limit)
+    pair.publish(subj(s, "a"), b"x")
+    plan = [("b", None), ("c", None), ("d", "a"), ("e", None), ("b", None), ("c", "c"), ("d", "b"), ("e", "*")]
+    rows: list[tuple[str, list[tuple[str, str]] | None]] = []
+    read = []
+    for t, on in plan:
+        hdrs = None
+        if on is not None:
+            last = pair.server.msg_get(s, subject=subj(s, on))
+            read.append(last.get("seq", 0))
+            hdrs = _expect_last(read[-1], subj(s, on))
+        rows.append((t, hdrs))
+        assert "error" not in pair.server.publish(subj(s, t), b"x", headers=hdrs)
+    assert read[0] == 0  # a's only message was pushed out by then
+    pair.lake.lake.publish_batch(s, pa.table({
+        "subject": [subj(s, t) for t, _ in rows],
+        "data": [b"x"] * len(rows),
+        "headers": H.to_arrow([h for _, h in rows]),
+    }))
+    pair.check(s)
+
+
 @pytest.mark.parametrize("remove", ["purge", "purge subject", "delete last", "none"])
 def test_expected_last_msg_id_is_the_last_accepted_one(pair: Pair, remove: str) -> None:
     """The server compares with the id of the last message it accepted, whatever removed it

@@ -45,6 +45,7 @@ from jsspark.engine.schema import (
     MESSAGE_SCHEMA,
     arrow_backed,
     sequence,
+    stored_size,
     stored_sizes,
     value_lengths,
 )
@@ -764,11 +765,14 @@ class LakeStream:
         subj_list = subjects.to_pylist()
         hdr_list = [H.from_arrow(h) for h in batch.headers.to_pylist()]
         ids = msg_ids.to_pylist()
-        # What an expected last subject sequence reads: each subject's last message this batch
-        # stored so far, whether the message at ``last_seq`` is stored (all that ``>`` reads),
-        # and whether a rollup of all in the batch took every message stored before it.
-        batch_last: dict[str, int] = {}
-        tail_stored, rolled_up_all = index.has(last_seq), False
+        lengths: list[np.ndarray] = []
+
+        def size_of(i: int) -> int:
+            if not lengths:
+                lengths.append(value_lengths(batch.data))
+            return stored_size(subj_list[i], H.encoded_len(hdr_list[i]), int(lengths[0][i]))
+
+        tail = _BatchTail(self, index, last_seq, size_of)
         window = int(cfg.duplicate_window or 0)
         may_roll_up = bool(cfg.allow_rollup_hdrs) and not cfg.deny_purge
         for i in range(n):
@@ -776,20 +780,14 @@ class LakeStream:
             if not hdrs:
                 last_seq += 1
                 accepted[i], seqs[i] = True, last_seq
-                tail_stored = wanted is None or bool(wanted[i])
-                if tail_stored:
-                    batch_last[subject] = last_seq
+                tail.took(i, last_seq, subject, wanted is None or bool(wanted[i]))
                 last_id = ""
                 continue
             rules.check_before_expectations(hdrs, self.name, bool(cfg.allow_msg_ttl))
             exp_subj_seq = H.get(hdrs, H.EXPECTED_LAST_SUBJ_SEQ)
             exp_subj = H.get(hdrs, H.EXPECTED_LAST_SUBJ_SEQ_SUBJ)
             if exp_subj_seq is not None:
-                on = exp_subj or subject
-                if on == ">":  # the server's LoadLastMsg(">"): the message at the last seq, if stored
-                    actual = last_seq if tail_stored else 0
-                else:
-                    actual = self._last_seq_on(None if rolled_up_all else index, batch_last, on)
+                actual = tail.last_seq_on(exp_subj or subject, last_seq)
                 if rules.parse_seq(exp_subj_seq) != actual:
                     raise api_error("JSStreamWrongLastSequenceErrF", seq=actual)
             elif exp_subj is not None:
@@ -816,32 +814,13 @@ class LakeStream:
             last_seq += 1
             accepted[i] = True
             seqs[i] = last_seq
-            tail_stored = wanted is None or bool(wanted[i])
-            if tail_stored:
-                if rollup == ROLLUP_ALL:
-                    batch_last.clear()
-                    rolled_up_all = True
-                batch_last[subject] = last_seq
+            tail.took(i, last_seq, subject, wanted is None or bool(wanted[i]), rollup)
             last_id = mid or ""
             if rollup is not None:
                 rollups.append((i, rollup))
             if mid is not None and window > 0:
                 known[mid] = last_seq
         return Checked(accepted, seqs, rollups, rewritten)
-
-    @staticmethod
-    def _last_seq_on(index: MessageIndex | None, batch_last: dict[str, int], subject: str) -> int:
-        """Last stored seq on a subject or filter, counting this batch's earlier stored messages
-        (``index`` None: a rollup in the batch took every message stored before it)."""
-        if "*" in subject.split(".") or ">" in subject.split("."):
-            base = 0
-            if index is not None:
-                stats = index.subject_stats()
-                hit = stats.filter(match_filter(stats["subject"], subject))
-                base = int(pc.max(hit["last_seq"]).as_py() or 0) if hit.num_rows else 0
-            mine = [s for subj, s in batch_last.items() if subject_matches(subject, subj)]
-            return max([base, *mine])
-        return batch_last.get(subject) or (index.last_seq_of(subject) if index is not None else 0)
 
     def _check_discard_new(self, index: MessageIndex, rows: pa.Table, rollups: np.ndarray) -> None:
         """Discard-new limits refuse the batch (``rollups``: each row's rollup kind or None).
@@ -1234,3 +1213,64 @@ def _constant(n: int, value: int, type_: pa.DataType) -> pa.Array:
 
 
 __all__ = ["APIError", "Incoming", "LakeStream", "NoRespondersError"]
+
+
+class _BatchTail:
+    """What an expected last subject sequence reads in the middle of a lake batch, as the server
+    reads it between its one-by-one stores: each subject's last stored message, the batch's own
+    included; for ``>``, the message at the last seq if stored (``LoadLastMsg``); none that a
+    rollup of all in the batch or a discard-old ``max_msgs``/``max_bytes`` took since. (A
+    rollup of one subject in the batch is not counted against those totals here.)"""
+
+    def __init__(self, stream: LakeStream, index: MessageIndex, last_seq: int, size_of: Callable[[int], int]) -> None:
+        cfg = self.cfg = stream.config
+        self.index: MessageIndex | None = index  # None: a rollup of all in the batch took it
+        self.size_of = size_of
+        self.last: dict[str, int] = {}  # subject -> its last message stored by this batch
+        self.tail_stored = index.has(last_seq)
+        self.totals = _v(cfg.discard) != "new" and (int(cfg.max_msgs) >= 0 or int(cfg.max_bytes) >= 0)
+        self.rows: list[tuple[int, str, int]] = []  # (seq, subject, size) stored by this batch, for the totals
+
+    def took(self, i: int, seq: int, subject: str, stored: bool, rollup: str | None = None) -> None:
+        """Row ``i`` took ``seq``; ``stored`` False: an interest message nobody wants."""
+        self.tail_stored = stored
+        if not stored:
+            return
+        if rollup == ROLLUP_ALL:
+            self.index = None
+            self.last.clear()
+            self.rows.clear()
+        self.last[subject] = seq
+        if self.totals:
+            self.rows.append((seq, subject, self.size_of(i)))
+
+    def last_seq_on(self, subject: str, last_seq: int) -> int:
+        if subject == ">":
+            return last_seq if self.tail_stored else 0
+        found = self._last_stored(subject)
+        if found and self.rows and found < self._first_kept(last_seq):
+            return 0  # pushed out by the totals (the newest of its subject, so all of them are)
+        return found
+
+    def _last_stored(self, subject: str) -> int:
+        index, mine = self.index, self.last
+        if "*" in subject.split(".") or ">" in subject.split("."):
+            base = 0
+            if index is not None:
+                stats = index.subject_stats()
+                hit = stats.filter(match_filter(stats["subject"], subject))
+                base = int(pc.max(hit["last_seq"]).as_py() or 0) if hit.num_rows else 0
+            return max([base, *(s for subj, s in mine.items() if subject_matches(subject, subj))])
+        return mine.get(subject) or (index.last_seq_of(subject) if index is not None else 0)
+
+    def _first_kept(self, last_seq: int) -> int:
+        """The oldest message the limits keep with this batch's stored rows so far."""
+        k = len(self.rows)
+        new = pa.table({"seq": [r[0] for r in self.rows], "ts_ns": [0] * k, "subject": [r[1] for r in self.rows],
+                        "msg_id": [None] * k, "size": [r[2] for r in self.rows]}).cast(INDEX_SCHEMA)
+        rows = new if self.index is None else pa.concat_tables([self.index.rows, new.cast(self.index.rows.schema)])
+        cfg = self.cfg
+        drop = removal_mask(rows, max_msgs=int(cfg.max_msgs), max_bytes=int(cfg.max_bytes),
+                            max_per_subject=int(cfg.max_msgs_per_subject), max_age_ns=0, now_ns=0, discard_old=True)
+        kept = rows["seq"].to_numpy()[~drop]
+        return int(kept[0]) if len(kept) else last_seq + 1

@@ -12,9 +12,11 @@ JetStream API on a server.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jsspark.config import StreamSource
 from jsspark.engine.api import rfc3339nano
 from jsspark.engine.sourcing import Origin, identity_of, server_hash
 from jsspark.errors import APIError
@@ -65,13 +67,47 @@ def lake_facts(endpoint: Endpoint, name: str) -> OriginFacts:
                        messages=info.state.messages, last_seq=info.state.last_seq)
 
 
-def server_facts(endpoint: Endpoint, name: str, durable: str | None) -> OriginFacts:
+def origin_connection(endpoint: Endpoint, source: StreamSource) -> dict[str, str]:
+    """The live options that connect to a server origin: the endpoint's, and for a mirror or
+    source with ``external`` (an origin in another account or domain, reached through imports)
+    its prefixes, used as the server uses them for its own sourcing consumer
+    (``setupSourceConsumer``): API requests go to ``external.api`` and deliveries to subjects
+    under ``external.deliver``, the only ones the importing account receives. The reader's
+    inboxes (its durable's deliver subject, each ordered consumer's) are built on
+    ``inboxPrefix``, so that is the deliver prefix. What the endpoint sets itself (``api_prefix``
+    or ``domain``; ``apiPrefix``/``domain``/``inboxPrefix`` in its ``options``) wins."""
+    opts = endpoint.connection_options()
+    ext = source.external
+    if ext is None:
+        return opts
+    given = {k.lower() for k in (*opts, *endpoint.options)}
+    if ext.api and not given & {"apiprefix", "domain"}:
+        opts["apiPrefix"] = ext.api
+    if ext.deliver and "inboxprefix" not in given:
+        opts["inboxPrefix"] = ext.deliver
+    return opts
+
+
+def _connection_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The connection options among an endpoint's ``options`` (names case-insensitive, as
+    Spark's), under their canonical names: the probe connects as the reader will."""
+    from jsspark.live.options import CONNECTION_OPTIONS
+
+    names = {n.lower(): n for n in CONNECTION_OPTIONS}
+    return {names[k.lower()]: str(v) for k, v in options.items() if k.lower() in names}
+
+
+def server_facts(endpoint: Endpoint, name: str, durable: str | None,
+                 connection: Mapping[str, str] | None = None) -> OriginFacts:
     """Stream info (retention, created) and API level from the server, and the durable's
-    config when it exists already (a restart must ask for the same start position)."""
+    config when it exists already (a restart must ask for the same start position).
+    ``connection``: the origin's connection options (``origin_connection``: an external
+    origin's API prefix); default the endpoint's."""
     from jsspark.live.consumer import consumer_info, js_request, stream_info
     from jsspark.live.options import parse_connection, redact
 
-    conn = parse_connection(endpoint.connection_options())
+    given = dict(endpoint.connection_options() if connection is None else connection)
+    conn = parse_connection({**given, **_connection_options(endpoint.options)})
 
     async def ask() -> OriginFacts:
         from jsspark.live.client import open_client

@@ -31,7 +31,7 @@ from jsspark.datasource.options import parse_bool, prefixed_storage_options
 from jsspark.engine.ingest import sourced_seq
 from jsspark.engine.sourcing import Origin, server_hash
 from jsspark.errors import APIError
-from jsspark.jobs.origins import OriginFacts, consumer_name, lake_facts, server_facts
+from jsspark.jobs.origins import OriginFacts, consumer_name, lake_facts, origin_connection, server_facts
 from jsspark.jobs.spec import Endpoint, JobError, JobSpec, load_job
 from jsspark.live.options import LiveReadOptions
 from jsspark.live.spill import is_remote
@@ -118,9 +118,10 @@ class Job:
             lake.update_stream(cfg)
 
     def probe(self) -> None:
-        """Ask each origin about itself (a server's STREAM.INFO, a lake's stream info) before
-        anything else, so an origin that cannot be reached or does not exist fails the job
-        before its target is created or Spark starts. ``plan`` uses the answers."""
+        """Ask each origin about itself (a server's STREAM.INFO, an ``external`` origin's through
+        its API prefix; a lake's stream info) before anything else, so an origin that cannot be
+        reached or does not exist fails the job before its target is created or Spark starts.
+        ``plan`` uses the answers."""
         for source in self.spec.origin_sources():
             self._facts(source)
 
@@ -130,7 +131,8 @@ class Job:
             endpoint = self.spec.origin(source.name)
             durable = consumer_name(self.spec.stream.name, Origin.of(source))
             self._origin_facts[key] = (lake_facts(endpoint, source.name) if endpoint.is_lake
-                                       else server_facts(endpoint, source.name, durable))
+                                       else server_facts(endpoint, source.name, durable,
+                                                         origin_connection(endpoint, source)))
         return self._origin_facts[key]
 
     def plan(self) -> list[OriginPlan]:
@@ -223,9 +225,7 @@ class Job:
 
     def _server_reader(self, plan: OriginPlan, durable: str) -> dict[str, str]:
         src = plan.source
-        opts = {**plan.endpoint.connection_options(), "stream": src.name}
-        if src.external is not None and src.external.api and "apiPrefix" not in opts:
-            opts["apiPrefix"] = src.external.api
+        opts = {**origin_connection(plan.endpoint, src), "stream": src.name}  # an external origin's prefixes
         if src.consumer is not None and src.consumer.name:  # bring-your-own durable (2.14)
             opts.update({"consumerMode": "user", "consumer": src.consumer.name,
                          "deliverSubject": src.consumer.deliver_subject})

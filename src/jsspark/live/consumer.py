@@ -52,7 +52,8 @@ async def js_request(nc: Any, conn: Connection, api: str, body: dict[str, Any] |
 
 def deliver_subject_for(opts: LiveReadOptions) -> str:
     """A stable deliver subject for a server-managed durable (stable so restarts reuse the
-    durable's config unchanged); user-managed uses the operator's."""
+    durable's config unchanged); user-managed uses the operator's. Under the inbox prefix, which
+    a job sets to an ``external`` origin's deliver prefix (``jobs.origins.origin_connection``)."""
     if opts.deliver_subject:
         return opts.deliver_subject
     return f"{opts.conn.inbox_prefix}.jsspark.{opts.stream}.{opts.consumer}"

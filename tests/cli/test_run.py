@@ -365,6 +365,23 @@ def test_redactor_and_concise() -> None:
     assert run_verb.concise(py4j) == "IOException: No space left"
 
 
+def test_redactor_scrubs_secrets_given_as_reader_options() -> None:
+    """``storage.*`` credentials and connection secrets an endpoint passes as reader ``options``
+    are the job's secrets too; other options (a creds path, a region) stay readable."""
+    spec = load_job({
+        "stream": {"name": "S", "sources": [{"name": "A"}, {"name": "B"}]},
+        "target": {"location": "/tmp/lake"},
+        "origins": {"A": {"location": "s3://b/lake", "options": {"storage.AWS_SECRET_ACCESS_KEY": "AWSSECRETVAL",
+                                                                 "storage.aws_region": "eu-west-1"}},
+                    "B": {"servers": "nats://h:4222", "options": {"nkeyseed": "SUANKEYSEEDVAL", "password": "hunter22",
+                                                                  "creds": "/secrets/app.creds",
+                                                                  "spillDir": "s3://k:SPILLSECRET@lake/spill"}}},
+    })  # fmt: skip
+    redact = run_verb.Redactor(spec)
+    text = "AWSSECRETVAL SUANKEYSEEDVAL hunter22 SPILLSECRET eu-west-1 /secrets/app.creds"
+    assert redact(text) == "*** *** *** *** eu-west-1 /secrets/app.creds"
+
+
 def test_an_engine_verbs_store_error_is_one_line_with_its_causes() -> None:
     """What ``stream ls`` prints for a lake whose object store refuses: delta-rs's first line
     hides the cause, which follows on coloured lines."""

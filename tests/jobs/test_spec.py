@@ -78,6 +78,48 @@ def test_a_spec_repr_and_the_runner_log_show_no_secret(tmp_path: Path) -> None:
         "*": {"servers": "nats://tok3nABCD@nats:4222"}})).origin("O")) == "server nats://***@nats:4222"
 
 
+def test_secret_reader_options_stay_out_of_a_spec_repr() -> None:
+    """An endpoint's reader ``options`` may hold ``storage.*`` credentials or connection secrets
+    (Spark options ignore case): shown as ``***``, as the same fields are; the rest as given."""
+    spec = load_job({
+        "stream": {"name": "X", "sources": [{"name": "A"}, {"name": "B"}]},
+        "target": {"location": "/tmp/lake"},
+        "origins": {"A": {"location": "s3://b/lake", "options": {"storage.aws_secret_access_key": "AWSSECRETVAL",
+                                                                 "storage.aws_region": "eu-west-1"}},
+                    "B": {"servers": "nats://h:4222", "options": {"nkeySeed": "SUANKEYSEEDVAL", "PASSWORD": "hunter22",
+                                                                  "token": "tok3nABCD", "creds": "/secrets/app.creds",
+                                                                  "spillDir": "s3://k:SPILLSECRET@lake/spill"}}},
+    })  # fmt: skip
+    shown = repr(spec)
+    for secret in ("AWSSECRETVAL", "SUANKEYSEEDVAL", "hunter22", "tok3nABCD", "SPILLSECRET"):
+        assert secret not in shown
+    assert "'storage.aws_secret_access_key': '***'" in shown and "'nkeySeed': '***'" in shown
+    assert "'storage.aws_region': 'eu-west-1'" in shown and "'creds': '/secrets/app.creds'" in shown
+    assert "'spillDir': 's3://k:***@lake/spill'" in shown
+    assert spec.origin("B").options["nkeySeed"] == "SUANKEYSEEDVAL"  # only the repr hides it
+
+
+def test_yaml_numbers_and_booleans_in_options_are_text_as_spark_takes_them(tmp_path: Path) -> None:
+    """``maxMessagesPerTrigger: 100000`` or ``allow_http: true`` in a YAML (or JSON) job: options
+    are text, booleans lower-case as Spark's ``.option()`` writes them; a list is still refused."""
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "stream: {name: X, sources: [{name: O}]}\n"
+        f"target: {{location: {tmp_path / 'lake'}, storage_options: {{allow_http: true, timeout: 30}}}}\n"
+        "origins:\n  O:\n    servers: nats://h:4222\n"
+        "    options: {maxMessagesPerTrigger: 100000, spillReferences: false, maxTriggerDelay: 2.5}\n"
+    )
+    spec = load_job(path)
+    assert spec.target.storage_options == {"allow_http": "true", "timeout": "30"}
+    assert spec.origin("O").options == {"maxMessagesPerTrigger": "100000", "spillReferences": "false",
+                                        "maxTriggerDelay": "2.5"}
+    assert load_job(job(tmp_path, {"name": "X", "sources": [{"name": "O"}]}, origins={
+        "*": {"servers": "nats://h:4222", "options": {"headersOnly": True}}})).origin("O").options == {"headersOnly": "true"}
+    with pytest.raises(JobError, match=r"origins\.O\.options\.filterSubjects: Input should be a valid string"):
+        load_job(job(tmp_path, {"name": "X", "sources": [{"name": "O"}]}, origins={
+            "O": {"servers": "nats://h:4222", "options": {"filterSubjects": ["a", "b"]}}}))
+
+
 def test_an_origin_that_is_not_there_fails_before_the_target_is_made(tmp_path: Path) -> None:
     spec = load_job(job(tmp_path, {"name": "T", "sources": [{"name": "NOPE"}]}))
     jsspark.connect(str(tmp_path / "origin"))  # the origin lake exists, its stream does not

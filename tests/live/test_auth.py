@@ -212,6 +212,46 @@ def test_spark_query_keeps_secrets_out_of_progress_logs_and_errors(
                             spark_log_text])
 
 
+@pytest.mark.spark
+def test_query_plans_redact_the_nkey_seed_and_url_credentials(
+        spark: Any, auth: dict[str, tuple[AuthCase, NatsServer]]) -> None:
+    """Spark prints a source's options in its plans and redacts only options like ``*password*``;
+    ``register`` (``local_spark`` calls it) adds ``nkeySeed`` and any value with a URL's userinfo."""
+    nkey, nkey_srv = auth["nkey"]
+    userpass, userpass_srv = auth["userpass"]
+    url = userpass_srv.url.replace("nats://", f"nats://alice:{userpass.good['password']}@")
+    admin(parse_live_write_options({"servers": nkey_srv.url, **nkey.good}).conn, "PLAN_NKEY")
+    admin(parse_live_write_options({"servers": url}).conn, "PLAN_URL")
+    plans = []
+    for servers, opts, stream in ((nkey_srv.url, nkey.good, "PLAN_NKEY"), (url, {}, "PLAN_URL")):
+        reader = spark.readStream.format("jetstream").option("servers", servers).option("stream", stream)
+        df = reader.options(**opts).load()
+        plans.append(df._jdf.queryExecution().toString())
+    assert "nkeySeed=*" in plans[0] and "servers=*" in plans[1]
+    assert "stream=PLAN_NKEY" in plans[0]  # what is not secret still shows
+    assert_no_secret(nkey, plans)
+    assert_no_secret(userpass, plans)
+
+
+def test_tls_hostname_alone_names_the_host_the_server_certificate_must_carry(
+        auth: dict[str, tuple[AuthCase, NatsServer]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tlsHostname`` without ``tlsCa``/``tlsCert`` (a server dialled by IP whose certificate,
+    from a CA the system trusts, names a host): nats-py checks the certificate against it with
+    its default SSL context; here the system's CAs are the test CA (``SSL_CERT_FILE``)."""
+    case, srv = auth["tls"]
+    monkeypatch.setenv("SSL_CERT_FILE", case.good["tlsCa"])
+
+    def connect(host: str) -> str:
+        conn = parse_live_read_options({"servers": srv.url, "stream": "TLS_HOST", "tlsHostname": host}).conn
+        kw = conn.connect_kwargs()
+        assert kw["tls_hostname"] == host and "tls" not in kw  # nats-py's default context
+        return refused(lambda: admin(conn, "TLS_HOST"))
+
+    assert "Hostname mismatch, certificate is not valid for 'nats.elsewhere.test'" in connect("nats.elsewhere.test")
+    # a name the certificate carries passes: the server then asks for the client certificate
+    assert re.search(r"CERTIFICATE_REQUIRED|Connection lost|Connection reset|Broken pipe", connect("localhost"))
+
+
 def test_job_origin_with_refused_credentials_fails_promptly(auth: dict[str, tuple[AuthCase, NatsServer]]) -> None:
     """A job's origin lookup (``jsspark run``) with a wrong password fails with the server's
     refusal instead of retrying the first connection forever."""

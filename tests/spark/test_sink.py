@@ -150,5 +150,13 @@ def test_form_option_errors(tmp_path: Path) -> None:
     with pytest.raises(OptionError, match="option 'form' must be one of 'mirror', 'source'"):
         parse_write_options({"path": loc, "stream": "M", "form": "mirorr"})
     assert parse_write_options({"path": loc, "stream": "M"}).form is None  # absent: publish as before
+    for origin, field in (('{"name": "O", "filter_subjct": "o.eu.>"}', "filter_subjct"),
+                          ('{"name": "O", "subject_transform": [{"src": "o.>", "dest": "eu.>"}]}', "subject_transform"),
+                          ('{"name": "O", "external": {"api": "$JS.hub.API", "delivr": "x"}}', "delivr")):
+        # a misspelt key must not land every message unfiltered, untransformed or under the wrong iname
+        with pytest.raises(OptionError, match=f"option 'origin': unknown field '{field}' in the StreamSource JSON"):
+            parse_write_options({"path": loc, "stream": "M", "form": "source", "origin": origin})
+    source = '{"name": "O", "filter_subject": "o.eu.>", "external": {"api": "$JS.hub.API", "deliver": "x"}}'
+    assert parse_write_options({"path": loc, "stream": "M", "form": "source", "origin": source}).origin == source
     with pytest.raises(ValueError, match=r"form='mirror' needs the live source's columns .*missing \['ts_ns'\]"):
         collect_task([pa.record_batch({"stream": ["O"], "subject": ["m.a"], "seq": [1]})], loc, "t", form="mirror")

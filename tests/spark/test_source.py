@@ -234,6 +234,20 @@ def test_invalid_options_name_the_option(spark: Any, tmp_path: Path) -> None:
     assert api.value.__notes__ == [f"jetstream source: option stream 'NOPE', lake {loc}"]
 
 
+def test_rate_limit_with_a_durable_fails_at_load(spark: Any, tmp_path: Path) -> None:
+    """A durable is bound as a pull consumer, which takes no rate limit: the combination fails at
+    ``load()``, as invalid options do, not when the query starts (and creates nothing)."""
+    loc, lake = _lake(tmp_path, 1)
+    with pytest.raises(Exception, match="rate_limit_bps needs a push consumer; a durable_name binds a pull consumer"):
+        _stream(spark, loc, durable_name="etl", ack_policy="explicit", rate_limit_bps=1000)
+    with pytest.raises(OptionError, match="rate_limit_bps needs a push consumer"):
+        parse_read_options({"path": loc, "stream": "ORDERS", "durable_name": "etl", "rate_limit_bps": "1000"})
+    assert lake.consumers_info("ORDERS") == []
+    assert parse_read_options({"path": loc, "stream": "ORDERS", "rate_limit_bps": "1000"}).consumer.rate_limit_bps == 1000
+    assert parse_read_options({"path": loc, "stream": "ORDERS", "durable_name": "etl",
+                               "rate_limit_bps": "0"}).consumer_name == "etl"  # 0: no limit
+
+
 def test_trigger_pacing_holds_a_partial_batch_until_the_delay() -> None:
     """The rule both sources pace by, on explicit times: the first batch goes at once even on a
     clock that began a second ago (``time.monotonic`` counts from boot); then a partial batch

@@ -101,7 +101,7 @@ def make_job(spec: JobSpec) -> Any:
 class Redactor:
     """Scrubs a job's secrets from any text: connection passwords, tokens and nkey seeds, the
     password or token in ``scheme://user:pass@host`` / ``scheme://token@host`` URLs, and
-    secret-looking storage options."""
+    secret-looking storage options, as fields or as an endpoint's reader ``options``."""
 
     def __init__(self, spec: JobSpec) -> None:
         from jsspark.datasource.redaction import (  # not at import: engine verbs stay light
@@ -115,6 +115,7 @@ class Redactor:
             found.update(v for v in (ep.password, ep.token, ep.nkey_seed) if v)
             found.update(url_secrets(ep.servers))
             found.update(storage_secrets(ep.storage_options))  # the rule the jetstream source redacts by
+            found.update(ep.option_secrets())  # storage.* and connection secrets given as reader options
         self.secrets = sorted(found, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:

@@ -64,6 +64,8 @@ STORAGE_PREFIX = "storage."
 # A Spark source is neither a pull nor a push consumer; with a rate limit it is checked as a
 # push consumer (the server refuses ``rate_limit_bps`` on pull consumers) delivering here.
 PUSH_CHECK_SUBJECT = "_INBOX.jsspark.spark"
+# ... and a durable is bound as a pull consumer (``planning``), so the two cannot go together.
+RATE_LIMIT_DURABLE = "rate_limit_bps needs a push consumer; a durable_name binds a pull consumer: drop one"
 
 
 class OptionError(ValueError):
@@ -247,6 +249,8 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     opts = check_known(options, COMMON_OPTIONS + CONSUMER_OPTIONS + SPARK_READ_OPTIONS, "source")
     location, stream = _location_and_stream(opts)
     cfg = consumer_config(opts)
+    if cfg.rate_limit_bps and cfg.durable_name:
+        raise OptionError(RATE_LIMIT_DURABLE)
     storage = storage_options(options)
 
     import jsspark
@@ -332,10 +336,14 @@ def _origin_json(text: str | None) -> str | None:
     from jsspark.config import StreamSource
 
     try:
-        StreamSource.model_validate(json.loads(text))
+        source = StreamSource.model_validate(json.loads(text))
     except (ValueError, TypeError) as e:
         raise OptionError(f"option 'origin' must be a StreamSource as JSON (name, filter_subject, "
                           f"subject_transforms, ...): {e}") from None
+    unknown = source.unknown_field()  # the model keeps unknown keys; a server's decoder refuses them
+    if unknown is not None:
+        raise OptionError(f"option 'origin': unknown field {unknown!r} in the StreamSource JSON (its fields: "
+                          f"{', '.join(StreamSource.model_fields)})")
     return text
 
 

@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from jsspark.config import AckPolicy, DeliverPolicy
-from jsspark.datasource.options import OptionError, ReadOptions
+from jsspark.datasource.options import RATE_LIMIT_DURABLE, OptionError, ReadOptions
 from jsspark.datasource.partition import DataLossError, ReadPartition, delivery_mask
 from jsspark.engine.table import MessageTable, Snapshot
 
@@ -298,7 +298,7 @@ class Planner:
         the server's create-or-update does) and start at its delivered position."""
         cfg = self.opts.consumer
         if cfg.rate_limit_bps:
-            raise OptionError("rate_limit_bps needs a push consumer; a durable_name binds a pull consumer: drop one")
+            raise OptionError(RATE_LIMIT_DURABLE)
         lake.add_consumer(self.opts.stream, cfg)
         self._recover_retention()
         return replace(self._cursor_of(self._consumer()), bound=True)

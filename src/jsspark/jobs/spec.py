@@ -32,9 +32,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from jsspark.config import StreamConfig, StreamSource, check_stream_config
 from jsspark.config.durations import parse_go_duration
 from jsspark.config.loading import load_stream_config
-from jsspark.datasource.options import interval_seconds
-from jsspark.datasource.redaction import redact_storage_options, redact_urls
+from jsspark.datasource.options import STORAGE_PREFIX, interval_seconds
+from jsspark.datasource.redaction import SECRET_STORAGE_KEY, redact_storage_options, redact_urls, url_secrets
 from jsspark.errors import APIError
+from jsspark.live.options import SECRET_OPTIONS
 
 _SECRET = ("password", "token", "nkey_seed")
 # snake-case job fields -> the live source/sink option names (jsspark.live.options)
@@ -47,6 +48,24 @@ _CONNECTION = {
 
 class JobError(ValueError):
     """A job file that cannot run; the message names the field and the value."""
+
+
+def _secret_option(key: str) -> bool:
+    """Whether a reader option holds a secret: a live connection secret (``password``, ``token``,
+    ``nkeySeed``) or a ``storage.*`` key the lake source redacts; Spark options ignore case."""
+    if key.lower().startswith(STORAGE_PREFIX):
+        return bool(SECRET_STORAGE_KEY.search(key[len(STORAGE_PREFIX):]))
+    return key.lower() in {o.lower() for o in SECRET_OPTIONS}
+
+
+def _scalars_as_text(value: Any) -> Any:
+    """YAML and JSON give numbers and booleans (``maxMessagesPerTrigger: 100000``,
+    ``allow_http: true``); options are text, converted as Spark's ``.option()`` does (booleans
+    lower-case). Anything else (a list, a null) is left for validation to refuse, naming it."""
+    if not isinstance(value, dict):
+        return value
+    return {k: str(v).lower() if isinstance(v, bool) else str(v) if isinstance(v, int | float) else v
+            for k, v in value.items()}
 
 
 class Endpoint(BaseModel):
@@ -99,6 +118,11 @@ class Endpoint(BaseModel):
                  "creds": ctx.creds, "nkey_seed": seed}
         return {**{k: v for k, v in saved.items() if v}, **data}
 
+    @field_validator("options", "storage_options", mode="before")
+    @classmethod
+    def _options_as_text(cls, value: Any) -> Any:
+        return _scalars_as_text(value)
+
     @model_validator(mode="after")
     def _one_place(self) -> Endpoint:
         if (self.location is None) == (self.servers is None):
@@ -115,10 +139,12 @@ class Endpoint(BaseModel):
 
     def __repr_args__(self) -> Any:
         """What a ``repr`` shows: secrets left out (passwords, tokens, seeds), secret storage
-        options and URL credentials as ``***``."""
+        options, secret reader options and URL credentials as ``***``."""
         for key, value in super().__repr_args__():
             if key == "storage_options" and value:
                 value = redact_storage_options(value)
+            elif key == "options" and value:
+                value = {k: "***" if v and _secret_option(k) else redact_urls(v) for k, v in value.items()}
             elif key == "servers" and value:
                 value = [redact_urls(u) for u in value] if isinstance(value, list) else redact_urls(value)
             yield key, value
@@ -126,6 +152,11 @@ class Endpoint(BaseModel):
     @property
     def is_lake(self) -> bool:
         return self.location is not None
+
+    def option_secrets(self) -> list[str]:
+        """The secret values among the reader ``options`` (``_secret_option``) and the URL
+        credentials in any of them, for scrubbing texts."""
+        return [v for k, v in self.options.items() if v and _secret_option(k)] + url_secrets(list(self.options.values()))
 
     @property
     def server_urls(self) -> str:

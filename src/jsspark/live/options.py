@@ -187,8 +187,8 @@ class Connection:
             if self.tls_cert:
                 ctx.load_cert_chain(self.tls_cert, self.tls_key)
             kw["tls"] = ctx
-            if self.tls_hostname:
-                kw["tls_hostname"] = self.tls_hostname
+        if self.tls_hostname:  # also alone: nats-py checks the server's certificate against it with the system's CAs
+            kw["tls_hostname"] = self.tls_hostname
         return kw
 
 

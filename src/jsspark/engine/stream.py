@@ -1212,9 +1212,6 @@ def _constant(n: int, value: int, type_: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(values)])
 
 
-__all__ = ["APIError", "Incoming", "LakeStream", "NoRespondersError"]
-
-
 class _BatchTail:
     """What an expected last subject sequence reads in the middle of a lake batch, as the server
     reads it between its one-by-one stores: each subject's last stored message, the batch's own
@@ -1265,12 +1262,19 @@ class _BatchTail:
 
     def _first_kept(self, last_seq: int) -> int:
         """The oldest message the limits keep with this batch's stored rows so far."""
-        k = len(self.rows)
+        cfg, k = self.cfg, len(self.rows)
+        held = self.index.rows if self.index is not None else None
+        count = k + (held.num_rows if held is not None else 0)
+        size = sum(r[2] for r in self.rows) + (int(pc.sum(held["size"]).as_py() or 0) if held is not None else 0)
+        if (int(cfg.max_msgs) < 0 or count <= int(cfg.max_msgs)) and (int(cfg.max_bytes) < 0 or size <= int(cfg.max_bytes)):
+            return 0  # within the totals: nothing pushed out
         new = pa.table({"seq": [r[0] for r in self.rows], "ts_ns": [0] * k, "subject": [r[1] for r in self.rows],
                         "msg_id": [None] * k, "size": [r[2] for r in self.rows]}).cast(INDEX_SCHEMA)
-        rows = new if self.index is None else pa.concat_tables([self.index.rows, new.cast(self.index.rows.schema)])
-        cfg = self.cfg
+        rows = new if held is None else pa.concat_tables([held, new.cast(held.schema)])
         drop = removal_mask(rows, max_msgs=int(cfg.max_msgs), max_bytes=int(cfg.max_bytes),
                             max_per_subject=int(cfg.max_msgs_per_subject), max_age_ns=0, now_ns=0, discard_old=True)
         kept = rows["seq"].to_numpy()[~drop]
         return int(kept[0]) if len(kept) else last_seq + 1
+
+
+__all__ = ["APIError", "Incoming", "LakeStream", "NoRespondersError"]

@@ -143,3 +143,51 @@ def test_external_sources_land_every_message_once(spark: Any, two_accounts: Nats
     (durable,) = src.api("CONSUMER.LIST.WQ")["consumers"]
     assert durable["name"] == consumer_name("INTO", Origin.of(sources[0]))
     assert durable["config"]["deliver_subject"].startswith("deliver.src.")
+
+
+def test_acks_that_never_reach_the_origin_stop_the_reader_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``$JS.FC.>`` imported, the reader's acks (flow-control replies) never reach the
+    origin's account: every message lands, the WorkQueue keeps them all, and each reset the
+    reader made for acks not taken changed nothing (it reset every 10 s for good, its warning
+    blaming a reset by another process). After a few resets with the ack floor unmoved it
+    stops, saying why."""
+    from jsspark.live import ingestor as live
+    from jsspark.live.ingestor import Ingestor, LiveSourceError
+    from jsspark.live.options import parse_live_read_options
+
+    monkeypatch.setattr(live, "STALL_SECONDS", 2.0)  # checks while no delivery comes (heartbeats: 1 s)
+    monkeypatch.setattr(live, "ACKS_LOST_RESETS", 1)
+    conf = tmp_path / "no-fc.conf"
+    conf.write_text(CONFIG.replace(', {service: "$JS.FC.>"}', "").replace('{service: {account: SRC, subject: "$JS.FC.>"}},', ""))
+    assert "$JS.FC" not in conf.read_text()
+    with NatsServer(store_dir=tmp_path / "store", extra_args=["-c", str(conf)]) as srv:
+        src = SyncNats(srv.url.replace("nats://", "nats://src:srcpw@"))
+        try:
+            src.add_stream(name="NOFC", subjects=["nofc.>"], retention="workqueue")
+            publish(src, "nofc", 5)
+            ing = Ingestor(parse_live_read_options({
+                "servers": srv.url, "user": "app", "password": "apppw", "stream": "NOFC", "consumer": "lake",
+                "apiPrefix": EXTERNAL["api"], "inboxPrefix": EXTERNAL["deliver"], "spillDir": str(tmp_path / "spill")}))
+            ing.start(None)
+            try:
+                wait_for(lambda: ing.latest(0, None, None) == 5, BOUND, "the five messages buffered")
+                ing.commit(5)  # landed: the reader acks them, and the acks go nowhere
+
+                def stopped() -> bool:
+                    try:
+                        ing.latest(5, None, None)
+                    except LiveSourceError as e:
+                        stopped.error = str(e)  # type: ignore[attr-defined]
+                        return True
+                    return False
+
+                wait_for(stopped, BOUND, "the reader to give up on acks that never arrive")
+                assert "takes none of our acks" in stopped.error and "$JS.FC.>" in stopped.error  # type: ignore[attr-defined]
+                assert ing.ack_repairs == 1  # one reset tried, then it stopped
+                assert src.state("NOFC")["messages"] == 5  # nothing lost: the origin kept them
+            finally:
+                ing.stop()
+        finally:
+            src.close()

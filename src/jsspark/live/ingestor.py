@@ -119,6 +119,9 @@ from jsspark.live.spill import (
 log = logging.getLogger(__name__)
 
 STALL_SECONDS = 5.0
+# Resets after acks it did not take, its ack floor never moving, before the reader gives up:
+# the acks do not reach the server at all (an external origin's account without $JS.FC.>).
+ACKS_LOST_RESETS = 3
 # The look for acked messages still stored (_orphans) is an extra on each bind: a request the
 # user may not be permitted (answered by nothing) must not hold the bind for long.
 LOOKUP_TIMEOUT = 5.0
@@ -229,6 +232,7 @@ class Ingestor:
         self._generation = 0  # counts delivery generations (_clear_pairs)
         self._gen_flushed = 0  # highest stream seq whose ack reached the server in this generation
         self._acks_suspect = 0  # the generation _check_acks last found needing a reset (0: none)
+        self._acks_lost: tuple[int, int] = (-1, 0)  # ack floor at the last reset for acks not taken, resets in a row
         self._fatal: BaseException | None = None
         self.last_error: str | None = None
         self.resets = 0
@@ -525,7 +529,7 @@ class Ingestor:
         shows the first sign until our answer to its next request, within its next heartbeat.
         A failed look is retried on the next call."""
         o = self.opts
-        if o.mode == "ordered" or not self._resettable or self._restarting:
+        if o.mode == "ordered" or not self._resettable or self._restarting or self._fatal is not None:
             return
         with self._cv:
             generation, acked = self._generation, self._gen_flushed
@@ -535,7 +539,8 @@ class Ingestor:
             self.last_error = self._redact(str(e) or type(e).__name__)
             return
         sign = None
-        if C.acks_out_of_order(info, acked):
+        untaken = C.acks_out_of_order(info, acked)
+        if untaken:
             sign = "does not take our acks: an ack reached it after a reset made by another process"
         elif self._workqueue:
             oldest = await self._oldest_stored(info)
@@ -546,10 +551,23 @@ class Ingestor:
             if self._restarting or self._generation != generation:
                 return
             if sign is None:
-                self._acks_suspect = 0
+                self._acks_suspect, self._acks_lost = 0, (-1, 0)
                 return
             if self._acks_suspect != generation:
                 self._acks_suspect = generation
+                return
+            floor = C.ack_floor(info)
+            resets = self._acks_lost[1] + 1 if untaken and self._acks_lost[0] == floor else int(untaken)
+            self._acks_lost = (floor if untaken else -1, resets)
+            if resets > ACKS_LOST_RESETS:  # no reset helped: the acks never arrive
+                self._fatal = LiveSourceError(
+                    f"durable {o.consumer} on {o.stream} takes none of our acks: its ack floor stayed at stream seq "
+                    f"{floor} through {ACKS_LOST_RESETS} resets while we acked up to seq {acked}, so nothing is "
+                    f"removed from the origin. The acks are replies to its flow-control requests ($JS.FC.>; "
+                    f"$JS.ACK.> with explicit acks) and do not reach the server: an origin in another account "
+                    f"(a job's external source) needs the importing account to import them too")
+                self._cv.notify_all()
+                log.error("jetstream (live): %s", self._fatal)
                 return
             self._awaiting = True
         self.ack_repairs += 1

@@ -527,7 +527,9 @@ class Ingestor:
         shows must cover them. Only a sign seen twice in a row counts: an ack of ours that
         answered a request the server no longer waited for (it takes the first answer only)
         shows the first sign until our answer to its next request, within its next heartbeat.
-        A failed look is retried on the next call."""
+        A failed look is retried on the next call. When resets for acks not taken leave the ack
+        floor where it was ``ACKS_LOST_RESETS`` times, the acks never reach the server: the
+        reader stops with that reason instead of resetting for good."""
         o = self.opts
         if o.mode == "ordered" or not self._resettable or self._restarting or self._fatal is not None:
             return

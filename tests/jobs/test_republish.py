@@ -306,3 +306,41 @@ def test_stored_modes_drop_the_source_header_a_publisher_may_not_send() -> None:
     pairs = [("A", "1"), ("Nats-Stream-Source", "O 1 > > o.a"), ("Nats-Stream", "S")]
     assert storable(pairs) == [("A", "1"), ("Nats-Stream", "S")]
     assert with_msg_id(storable(pairs), "S:1")[-1] == ("Nats-Msg-Id", "S:1")
+
+
+def test_stored_modes_store_kv_updates_whose_expectations_were_checked_at_the_origin(
+    second_server: NatsServer, tmp_path: Path
+) -> None:
+    """KV creates and updates carry ``Nats-Expected-Last-Subject-Sequence`` against their own
+    stream. Checked again against a destination with another history they fail there (10071),
+    and fail again on every retry of the batch, so the job could never pass them; the stored
+    modes drop the check, as a mirror or source does, and store every message."""
+    expect = [("Nats-Expected-Last-Subject-Sequence", v) for v in ("0", "0", "1")]
+    lake = lake_with(tmp_path, {"name": "KV", "subjects": ["kv.>"], "republish": {"src": "kv.>", "dest": "out.>"}},
+                     [(s, b"v", [e]) for s, e in zip(("kv.a", "kv.b", "kv.a"), expect, strict=True)])
+    rows = stored(lake, "KV")
+    assert rows.num_rows == 3
+    rp = check_republish(lake.stream_info("KV").config)
+    lake.add_stream(name="LCAP", subjects=["out.>"])
+    lake.publish("out.pad", b"own history")
+    into_lake = RepublishJob(lake.location, "KV", rp, parse_destination(
+        {"location": lake.location}, origin_location=lake.location, origin_stream="KV"), str(tmp_path / "c1"))
+    into_lake.process(rows, 0)
+    api = SyncNats(second_server.url)
+    try:
+        api.add_stream(name="KVCAP", subjects=["out.>"], duplicate_window=120_000_000_000)
+        api.run(api.nc.request("out.pad", b"own history", timeout=5))
+        into_server = RepublishJob(lake.location, "KV", rp, parse_destination(
+            {"servers": second_server.url}, origin_location=lake.location, origin_stream="KV"),
+            str(tmp_path / "c2"), mode="idempotent")
+        into_server.process(rows, 0)
+        landed = [api.get("KVCAP", seq)["headers"] for seq in (2, 3, 4)]
+        assert api.state("KVCAP")["messages"] == 4
+    finally:
+        api.api("STREAM.DELETE.KVCAP")
+        api.close()
+    in_lake = [H.from_arrow(r["headers"]) for r in stored(lake, "LCAP").to_pylist()[1:]]
+    assert [dict(p)["Nats-Sequence"] for p in in_lake] == ["1", "2", "3"]
+    for pairs in [*in_lake, *landed]:
+        assert not [k for k, _ in pairs if k.startswith("Nats-Expected-")], pairs
+    assert [dict(p)["Nats-Sequence"] for p in landed] == ["1", "2", "3"]

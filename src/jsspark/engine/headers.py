@@ -38,6 +38,9 @@ SCHEDULE_NEXT = "Nats-Schedule-Next"
 SCHEDULER = "Nats-Scheduler"
 BATCH_ID = "Nats-Batch-Id"
 EXPECTED_PREFIX = "Nats-Expected-"
+ORIGIN_CHECK_PREFIXES = (EXPECTED_PREFIX, "Nats-Batch-")
+"""Key prefixes of the headers that were checks against the stream a message was first
+published to: a mirror, a source or a stored republish drops them, as the check is done."""
 CHECKED_ONE_BY_ONE = (EXPECTED_PREFIX, ROLLUP, TTL, INCR, SCHEDULE, BATCH_ID)
 """Key prefixes of the headers whose rules depend on the message before (expectations,
 rollups) or that the server checks message by message (TTL, counters, schedules, batches)."""

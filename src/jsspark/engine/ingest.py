@@ -50,7 +50,7 @@ from jsspark.engine.stream import MAX_ATTEMPTS, LakeStream
 from jsspark.engine.subject_stats import SubjectGroups
 from jsspark.engine.table import ConcurrentCommit
 
-_DROP_PREFIXES = ("Nats-Expected-", "Nats-Batch-")
+_DROP_PREFIXES = H.ORIGIN_CHECK_PREFIXES
 # How origin messages can be stored: the two ways a JetStream stream takes another's messages.
 # Listed once so ``land_batch`` and the sink's ``form`` option accept exactly the same values.
 LANDING_FORMS = ("mirror", "source")

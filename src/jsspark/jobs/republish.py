@@ -60,7 +60,6 @@ DEFAULT_MAX_MESSAGES = 100_000
 APP_ID_PREFIX = "jsspark.republish."
 MARKER_DIR = "_republish"
 MSG_ID = "Nats-Msg-Id"
-STREAM_SOURCE = "Nats-Stream-Source"
 CONNECT_ATTEMPTS = 5  # per server, for a batch's connection (and reconnects while it publishes)
 CYCLE = "stream configuration for republish destination forms a cycle"
 _READ_COLUMNS = ["seq", "ts_ns", "subject", "headers", "data"]
@@ -230,11 +229,14 @@ def _pairs(cell: list[dict[str, str]] | None) -> list[tuple[str, str]]:
 def storable(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The headers of a republished message that a JetStream stream will *store*: without
     ``Nats-Stream-Source``, which 2.15 refuses from publishers (10227) and which every
-    message of a sourcing stream carries. A server's own republish keeps it, and a stream
-    capturing the destination then drops that core publish silently; the stored modes
-    (``idempotent``, a lake destination) exist to store every message, so they drop the header
-    instead (the message's origin is still in ``Nats-Stream``/``Nats-Sequence``)."""
-    return [(k, v) for k, v in pairs if k != STREAM_SOURCE]
+    message of a sourcing stream carries, and without ``Nats-Expected-*`` / ``Nats-Batch-*``,
+    checks the message already passed in its own stream (a KV update's expected last subject
+    sequence would fail against the destination's sequences, and fail again on every retry). A
+    server's own republish keeps them all, and a stream capturing the destination then drops
+    that core publish silently; the stored modes (``idempotent``, a lake destination) exist to
+    store every message, so they drop these headers instead, as a mirror or source does (the
+    message's origin is still in ``Nats-Stream``/``Nats-Sequence``)."""
+    return H.without(pairs, drop=(H.STREAM_SOURCE,), drop_prefixes=H.ORIGIN_CHECK_PREFIXES) or []
 
 
 def with_msg_id(pairs: list[tuple[str, str]], msg_id: str) -> list[tuple[str, str]]:

@@ -389,3 +389,31 @@ def test_first_seq_numbers_the_first_message(pair: Pair, first_seq: int) -> None
     pair.delete_msg(s, 2)
     pair.check(s)
 
+
+
+def test_create_checks_that_look_at_the_other_streams(pair: Pair) -> None:
+    """What the server checks of a new stream against the streams it already has: a cycle
+    through sources or mirrors (10052), an origin allowing larger messages than a source
+    (10046) or a mirror (10030) does, an external deliver prefix that captures a local
+    origin's subjects (10022), and a local mirror taking its origin's ``allow_direct``."""
+    n = next(_names)
+    a, b, o, m, t = (f"{k}{n}" for k in ("CA", "CB", "CO", "CM", "CT"))
+    pair.streams += [a, b, o, m, t]
+    errors = []
+    assert pair.add_stream({"name": a, "subjects": [f"ca{n}.>"], "sources": [{"name": b}]}) == {"ok": True}
+    errors.append(pair.add_stream({"name": b, "subjects": [f"cb{n}.>"], "sources": [{"name": a}]}))
+    errors.append(pair.add_stream({"name": b, "mirror": {"name": a}}))  # A sources its own mirror
+    assert pair.add_stream({"name": m, "mirror": {"name": b}}) == {"ok": True}
+    errors.append(pair.add_stream({"name": b, "mirror": {"name": m}}))
+    pair.server.delete_stream(m)
+    pair.lake.lake.delete_stream(m)
+    origin = {"name": o, "subjects": [f"co{n}.>"], "max_msg_size": 1000, "allow_direct": True}
+    assert pair.add_stream(origin) == {"ok": True}
+    errors.append(pair.add_stream({"name": t, "subjects": [f"ct{n}.>"], "max_msg_size": 10, "sources": [{"name": o}]}))
+    errors.append(pair.add_stream({"name": m, "max_msg_size": 10, "mirror": {"name": o}}))
+    external = {"name": "X", "external": {"api": "$JS.x.API", "deliver": f"co{n}"}}
+    errors.append(pair.add_stream({"name": t, "sources": [{"name": o}, external]}))
+    assert [e["error"]["err_code"] for e in errors] == [10052, 10052, 10052, 10046, 10030, 10022]
+    assert pair.add_stream({"name": m, "mirror": {"name": o}}) == {"ok": True}
+    assert pair.config(m)["mirror_direct"] is True
+    assert pair.add_stream({"name": m, "mirror": {"name": o}}) == {"ok": True}  # the same again: a no-op

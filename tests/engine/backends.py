@@ -93,6 +93,13 @@ class ServerBackend:
         s = self._req(f"$JS.API.STREAM.INFO.{name}")["state"]
         return {k: s.get(k, 0) for k in STATE_KEYS}
 
+    def config(self, name: str) -> dict[str, Any]:
+        """The stored config, without the metadata the server adds to responses only."""
+        from tests.config.conftest import stored
+
+        r = self._req(f"$JS.API.STREAM.INFO.{name}")
+        return {"error": r["error"]} if "error" in r else stored(r["config"])
+
     def purge(self, name: str, **req: Any) -> dict[str, Any]:
         """Keywords as the lake's ``purge`` takes them (``subject`` is the request's ``filter``)."""
         body = {("filter" if k == "subject" else k): v for k, v in req.items() if v is not None}
@@ -252,6 +259,10 @@ class LakeBackend:
     def state(self, name: str) -> dict[str, Any]:
         s = self.lake.stream_info(name).state
         return {k: getattr(s, k) for k in STATE_KEYS}
+
+    def config(self, name: str) -> dict[str, Any]:
+        r = self._call(self.lake.stream_info, name)
+        return r if isinstance(r, dict) else r.config.to_json()
 
     def purge(self, name: str, **req: Any) -> dict[str, Any]:
         r = self._call(self.lake.purge, name, **req)

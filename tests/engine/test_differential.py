@@ -297,6 +297,35 @@ def test_subject_transform_on_ingest(pair: Pair) -> None:
     pair.check(name)
 
 
+def test_byte_cutting_transforms_store_the_subject_the_server_shows(pair: Pair) -> None:
+    """left/right/splitFrom*/sliceFrom* cut bytes, through a multi-byte character too. The
+    server stores the cut bytes and its JSON API shows each byte that is not UTF-8 as U+FFFD
+    (Go's rule: ``e2 82``, a cut three-byte character, is two of them where Python's
+    ``errors="replace"`` writes one); the lake stores that text, so its stream stays readable.
+    Its ``bytes`` count the stored text: two more per replaced byte than the server's."""
+    n = next(_names)
+    name = f"D{n}"
+    dest = f"u{n}.{{{{left(1,2)}}}}.{{{{right(1,1)}}}}.{{{{splitFromLeft(1,1)}}}}.{{{{sliceFromRight(1,2)}}}}"
+    cfg = {"name": name, "subjects": [f"t{n}.*"], "subject_transform": {"src": f"t{n}.*", "dest": dest}}
+    assert pair.add_stream(cfg) == {"ok": True}
+    pair.streams.append(name)
+    for token in ("é", "ab€", "ok", "€x", "aé", "ab€"):
+        pair.publish(f"t{n}.{token}", token.encode())
+    pair.messages(name)
+    for seq in range(1, 7):
+        pair.msg_get(name, seq=seq)
+    stored = [m[1] for m in pair.lake.messages(name)]
+    # "€x" (e2 82 ac 78): left(1,2) is e2 82, the split and the slices cut the character too
+    assert f"u{n}.\ufffd\ufffd.x.\ufffd.\ufffd\ufffdx.\ufffd\ufffd.\ufffdx" in stored
+    server, lake = pair.server.state(name), pair.lake.state(name)
+    assert lake["bytes"] - server["bytes"] == 2 * sum(s.count("\ufffd") for s in stored)
+    assert {**lake, "bytes": 0} == {**server, "bytes": 0}
+    info = pair.server._req(f"$JS.API.STREAM.INFO.{name}", {"subjects_filter": ">"})
+    assert pair.lake.lake.stream_info(name, subjects_filter=">").state.subjects == info["state"]["subjects"]
+    assert pair.publish(f"t{n}.é", b"again") == {"stream": name, "seq": 7}
+    pair.msg_get(name, seq=7)
+
+
 @pytest.mark.parametrize(
     "req",
     [
@@ -389,3 +418,31 @@ def test_first_seq_numbers_the_first_message(pair: Pair, first_seq: int) -> None
     pair.delete_msg(s, 2)
     pair.check(s)
 
+
+
+def test_create_checks_that_look_at_the_other_streams(pair: Pair) -> None:
+    """What the server checks of a new stream against the streams it already has: a cycle
+    through sources or mirrors (10052), an origin allowing larger messages than a source
+    (10046) or a mirror (10030) does, an external deliver prefix that captures a local
+    origin's subjects (10022), and a local mirror taking its origin's ``allow_direct``."""
+    n = next(_names)
+    a, b, o, m, t = (f"{k}{n}" for k in ("CA", "CB", "CO", "CM", "CT"))
+    pair.streams += [a, b, o, m, t]
+    errors = []
+    assert pair.add_stream({"name": a, "subjects": [f"ca{n}.>"], "sources": [{"name": b}]}) == {"ok": True}
+    errors.append(pair.add_stream({"name": b, "subjects": [f"cb{n}.>"], "sources": [{"name": a}]}))
+    errors.append(pair.add_stream({"name": b, "mirror": {"name": a}}))  # A sources its own mirror
+    assert pair.add_stream({"name": m, "mirror": {"name": b}}) == {"ok": True}
+    errors.append(pair.add_stream({"name": b, "mirror": {"name": m}}))
+    pair.server.delete_stream(m)
+    pair.lake.lake.delete_stream(m)
+    origin = {"name": o, "subjects": [f"co{n}.>"], "max_msg_size": 1000, "allow_direct": True}
+    assert pair.add_stream(origin) == {"ok": True}
+    errors.append(pair.add_stream({"name": t, "subjects": [f"ct{n}.>"], "max_msg_size": 10, "sources": [{"name": o}]}))
+    errors.append(pair.add_stream({"name": m, "max_msg_size": 10, "mirror": {"name": o}}))
+    external = {"name": "X", "external": {"api": "$JS.x.API", "deliver": f"co{n}"}}
+    errors.append(pair.add_stream({"name": t, "sources": [{"name": o}, external]}))
+    assert [e["error"]["err_code"] for e in errors] == [10052, 10052, 10052, 10046, 10030, 10022]
+    assert pair.add_stream({"name": m, "mirror": {"name": o}}) == {"ok": True}
+    assert pair.config(m)["mirror_direct"] is True
+    assert pair.add_stream({"name": m, "mirror": {"name": o}}) == {"ok": True}  # the same again: a no-op

@@ -111,3 +111,33 @@ def test_a_discard_new_stream_over_a_lowered_max_msgs_takes_what_replaces(pair: 
     assert "error" in pair.publish(subj(s, "b"), b"room on b: counts, refused")
     assert pair.publish(subj(s, "c"), b"replaces the oldest c")["seq"] == 6
     pair.check(s)
+
+
+def test_update_checks_that_look_at_the_other_streams(pair: Pair) -> None:
+    """An update is checked against the other streams as a create is: a cycle it would close
+    (10052, before a mirror that cannot be added is refused), an origin allowing larger
+    messages than a source (10046) or a mirror (10030) now does, an external deliver prefix
+    that captures a local origin's subjects (10022); a mirror updated after its origin
+    turned ``allow_direct`` on takes it."""
+    a, b = pair.stream(), pair.stream()
+    pair.update_stream({"name": a, "subjects": [subj(a, ">")], "sources": [{"name": b}]})
+    cycle = pair.update_stream({"name": b, "subjects": [subj(b, ">")], "sources": [{"name": a}]})
+    assert cycle["error"]["err_code"] == 10052
+    m = pair.stream(subjects=[], mirror={"name": b})
+    assert pair.update_stream({"name": b, "mirror": {"name": m}})["error"]["err_code"] == 10052
+
+    o = pair.stream(max_msg_size=1000)
+    s = pair.stream(max_msg_size=1000, sources=[{"name": o}])
+    assert pair.update_stream({"name": s, "subjects": [subj(s, ">")], "max_msg_size": 10,
+                               "sources": [{"name": o}]})["error"]["err_code"] == 10046
+    mo = pair.stream(subjects=[], max_msg_size=1000, mirror={"name": o})
+    assert pair.update_stream({"name": mo, "max_msg_size": 10, "mirror": {"name": o}})["error"]["err_code"] == 10030
+    external = {"name": "X", "external": {"api": "$JS.x.API", "deliver": subj(o, "")[:-1]}}
+    assert pair.update_stream({"name": s, "subjects": [subj(s, ">")], "max_msg_size": 1000,
+                               "sources": [{"name": o}, external]})["error"]["err_code"] == 10022
+
+    assert pair.config(mo)["mirror_direct"] is False
+    pair.update_stream({"name": o, "subjects": [subj(o, ">")], "max_msg_size": 1000, "allow_direct": True})
+    updated = pair.update_stream({"name": mo, "max_msg_size": 1000, "mirror": {"name": o}})
+    assert updated["config"]["mirror_direct"] is True
+    pair.config(mo)

@@ -392,20 +392,22 @@ def test_an_ordered_consumer_left_behind_by_a_failed_delete_cannot_reach_the_rea
 def test_a_subject_that_is_not_utf8_is_stored_as_the_servers_api_shows_it(server: NatsServer, nats: SyncNats,
                                                                            raw: RawNats, tmp_path: Path) -> None:
     """The server stores a subject of any bytes (core publishes are not checked); its JSON API
-    shows one that is not UTF-8 with replacement characters. The reader stores it so, where it
-    could not store it at all before (every spill of the buffer failed, for good)."""
+    shows one that is not UTF-8 with replacement characters, one per byte as Go writes them
+    (a cut character ``e2 82`` is two; Python's ``errors="replace"`` makes one). The reader
+    stores it so, where it could not store it at all before (every spill of the buffer failed,
+    for good)."""
     nats.add_stream(name="U8", subjects=["u8.>"])
-    raw._send(b"PUB u8.\xff\xfe 1\r\nx\r\nPUB u8.ok 1\r\ny\r\n")  # no client library sends such bytes
+    raw._send(b"PUB u8.\xff\xfe 1\r\nx\r\nPUB u8.ok 1\r\ny\r\nPUB u8.\xe2\x82 1\r\nz\r\n")  # no client library sends such bytes
     raw.flush()
-    wait_for(lambda: nats.state("U8")["messages"] == 2, 10, "the origin to store both")
+    wait_for(lambda: nats.state("U8")["messages"] == 3, 10, "the origin to store all three")
     ing = Ingestor(opts(server.url, "U8", tmp_path, consumer="lake"))
     ing.start(None)
     try:
-        wait_for(lambda: ing.latest(0, None, None) == 2, 20, "both messages buffered")
+        wait_for(lambda: ing.latest(0, None, None) == 3, 20, "the messages buffered")
         end = ing.latest(0, None, None)
         rows = pa.Table.from_batches([b for p in ing.plan(0, end) for b in read_spill(p)])
-        server_subjects = [nats.api("STREAM.MSG.GET.U8", {"seq": s})["message"]["subject"] for s in (1, 2)]
-        assert rows.column("subject").to_pylist() == server_subjects == ["u8.\ufffd\ufffd", "u8.ok"]
+        server_subjects = [nats.api("STREAM.MSG.GET.U8", {"seq": s})["message"]["subject"] for s in (1, 2, 3)]
+        assert rows.column("subject").to_pylist() == server_subjects == ["u8.\ufffd\ufffd", "u8.ok", "u8.\ufffd\ufffd"]
     finally:
         ing.stop()
 

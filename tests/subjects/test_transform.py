@@ -6,7 +6,7 @@ import pytest
 from subjects_vectors import MATCH, MUST_FAIL, SHOULD_BE_OK
 
 from jsspark.errors import SubjectTransformError
-from jsspark.subjects import SubjectTransform, fnv1a_32, validate_mapping
+from jsspark.subjects import SubjectTransform, fnv1a_32, subject_text, validate_mapping
 from jsspark.subjects.mapping import Fn, Placeholder, parse_placeholder
 
 
@@ -131,7 +131,21 @@ def test_negative_partition_count_wraps_like_go() -> None:
 
 
 def test_byte_semantics_on_multibyte_tokens() -> None:
-    tr = SubjectTransform("*", "{{left(1,1)}}")
-    cut = tr.apply("é")
-    assert cut.encode("utf-8", "surrogateescape") == "é".encode()[:1]
+    """Functions cut bytes; a cut character comes back as the server's JSON API shows it,
+    U+FFFD for each byte that is not UTF-8 (Go's rule, not Python's ``errors="replace"``)."""
+    assert SubjectTransform("*", "{{left(1,1)}}").apply("é") == "\ufffd"
+    assert SubjectTransform("*", "{{left(1,2)}}").apply("€x") == "\ufffd\ufffd"
+    assert SubjectTransform("*", "{{right(1,2)}}").apply("x€") == "\ufffd\ufffd"
+    assert SubjectTransform("*", "{{splitFromLeft(1,1)}}").apply("é") == "\ufffd.\ufffd"
+    assert SubjectTransform("*", "{{sliceFromLeft(1,3)}}").apply("a€é") == "a\ufffd\ufffd.\ufffdé"
+    assert SubjectTransform("*", "{{left(1,3)}}").apply("€x") == "€"
     assert SubjectTransform("*", "{{split(1,)}}").apply("aé") == "a.é"
+
+
+def test_subject_text_follows_go_json() -> None:
+    """``json.Marshal``: one U+FFFD per byte that starts no valid sequence."""
+    assert subject_text(b"\xe2\x82x") == "\ufffd\ufffdx"  # Python's "replace" writes one
+    assert subject_text(b"\xf0\x9f\x98") == "\ufffd" * 3
+    assert subject_text(b"\xed\xa0\x80") == "\ufffd" * 3  # a surrogate's encoding
+    assert subject_text(b"\xc0\x80.\xff") == "\ufffd\ufffd.\ufffd"
+    assert subject_text("ok.€.\ufffd".encode()) == "ok.€.\ufffd"

@@ -109,6 +109,20 @@ def test_apply_array_vectors(src: str, dest: str, subject: str, expected: str) -
     assert out[2] == (tr.apply("zz.zz.zz.zz.zz.zz.zz") if tr.matches("zz.zz.zz.zz.zz.zz.zz") else None)
 
 
+def test_cuts_through_characters_are_valid_text() -> None:
+    """A cut through a multi-byte character comes back as the scalar function gives it (the
+    server's JSON view, U+FFFD per byte that is not UTF-8), in every layout, and the column
+    is valid UTF-8 (before, ``e2 82`` was stored as is and no read could decode it)."""
+    tr = SubjectTransform("*", "{{left(1,2)}}.{{right(1,1)}}.{{splitFromRight(1,1)}}.{{sliceFromLeft(1,2)}}")
+    subjects = ["é", "€x", "ok", None, "a€é"]
+    expected = [None if s is None else tr.apply_or_keep(s) for s in subjects]
+    assert expected[1] == "\ufffd\ufffd.x.€.x.\ufffd\ufffd.\ufffdx"
+    for column in layouts(subjects):
+        out = tr.apply_array(column)
+        (out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out).validate(full=True)
+        assert column_bytes(out) == as_bytes(expected)
+
+
 def test_random_array_in_range_per_row() -> None:
     tr = SubjectTransform("*.*", "r.{{random(5)}}.$2")
     column = pa.array(["a.b"] * 500 + ["x", None])

@@ -31,6 +31,7 @@ from jsspark.config import (
     refuse_unsupported,
     report_ignored_fields,
 )
+from jsspark.config.defaults import StreamLookup
 from jsspark.config.validation import check_shared_stream_config
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, ConsumerInfo, PubAck, RawStreamMsg, StreamInfo
@@ -76,38 +77,45 @@ class Lake:
         return cfg
 
     def add_stream(self, config: StreamConfig | dict[str, Any] | str | None = None, **params: Any) -> StreamInfo:
-        """Create a stream (nats-py ``add_stream``); the same config again is a no-op, as on the server."""
-        cfg = check_stream_config(self._coerce_config(config, params))
-        refuse_unsupported(cfg)
-        name = cfg.name
-        uri = self.stream_uri(name)
-        body = {"config": cfg.to_json(), "created_ns": time.time_ns(), "partition_key": DEFAULT_PARTITION_KEY}
+        """Create a stream (nats-py ``add_stream``); the same config again is a no-op, as on the server.
+
+        The config is checked inside the catalog transaction, against the other streams as
+        it reads them (``_lookup``): cycles through sources and mirrors, origins' message
+        sizes, external prefixes over their subjects, a mirror's ``mirror_direct``."""
+        new = self._coerce_config(config, params)
+        made: list[StreamConfig] = []
 
         def plan(records: dict[Key, Record]) -> list[Change]:
+            cfg = check_stream_config(new, lookup=_lookup(records))
+            refuse_unsupported(cfg)
+            name = cfg.name
+            made[:] = [cfg]
+            body = {"config": cfg.to_json(), "created_ns": time.time_ns(), "partition_key": DEFAULT_PARTITION_KEY}
             existing = records.get((STREAM, name, ""))
             if existing is not None:
                 if existing.body["config"] == body["config"]:
                     return []
                 raise api_error("JSStreamNameExistErr")
             self._check_overlap(records, cfg)
+            uri = self.stream_uri(name)
+            if MessageTable(uri, self.storage_options).exists():
+                # a table left by a deleted stream would carry its old sequence counter on
+                raise JSSparkError(
+                    f"stream {name}: a table already exists at {uri} with no stream in the catalog "
+                    "(left by a deleted stream?); remove it or use another name"
+                )
             return [Change(STREAM, name, "", body)]
 
-        table = MessageTable(uri, self.storage_options)
-        if self.catalog.get(STREAM, name) is None and table.exists():
-            # a table left by a deleted stream would carry its old sequence counter on
-            raise JSSparkError(
-                f"stream {name}: a table already exists at {uri} with no stream in the catalog "
-                "(left by a deleted stream?); remove it or use another name"
-            )
         changes = self.catalog.transact(plan)
+        cfg = made[0]
         if changes:
-            MessageTable.create(uri, self.storage_options, name=name)
+            MessageTable.create(self.stream_uri(cfg.name), self.storage_options, name=cfg.name)
             if cfg.first_seq:
-                self.stream(name).start_at(cfg.first_seq)
+                self.stream(cfg.name).start_at(cfg.first_seq)
             with warnings.catch_warnings():
                 warnings.simplefilter("always")
                 report_ignored_fields(cfg)
-        return self.stream_info(name)
+        return self.stream_info(cfg.name)
 
     def _check_overlap(self, records: dict[Key, Record], cfg: StreamConfig) -> None:
         mine = cfg.subjects or []
@@ -119,17 +127,19 @@ class Lake:
                 raise api_error("JSStreamSubjectOverlapErr")
 
     def update_stream(self, config: StreamConfig | dict[str, Any] | str | None = None, **params: Any) -> StreamInfo:
-        """nats-py ``update_stream``: checked against the stored config in the same catalog
-        transaction (``check_stream_update``), so a concurrent update cannot slip past a rule."""
+        """nats-py ``update_stream``: checked against the stored config and the other streams
+        in the same catalog transaction (``check_stream_update``), so a concurrent update
+        cannot slip past a rule."""
         new = self._coerce_config(config, params)
         name = new.name
 
         def plan(records: dict[Key, Record]) -> list[Change]:
             existing = records.get((STREAM, name, ""))
             if existing is None:
-                check_shared_stream_config(new)  # the server validates before it looks the stream up
+                # the server validates before it looks the stream up
+                check_shared_stream_config(new, lookup=_lookup(records))
                 raise api_error("JSStreamNotFoundErr")
-            cfg = check_stream_update(StreamConfig.from_json(existing.body["config"]), new)
+            cfg = check_stream_update(StreamConfig.from_json(existing.body["config"]), new, lookup=_lookup(records))
             refuse_unsupported(cfg)
             self._check_overlap(records, cfg)
             return [Change(STREAM, name, "", {**existing.body, "config": cfg.to_json()})]
@@ -380,6 +390,17 @@ class Lake:
 
     def check_interest(self, stream: str) -> int:
         return self.consumers.check_interest(stream)
+
+
+def _lookup(records: dict[Key, Record]) -> StreamLookup:
+    """The other streams by name, as the catalog records of one transaction hold them (their
+    stored configs): what the server's stream config checks look up in the account."""
+
+    def lookup(name: str) -> StreamConfig | None:
+        rec = records.get((STREAM, name, ""))
+        return None if rec is None else StreamConfig.from_json(rec.body["config"])
+
+    return lookup
 
 
 def _remove_tree(uri: str, storage_options: dict[str, str] | None) -> None:

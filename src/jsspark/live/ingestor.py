@@ -115,6 +115,7 @@ from jsspark.live.spill import (
     put_chunk,
     write_chunk,
 )
+from jsspark.subjects import subject_text
 
 log = logging.getLogger(__name__)
 
@@ -687,7 +688,7 @@ class Ingestor:
         try:
             subject.decode()
         except UnicodeDecodeError:  # the server takes any bytes; a lake subject is a string
-            subject = subject.decode(errors="replace").encode()
+            subject = subject_text(subject).encode()
             log.warning("jetstream (live): %s seq %d has a subject that is not UTF-8; stored as the server's JSON "
                         "API shows it: %r", self.opts.stream, sseq, subject.decode())
         if hdr and not hdr.startswith(HEADER_LINE):  # the server stores any header bytes; a lake keeps pairs

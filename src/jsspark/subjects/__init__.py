@@ -13,6 +13,7 @@ from jsspark.subjects.tokens import (
     is_valid_subject,
     subject_is_subset_match,
     subject_matches,
+    subject_text,
     subjects_collide,
     validate_asset_name,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "match_filter",
     "subject_is_subset_match",
     "subject_matches",
+    "subject_text",
     "subjects_collide",
     "validate_asset_name",
     "validate_mapping",

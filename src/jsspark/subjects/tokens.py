@@ -7,6 +7,8 @@ UTF-8 bytes the server sees, so quirks such as "``*bar`` is a literal token" sur
 
 from __future__ import annotations
 
+import codecs
+
 from jsspark.errors import SubjectError
 
 PWC = "*"
@@ -15,6 +17,25 @@ TSEP = "."
 _WHITESPACE = frozenset("\t\n\f\r ")
 _ASSET_FORBIDDEN = frozenset(" \t\r\n\f.*>/\\")
 MAX_ASSET_NAME_LEN = 255
+
+
+def _go_replace(err: UnicodeError) -> tuple[str, int]:
+    """Go's ``encoding/json`` rule: U+FFFD for the one byte that starts no valid sequence,
+    then go on at the next byte (Python's ``replace`` writes one for a whole truncated
+    sequence: ``e2 82`` is one U+FFFD there, two here)."""
+    assert isinstance(err, UnicodeDecodeError)
+    return "\ufffd", err.start + 1
+
+
+codecs.register_error("jsspark.go_json", _go_replace)
+
+
+def subject_text(data: bytes) -> str:
+    """A subject of any bytes as the server's JSON API shows it (Go's ``json.Marshal``): each
+    byte that is not part of valid UTF-8 becomes U+FFFD. The server stores such subjects as
+    they are (a core publish, a transform cutting through a character); a lake subject is
+    text, so it holds this."""
+    return data.decode("utf-8", "jsspark.go_json")
 
 
 def is_valid_subject(subject: str, check_runes: bool = False) -> bool:

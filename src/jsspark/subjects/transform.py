@@ -3,7 +3,8 @@
 Scalar semantics are a port of ``subjectTransform.Match`` / ``TransformTokenizedSubject``;
 the column methods delegate to ``jsspark.subjects.vectorized`` and give the same result row
 for row. Token functions work on UTF-8 *bytes* like Go; a cut through a multi-byte character
-comes back as ``surrogateescape`` text, which encodes back to the server's exact bytes.
+comes back as the server's JSON API shows the bytes it stores (``subject_text``: U+FFFD for
+each byte that is not UTF-8), so every result is text a lake can store and read back.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from jsspark.subjects.tokens import (
     is_valid_literal_subject,
     is_valid_subject,
     subject_is_subset_match,
+    subject_text,
 )
 
 if TYPE_CHECKING:
@@ -40,7 +42,7 @@ def _b(text: str) -> bytes:
 
 
 def _s(data: bytes) -> str:
-    return data.decode("utf-8", "surrogateescape")
+    return subject_text(data)
 
 
 def partition_of(key: bytes, count: int) -> str:

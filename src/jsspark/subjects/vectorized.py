@@ -2,9 +2,11 @@
 
 Filters and transform sources compile to one anchored RE2 pattern each (``pyarrow.compute``
 regex kernels); transforms then split matching subjects into token lists and rebuild them
-with Arrow string kernels. Token functions work on bytes (``binary`` views), as Go does. ``partition`` hashes with a byte-position loop (``hashing.fnv1a_32_array``) and
-``slice*`` loops over chunk positions; only ``split`` on an empty delimiter runs the scalar
-function, once per *distinct* token.
+with Arrow string kernels. Token functions work on bytes (``binary`` views), as Go does; a cut
+through a multi-byte character comes back as the server's JSON API shows it (``subject_text``).
+``partition`` hashes with a byte-position loop (``hashing.fnv1a_32_array``) and ``slice*`` loops
+over chunk positions; only ``split`` on an empty delimiter runs the scalar function, once per
+*distinct* token.
 Every function here must agree row for row with its scalar twin (the tests check it).
 """
 
@@ -17,7 +19,7 @@ import pyarrow.compute as pc
 
 from jsspark.subjects.hashing import fnv1a_32_array
 from jsspark.subjects.mapping import DestToken, Fn
-from jsspark.subjects.tokens import FWC, PWC, TSEP, is_literal, is_valid_subject
+from jsspark.subjects.tokens import FWC, PWC, TSEP, is_literal, is_valid_subject, subject_text
 from jsspark.subjects.transform import SubjectTransform, apply_token_function
 
 ArrayLike = pa.Array | pa.ChunkedArray
@@ -146,19 +148,37 @@ def _token_function(dt: DestToken, col: pa.Array, text_type: pa.DataType) -> pa.
     n = dt.int_arg
     if n <= 0:
         return col
-    raw = _binary(col)
-    if dt.fn is Fn.LEFT:
-        return pc.binary_slice(raw, 0, n).view(text_type)
-    if dt.fn is Fn.RIGHT:
-        return pc.binary_slice(raw, -n).view(text_type)
-    if dt.fn is Fn.SLICE_FROM_LEFT:
-        return _slices_from_left(raw, n).view(text_type)
-    if dt.fn is Fn.SLICE_FROM_RIGHT:
-        return pc.binary_reverse(_slices_from_left(pc.binary_reverse(raw), n)).view(text_type)
+    return _as_text(_cut(dt.fn, n, _binary(col)), text_type)
+
+
+def _cut(fn: Fn, n: int, raw: pa.Array) -> pa.Array:
+    """The byte-cutting functions over a ``binary`` token column (``n`` > 0)."""
+    if fn is Fn.LEFT:
+        return pc.binary_slice(raw, 0, n)
+    if fn is Fn.RIGHT:
+        return pc.binary_slice(raw, -n)
+    if fn is Fn.SLICE_FROM_LEFT:
+        return _slices_from_left(raw, n)
+    if fn is Fn.SLICE_FROM_RIGHT:
+        return pc.binary_reverse(_slices_from_left(pc.binary_reverse(raw), n))
     # splitFrom*: insert "." n bytes from the left/right end, only in tokens longer than n
-    at = n if dt.fn is Fn.SPLIT_FROM_LEFT else -n
+    at = n if fn is Fn.SPLIT_FROM_LEFT else -n
     split = pc.binary_replace_slice(raw, start=at, stop=at, replacement=".")
-    return pc.if_else(pc.greater(pc.binary_length(raw), n), split, raw).view(text_type)
+    return pc.if_else(pc.greater(pc.binary_length(raw), n), split, raw)
+
+
+def _as_text(raw: pa.Array, text_type: pa.DataType) -> pa.Array:
+    """Cut bytes as text: as they are when they are UTF-8 (the usual case, checked in one
+    pass), else each distinct value as the server's JSON API shows it (``subject_text``)."""
+    out = raw.view(text_type)
+    try:
+        out.validate(full=True)
+        return out
+    except pa.ArrowInvalid:
+        pass
+    encoded = pc.dictionary_encode(raw)
+    shown = [subject_text(v) for v in encoded.dictionary.to_pylist()]
+    return pc.take(pa.array(shown, text_type), encoded.indices)
 
 
 def _count_text(values: pa.Array, count: int, text_type: pa.DataType) -> pa.Array:

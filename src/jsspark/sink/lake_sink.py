@@ -1,8 +1,9 @@
 """Spark writers into a lake stream: one publish (or landing) per batch, exactly once for streaming.
 
-Rows (``subject``, optional ``data`` and ``headers``; other columns are ignored) go through
-the engine's publish semantics (routing check, dedup by ``Nats-Msg-Id``, expectations,
-limits), so a DataFrame publish behaves like a batch of ``js.publish`` calls.
+Rows (``subject``, optional ``data`` and ``headers`` of a type in ``headers.COLUMN_TYPES``,
+read by field name; other columns are ignored) go through the engine's publish semantics
+(routing check, dedup by ``Nats-Msg-Id``, expectations, limits), so a DataFrame publish
+behaves like a batch of ``js.publish`` calls.
 
 Why the publish happens on the driver: a JetStream publish assigns sequences, which must be
 one serialised commit per batch. Executors only normalise their rows and hand them back as
@@ -114,25 +115,6 @@ APP_ID_PREFIX = "jsspark.sink."
 
 
 # -- rows --------------------------------------------------------------------------------------
-def _headers_column(col: pa.Array) -> pa.Array:
-    """``array<struct<name,value>>`` (any list child name) or ``map<string,string>`` ->
-    the stored header type; anything else goes through ``headers.normalize`` per row."""
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    t = col.type
-    if pa.types.is_map(t):
-        values = pa.StructArray.from_arrays(
-            [col.keys.cast(pa.string()), col.items.cast(pa.string())], fields=list(H.HEADER_TYPE.value_type)
-        )
-        offsets = pc.subtract(col.offsets, col.offsets[0])
-        return pa.ListArray.from_arrays(offsets, values, mask=col.is_null())
-    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_struct(t.value_type):
-        names = [t.value_type.field(i).name for i in range(t.value_type.num_fields)]
-        if names == ["name", "value"]:
-            return col.cast(H.HEADER_TYPE)
-    return H.to_arrow([H.normalize(v) for v in col.to_pylist()])
-
-
 def normalize(batch: pa.RecordBatch | pa.Table, origin: bool = True) -> pa.Table:
     """The publishable columns of a Spark batch, typed as the engine stores them, and (with
     ``origin``) each row's origin message from the source's ``stream``/``seq`` columns."""
@@ -146,7 +128,7 @@ def normalize(batch: pa.RecordBatch | pa.Table, origin: bool = True) -> pa.Table
         data = data.cast(pa.binary()) if not pa.types.is_binary(data.type) else data
     else:
         data = pa.array([b""] * n, pa.binary())
-    headers = _headers_column(batch.column("headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
+    headers = H.from_column(batch.column("headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
     if origin and "stream" in names and "seq" in names:
         o_stream, o_seq = batch.column("stream").cast(pa.string()), batch.column("seq").cast(pa.int64())
     else:
@@ -172,7 +154,7 @@ def normalize_origin(batch: pa.RecordBatch | pa.Table, form: str) -> pa.Table:
     n = batch.num_rows
     data = batch.column("data") if "data" in names else pa.array([b""] * n, pa.binary())
     data = data.cast(pa.binary()) if not pa.types.is_binary(data.type) else data
-    headers = _headers_column(batch.column("headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
+    headers = H.from_column(batch.column("headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
     return pa.Table.from_arrays(
         [
             batch.column("stream").cast(pa.string()),

@@ -224,9 +224,29 @@ def test_origin_marks_are_kept_per_origin(tmp_path: Path) -> None:
     assert [dt.transaction_version(origin_app_id(o)) for o in (d1, d2)] == [5, 5]
     with pytest.raises(ValueError, match=r"rows of origin stream SRC .* 2 jetstream sources"):
         publish(opts, task([6]), origins=[d1, d2])
-    # rows whose origin the sink cannot identify (a batch write, another source) keep the name's mark
+    # rows whose origin the sink cannot identify (a streaming query's other source) keep the name's mark
     publish(opts, task([9]))
     assert DeltaTable(lake.stream_uri("DST")).transaction_version(ORIGIN_APP_PREFIX + "SRC") == 9
+
+
+def test_batch_writes_store_every_row_and_keep_no_mark(spark: Any, tmp_path: Path) -> None:
+    """A batch write has no offsets or batch id: its rows are stored whatever an earlier batch
+    write of the same stream stored (a mark by the stream's name dropped the second filter's
+    older messages), and it moves no mark a later write would be held back by."""
+    loc, lake = _lake(tmp_path)
+    _publish(lake, 0, 6)  # src.0 src.1 src.2 src.0 ...: seqs 1..6
+
+    def write(flt: str) -> None:
+        (spark.read.format("jetstream").option("stream", "SRC").option("filter_subject", flt).load(loc)
+         .selectExpr("regexp_replace(subject, '^src', 'dst') AS subject", "data", "headers", "stream", "seq")
+         .write.format("jetstream").option("stream", "DST").mode("append").save(loc))
+
+    write("src.2")  # seqs 3, 6
+    write("src.0")  # seqs 1, 4: below 6
+    assert sorted(_target(lake)) == _m(0, 2, 3, 5)
+    assert DeltaTable(lake.stream_uri("DST")).transaction_version(ORIGIN_APP_PREFIX + "SRC") is None
+    write("src.1")
+    assert sorted(_target(lake)) == _m(*range(6))
 
 
 def test_same_stream_name_from_two_lakes_and_a_union(spark: Any, tmp_path: Path) -> None:

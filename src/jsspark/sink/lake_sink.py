@@ -29,8 +29,8 @@ A streaming sink learns the origins from the sources' offsets of the batch
 (``<checkpointLocation>/offsets/<batchId>``, ``planning.Origin``) and matches rows to them by
 ``stream`` (and ``consumer`` when two sources read streams of the same name); a batch may
 hold rows of several origins, each keeps its mark in the one commit. Rows whose origin is
-not known that way (a batch write, another source) are marked per stream name
-(``jsspark.origin.<stream>``). So a durable source reset back (``Lake.reset_consumer``) re-delivers without
+not known that way (another source) are marked per stream name (``jsspark.origin.<stream>``).
+So a durable source reset back (``Lake.reset_consumer``) re-delivers without
 duplicating what the target holds, a replayed micro-batch stores nothing twice, and a new
 checkpoint on the same durable continues cleanly. Why a high-water mark and not a
 ``Nats-Msg-Id`` per origin message: it is exact however far back a reset goes (a dedup
@@ -41,6 +41,14 @@ below the mark and are not stored. The mark holds back only what the batch read:
 origin message an earlier batch read (at or below where the batch's reading began: the
 previous batch's offset, or a reset's ``base``), which a stateful query (a stream-stream join)
 emits only now, is stored whatever the mark, with the batch's ``txn`` against a replay.
+
+A batch write (``df.write``) stores every row it is given (only ``Nats-Msg-Id`` dedups), and
+reads and moves no mark. It has no source offsets to name its origins, nor a batch id to
+replay, so a mark would be keyed by the stream's name alone and would silently drop the rows of
+a later batch write at or below it that were never stored (another filter of the same origin,
+a backfill of older messages); and which origin messages a batch write stored cannot be told
+from the target's messages. A copy that can be run again without duplicates is a
+``writeStream`` with a checkpoint and ``trigger(availableNow=True)``.
 
 Landing forms (``form``): ``mirror`` or ``source`` store rows of the live NATS source (columns
 ``stream``, ``seq``, ``ts_ns``, ``subject``, ``headers``, ``data``) the way a mirror or a sourcing
@@ -563,14 +571,15 @@ def _tag(opts: WriteOptions) -> str:
 
 
 class LakeBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("jetstream").mode("append")``: all rows in one atomic publish."""
+    """``df.write.format("jetstream").mode("append")``: all rows in one atomic publish, not
+    deduplicated by origin (see the module docstring)."""
 
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
         self.tag = _tag(opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LakeSinkMessage:
-        return collect_task(iterator, self.opts.location, self.tag, origin=self.opts.dedup_by_origin,
+        return collect_task(iterator, self.opts.location, self.tag, origin=False,
                             form=self.opts.form, storage_options=self.opts.storage_options)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

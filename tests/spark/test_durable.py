@@ -192,6 +192,28 @@ def test_origin_dedup_rules(tmp_path: Path) -> None:
     assert _target(lake)[-1] == b"1"
 
 
+def test_a_row_with_a_null_origin_column_has_no_origin(tmp_path: Path) -> None:
+    """An origin message is named by ``stream`` and ``seq`` together: a row with a stream and a
+    null seq has none, as a row with a null stream (it was compared to the mark, and dropped)."""
+    from jsspark.sink.lake_sink import load_messages
+
+    loc, lake = _lake(tmp_path)
+    opts = WriteOptions(loc, "DST")
+
+    def task(streams: list[str | None], seqs: list[int | None]) -> pa.Table:
+        b = pa.record_batch({"subject": ["dst.x"] * len(seqs), "data": [b"%d" % i for i in range(len(seqs))],
+                             "stream": pa.array(streams, pa.string()), "seq": pa.array(seqs, pa.int64())})
+        return load_messages([collect_task([b], loc, "t")], loc)
+
+    for streams, seqs in ((["SRC"] * 3, [1, None, 2]), (["SRC", None], [1, 2])):
+        with pytest.raises(ValueError, match=r"(1 of 2|2 of 3) rows carry an origin message \(non-null columns 'stream' and 'seq'\)"):
+            publish(opts, task(streams, seqs), txn=("q", 0))
+    assert _target(lake) == []
+    publish(opts, task(["SRC", "SRC"], [None, None]), txn=("q", 0))  # no row names one: a plain publish
+    assert _target(lake) == [b"0", b"1"]
+    assert DeltaTable(lake.stream_uri("DST")).transaction_version(ORIGIN_APP_PREFIX + "SRC") is None
+
+
 def test_origin_marks_are_kept_per_origin(tmp_path: Path) -> None:
     """The mark is the origin's (stream table and consumer, from the batch's source offsets),
     not the stream name's: two origins named alike never hide each other's messages, and one

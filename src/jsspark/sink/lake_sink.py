@@ -395,13 +395,17 @@ def publish(
     if not table.num_rows:  # an empty micro-batch (e.g. right after a reset): nothing to store or replay
         return None
     lake = commit_lake(opts.location, opts.storage_options)
-    o_streams = table.column("origin_stream") if "origin_stream" in table.column_names else None
-    if not opts.dedup_by_origin or o_streams is None or o_streams.null_count == len(table):
+    if not opts.dedup_by_origin or "origin_stream" not in table.column_names:
         return lake.publish_batch(opts.stream, table.select(SINK_SCHEMA.names), txn=txn)
-    if o_streams.null_count:
+    # a row names its origin message with both columns: a null seq compares to no mark
+    carried = pc.and_(pc.is_valid(table.column("origin_stream")), pc.is_valid(table.column("origin_seq")))
+    count = pc.sum(carried).as_py() or 0
+    if not count:
+        return lake.publish_batch(opts.stream, table.select(SINK_SCHEMA.names), txn=txn)
+    if count < table.num_rows:
         raise ValueError(
-            "jetstream sink: some rows carry an origin message (columns 'stream' and 'seq') and some do "
-            "not; drop those columns or set option dedupByOrigin=false"
+            f"jetstream sink: {count} of {table.num_rows} rows carry an origin message (non-null columns 'stream' "
+            "and 'seq') and the others do not; drop those columns or set option dedupByOrigin=false"
         )
     if "origin_consumer" not in table.column_names:
         table = table.append_column("origin_consumer", pa.nulls(table.num_rows, pa.string()))

@@ -4,7 +4,7 @@ Each task publishes its rows as JetStream publishes (request/reply, so every mes
 PubAck) with at most ``maxInFlight`` outstanding, and fails with the server's own error
 (``APIError`` with its code, err_code and description) if any publish is refused. Spark may
 replay a batch (a retried task, or a restart before the commit log): every message carries
-``Nats-Msg-Id`` — the ``msgIdColumn`` value, or (where that is null or not chosen) ``<origin
+``Nats-Msg-Id`` — the ``msgIdColumn`` value, or (where that is null, empty or not chosen) ``<origin
 stream>:<origin seq>`` for rows that came from a JetStream source — so the target's duplicate
 window drops the replays and a batch never lands twice (the PubAck then says ``duplicate``).
 Rows without an id are published at least once. Columns: ``subject`` (or the ``subject`` option), ``data``, optional ``headers``
@@ -45,11 +45,13 @@ class PublishedMessage(WriterCommitMessage):
 
 
 def _msg_id(row: dict[str, Any], opts: LiveWriteOptions) -> str | None:
-    """The row's ``Nats-Msg-Id``: its ``msgIdColumn`` value; where that is null or not chosen,
-    ``<stream>:<seq>`` of the origin message it came from; else none."""
+    """The row's ``Nats-Msg-Id``: its ``msgIdColumn`` value; where that is null, empty or not
+    chosen, ``<stream>:<seq>`` of the origin message it came from; else none. An empty value
+    counts as null: the server reads an empty id (or one of spaces, ``headers.get``) as none,
+    so sent it would dedup nothing."""
     if opts.msg_id_column:
         value = row.get(opts.msg_id_column)
-        if value is not None:
+        if value is not None and str(value).lstrip(" "):
             return str(value)
     if row.get("stream") is not None and row.get("seq") is not None:
         return f"{row['stream']}:{row['seq']}"

@@ -122,6 +122,24 @@ def test_an_empty_msg_id_value_is_no_id(server: NatsServer, nats: SyncNats) -> N
         *(H.encode([(H.MSG_ID, i)]) for i in ids), b"", b""]
 
 
+def test_map_headers_and_string_data_publish_as_in_the_lake_sink(server: NatsServer, nats: SyncNats) -> None:
+    """The lake sink takes ``map<string,string>`` headers and string data; so does this one
+    (a map failed with a TypeError), and a struct's fields are read by name."""
+    nats.add_stream(name="SHAPES", subjects=["shapes.>"])
+    opts = parse_live_write_options({"servers": server.url})
+    entry = pa.struct([("value", pa.string()), ("name", pa.string())])
+    batches = [
+        pa.RecordBatch.from_pylist([{"subject": "shapes.m", "data": "text", "headers": [("K", "v"), ("E", "")]}],
+                                   pa.schema([("subject", pa.string()), ("data", pa.string()),
+                                              ("headers", pa.map_(pa.string(), pa.string()))])),
+        pa.RecordBatch.from_pylist([{"subject": "shapes.s", "data": b"x", "headers": [{"value": "v", "name": "K"}]}],
+                                   pa.schema([("subject", pa.string()), ("data", pa.binary()), ("headers", pa.list_(entry))])),
+    ]
+    assert asyncio.run(publisher.publish_batches(opts, iter(batches))) == (2, 0)
+    assert [stored_block(nats, "SHAPES", s) for s in (1, 2)] == [H.encode([("K", "v"), ("E", "")]), H.encode([("K", "v")])]
+    assert nats.api("STREAM.MSG.GET.SHAPES", {"seq": 1})["message"]["data"] == base64.b64encode(b"text").decode()
+
+
 def test_without_the_hook_repeated_keys_fail_clearly(server: NatsServer, nats: SyncNats,
                                                      origin: list[tuple[int, bytes]],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:

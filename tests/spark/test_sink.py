@@ -81,6 +81,16 @@ def test_headers_struct_fields_are_read_by_name() -> None:
             normalize(pa.table({"subject": ["out.a"], "headers": col}))
 
 
+def test_rows_the_sink_cannot_publish_fail_naming_the_column() -> None:
+    """Arrow's own errors (an unsupported cast, a negative list length) named no column."""
+    with pytest.raises(ValueError, match=r"column 'data' has type int32, which is not binary or string"):
+        normalize(pa.table({"subject": ["out.a"], "data": pa.array([1], pa.int32())}))
+    with pytest.raises(ValueError, match=r"a row has no subject \(column 'subject' is null in 1 of 2 rows\)"):
+        normalize(pa.table({"subject": ["out.a", None], "data": [b"1", b"2"]}))
+    got = normalize(pa.table({"subject": ["out.a"], "data": ["text"]}))
+    assert got.select(["subject", "data"]).to_pylist() == [{"subject": "out.a", "data": b"text"}]
+
+
 def test_spark_headers_struct_in_either_field_order(spark: Any, tmp_path: Path) -> None:
     loc, lake = _lake(tmp_path, "OUT")
     df = spark.sql("SELECT 'out.a' AS subject, binary('x') AS data, "

@@ -8,7 +8,7 @@ replay a batch (a retried task, or a restart before the commit log): every messa
 stream>:<origin seq>`` for rows that came from a JetStream source — so the target's duplicate
 window drops the replays and a batch never lands twice (the PubAck then says ``duplicate``).
 Rows without an id are published at least once. Columns: ``subject`` (or the ``subject`` option), ``data``, optional ``headers``
-(``array<struct<name,value>>``), and optionally ``stream``/``seq`` for the derived id.
+(``headers.COLUMN_TYPES``, as the lake sink), and optionally ``stream``/``seq`` for the derived id.
 
 Headers go out exactly as the row holds them: every value of a repeated key, in order, values
 unchanged (only CR/LF become spaces, as nats-py does). nats-py's ``publish`` takes a dict (one
@@ -29,6 +29,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from jsspark.engine import headers as H
+from jsspark.engine.arrays import cast_column
 from jsspark.errors import APIError
 from jsspark.live.client import PublishFailed, check_size, pub_ack, unacked, wire_headers
 from jsspark.live.options import LiveWriteOptions, parse_live_write_options, redact
@@ -80,6 +82,20 @@ def _headers(row: dict[str, Any], msg_id: str | None, opts: LiveWriteOptions) ->
     return pairs or None
 
 
+def _typed(batch: pa.RecordBatch) -> pa.Table:
+    """``headers`` and ``data`` typed as the lake sink takes them (``headers.from_column``: a map,
+    a struct's fields in any order; binary or string data), so every row reads the same way and
+    a type neither sink can publish fails naming its column (an int ``data`` went out as that
+    many zero bytes)."""
+    table = pa.Table.from_batches([batch])
+    names = table.column_names
+    if "headers" in names:
+        table = table.set_column(names.index("headers"), "headers", H.from_column(table.column("headers")))
+    if "data" in names:
+        table = table.set_column(names.index("data"), "data", cast_column(table, "data", pa.binary(), "binary or string"))
+    return table
+
+
 async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
     """Publish every row with a JetStream ack, ``max_in_flight`` at a time; (published, duplicates)."""
     from jsspark.live.client import open_client, publish_client_class
@@ -106,18 +122,19 @@ async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBat
         subject = row.get("subject") or opts.subject
         if not subject:
             raise PublishFailed("a row has no subject and no subject option is set")
-        data = row.get("data")
-        payload = b"" if data is None else (data.encode() if isinstance(data, str) else bytes(data))
+        payload = row.get("data") or b""
         headers = wire_headers(_headers(row, _msg_id(row, opts), opts), hooked)
         check_size(nc, subject, payload, headers)
         return subject, payload, headers
 
     tasks: set[asyncio.Task[None]] = set()
+    rows = (row for batch in batches for row in _typed(batch).to_pylist())
     try:
-        for row in (row for batch in batches for row in batch.to_pylist()):
-            if failures:
-                break
+        while not failures:
             try:
+                row = next(rows, None)
+                if row is None:
+                    break
                 subject, payload, headers = message(row)
             except Exception as e:  # a row that cannot be sent: what is under way still gets its ack
                 failures.append(e)

@@ -63,6 +63,22 @@ def test_an_invalid_or_missing_subject(server: NatsServer, target: SyncNats) -> 
     assert publish(server, [{"subject": None, "data": b"x"}], subject="errs.default").published == 1
 
 
+def test_a_column_of_a_type_it_cannot_publish_fails_naming_it(server: NatsServer, target: SyncNats) -> None:
+    """An int ``data`` went out as that many zero bytes; ``struct<k,v>`` headers failed on a key."""
+    opts = parse_live_write_options({"servers": server.url})
+    before = target.state("ERRS")["messages"]
+    cases = {
+        r"column 'data' has type int64, which is not binary or string": pa.record_batch(
+            {"subject": ["errs.a"], "data": pa.array([3], pa.int64())}),
+        r"column 'headers' has type list<item: struct<k: string, v: string>>, which is not message headers": (
+            pa.record_batch({"subject": ["errs.a"], "headers": pa.array([[{"k": "K", "v": "v"}]])})),
+    }
+    for message, batch in cases.items():
+        with pytest.raises(RuntimeError, match=r"^jetstream \(live\) sink: ValueError: " + message):
+            _run(opts, iter([batch]))
+    assert target.state("ERRS")["messages"] == before
+
+
 def test_the_servers_refusal_stays_its_own_error(server: NatsServer, target: SyncNats) -> None:
     with pytest.raises(APIError) as info:
         publish(server, [{"subject": "errs.x", "data": b"x"}], stream="OTHER")

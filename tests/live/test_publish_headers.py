@@ -102,6 +102,44 @@ def test_repeated_header_keys_round_trip_byte_for_byte(server: NatsServer, nats:
         assert stored_block(nats, "HDR_ID", seq) == H.encode(pairs), seq
 
 
+def test_an_empty_msg_id_value_is_no_id(server: NatsServer, nats: SyncNats) -> None:
+    """The server takes an empty ``Nats-Msg-Id`` for none (``getMsgId``: ``msgId != _EMPTY_``), so
+    an empty (or blank) ``msgIdColumn`` value falls back to ``<stream>:<seq>`` as a null does and
+    a replay is dropped; a row with neither goes without the header, not with an empty one."""
+    nats.add_stream(name="MID", subjects=["mid.>"], duplicate_window=60_000_000_000)
+    schema = pa.schema([("subject", pa.string()), ("data", pa.binary()), ("stream", pa.string()),
+                        ("seq", pa.int64()), ("mid", pa.string())])
+    rows = [("", "O", 1), (None, "O", 2), ("  ", "O", 3), ("own", "O", 4), ("", None, None)]
+    batch = pa.RecordBatch.from_pylist(
+        [{"subject": "mid.x", "data": b"%d" % i, "stream": st, "seq": sq, "mid": m} for i, (m, st, sq) in enumerate(rows)],
+        schema)
+    opts = parse_live_write_options({"servers": server.url, "msgIdColumn": "mid"})
+    assert asyncio.run(publisher.publish_batches(opts, iter([batch]))) == (5, 0)
+    assert asyncio.run(publisher.publish_batches(opts, iter([batch]))) == (5, 4)  # the id-less row lands again
+    assert nats.state("MID")["messages"] == 6
+    ids = ["O:1", "O:2", "O:3", "own"]
+    assert [stored_block(nats, "MID", s) for s in range(1, 7)] == [
+        *(H.encode([(H.MSG_ID, i)]) for i in ids), b"", b""]
+
+
+def test_map_headers_and_string_data_publish_as_in_the_lake_sink(server: NatsServer, nats: SyncNats) -> None:
+    """The lake sink takes ``map<string,string>`` headers and string data; so does this one
+    (a map failed with a TypeError), and a struct's fields are read by name."""
+    nats.add_stream(name="SHAPES", subjects=["shapes.>"])
+    opts = parse_live_write_options({"servers": server.url})
+    entry = pa.struct([("value", pa.string()), ("name", pa.string())])
+    batches = [
+        pa.RecordBatch.from_pylist([{"subject": "shapes.m", "data": "text", "headers": [("K", "v"), ("E", "")]}],
+                                   pa.schema([("subject", pa.string()), ("data", pa.string()),
+                                              ("headers", pa.map_(pa.string(), pa.string()))])),
+        pa.RecordBatch.from_pylist([{"subject": "shapes.s", "data": b"x", "headers": [{"value": "v", "name": "K"}]}],
+                                   pa.schema([("subject", pa.string()), ("data", pa.binary()), ("headers", pa.list_(entry))])),
+    ]
+    assert asyncio.run(publisher.publish_batches(opts, iter(batches))) == (2, 0)
+    assert [stored_block(nats, "SHAPES", s) for s in (1, 2)] == [H.encode([("K", "v"), ("E", "")]), H.encode([("K", "v")])]
+    assert nats.api("STREAM.MSG.GET.SHAPES", {"seq": 1})["message"]["data"] == base64.b64encode(b"text").decode()
+
+
 def test_without_the_hook_repeated_keys_fail_clearly(server: NatsServer, nats: SyncNats,
                                                      origin: list[tuple[int, bytes]],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:

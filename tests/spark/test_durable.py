@@ -192,6 +192,28 @@ def test_origin_dedup_rules(tmp_path: Path) -> None:
     assert _target(lake)[-1] == b"1"
 
 
+def test_a_row_with_a_null_origin_column_has_no_origin(tmp_path: Path) -> None:
+    """An origin message is named by ``stream`` and ``seq`` together: a row with a stream and a
+    null seq has none, as a row with a null stream (it was compared to the mark, and dropped)."""
+    from jsspark.sink.lake_sink import load_messages
+
+    loc, lake = _lake(tmp_path)
+    opts = WriteOptions(loc, "DST")
+
+    def task(streams: list[str | None], seqs: list[int | None]) -> pa.Table:
+        b = pa.record_batch({"subject": ["dst.x"] * len(seqs), "data": [b"%d" % i for i in range(len(seqs))],
+                             "stream": pa.array(streams, pa.string()), "seq": pa.array(seqs, pa.int64())})
+        return load_messages([collect_task([b], loc, "t")], loc)
+
+    for streams, seqs in ((["SRC"] * 3, [1, None, 2]), (["SRC", None], [1, 2])):
+        with pytest.raises(ValueError, match=r"(1 of 2|2 of 3) rows carry an origin message \(non-null columns 'stream' and 'seq'\)"):
+            publish(opts, task(streams, seqs), txn=("q", 0))
+    assert _target(lake) == []
+    publish(opts, task(["SRC", "SRC"], [None, None]), txn=("q", 0))  # no row names one: a plain publish
+    assert _target(lake) == [b"0", b"1"]
+    assert DeltaTable(lake.stream_uri("DST")).transaction_version(ORIGIN_APP_PREFIX + "SRC") is None
+
+
 def test_origin_marks_are_kept_per_origin(tmp_path: Path) -> None:
     """The mark is the origin's (stream table and consumer, from the batch's source offsets),
     not the stream name's: two origins named alike never hide each other's messages, and one
@@ -224,9 +246,29 @@ def test_origin_marks_are_kept_per_origin(tmp_path: Path) -> None:
     assert [dt.transaction_version(origin_app_id(o)) for o in (d1, d2)] == [5, 5]
     with pytest.raises(ValueError, match=r"rows of origin stream SRC .* 2 jetstream sources"):
         publish(opts, task([6]), origins=[d1, d2])
-    # rows whose origin the sink cannot identify (a batch write, another source) keep the name's mark
+    # rows whose origin the sink cannot identify (a streaming query's other source) keep the name's mark
     publish(opts, task([9]))
     assert DeltaTable(lake.stream_uri("DST")).transaction_version(ORIGIN_APP_PREFIX + "SRC") == 9
+
+
+def test_batch_writes_store_every_row_and_keep_no_mark(spark: Any, tmp_path: Path) -> None:
+    """A batch write has no offsets or batch id: its rows are stored whatever an earlier batch
+    write of the same stream stored (a mark by the stream's name dropped the second filter's
+    older messages), and it moves no mark a later write would be held back by."""
+    loc, lake = _lake(tmp_path)
+    _publish(lake, 0, 6)  # src.0 src.1 src.2 src.0 ...: seqs 1..6
+
+    def write(flt: str) -> None:
+        (spark.read.format("jetstream").option("stream", "SRC").option("filter_subject", flt).load(loc)
+         .selectExpr("regexp_replace(subject, '^src', 'dst') AS subject", "data", "headers", "stream", "seq")
+         .write.format("jetstream").option("stream", "DST").mode("append").save(loc))
+
+    write("src.2")  # seqs 3, 6
+    write("src.0")  # seqs 1, 4: below 6
+    assert sorted(_target(lake)) == _m(0, 2, 3, 5)
+    assert DeltaTable(lake.stream_uri("DST")).transaction_version(ORIGIN_APP_PREFIX + "SRC") is None
+    write("src.1")
+    assert sorted(_target(lake)) == _m(*range(6))
 
 
 def test_same_stream_name_from_two_lakes_and_a_union(spark: Any, tmp_path: Path) -> None:

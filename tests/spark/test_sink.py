@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 
 import jsspark
 from jsspark.datasource.options import OptionError, WriteOptions, parse_write_options
-from jsspark.sink.lake_sink import APP_ID_PREFIX, LakeStreamWriter, collect_task
+from jsspark.sink.lake_sink import APP_ID_PREFIX, LakeStreamWriter, collect_task, normalize
 
 pytestmark = pytest.mark.spark
 
@@ -57,6 +57,50 @@ def test_batch_write_map_headers_string_data_extra_columns(spark: Any, tmp_path:
     )
     df.write.format("jetstream").option("stream", "OUT").mode("append").save(loc)
     assert _stored(lake, "OUT") == [(1, "out.a", b"hello", [{"name": "K", "value": "v"}])]
+
+
+def test_headers_struct_fields_are_read_by_name() -> None:
+    """``struct<value,name>`` (Spark orders a struct's fields as the query built it) keeps each
+    header's name and value; a type that is not headers fails naming the column, where it was
+    stored as pairs of whatever it held (``struct<k,v>``: every field name became a header)."""
+    entry = pa.struct([("value", pa.string()), ("name", pa.string())])
+    rows = [[{"value": "json", "name": "Content-Type"}, {"value": "", "name": "K"}], None, [], [{"value": "2", "name": "K"}]]
+    for col in (pa.array(rows, pa.list_(entry)), pa.array(rows, pa.large_list(entry))):
+        got = normalize(pa.table({"subject": ["out.a"] * 4, "headers": col}).slice(1))["headers"].to_pylist()
+        assert got == [None, [], [{"name": "K", "value": "2"}]]
+        got = normalize(pa.table({"subject": ["out.a"] * 4, "headers": col}))["headers"].to_pylist()
+        assert got[0] == [{"name": "Content-Type", "value": "json"}, {"name": "K", "value": ""}]
+    bad = {
+        "struct<k: string, v: string>": pa.array([[{"k": "K", "v": "v"}]]),
+        "struct<name: string, value: string, extra: string>": pa.array([[{"name": "K", "value": "v", "extra": "x"}]]),
+        "string": pa.array(["K: v"]),
+        "list<item: string>": pa.array([["K", "v"]]),
+    }
+    for shown, col in bad.items():
+        with pytest.raises(ValueError, match=rf"column 'headers' has type .*{shown}.*headers are array<struct<name: string"):
+            normalize(pa.table({"subject": ["out.a"], "headers": col}))
+
+
+def test_rows_the_sink_cannot_publish_fail_naming_the_column() -> None:
+    """Arrow's own errors (an unsupported cast, a negative list length) named no column."""
+    with pytest.raises(ValueError, match=r"column 'data' has type int32, which is not binary or string"):
+        normalize(pa.table({"subject": ["out.a"], "data": pa.array([1], pa.int32())}))
+    with pytest.raises(ValueError, match=r"a row has no subject \(column 'subject' is null in 1 of 2 rows\)"):
+        normalize(pa.table({"subject": ["out.a", None], "data": [b"1", b"2"]}))
+    got = normalize(pa.table({"subject": ["out.a"], "data": ["text"]}))
+    assert got.select(["subject", "data"]).to_pylist() == [{"subject": "out.a", "data": b"text"}]
+
+
+def test_spark_headers_struct_in_either_field_order(spark: Any, tmp_path: Path) -> None:
+    loc, lake = _lake(tmp_path, "OUT")
+    df = spark.sql("SELECT 'out.a' AS subject, binary('x') AS data, "
+                   "array(named_struct('value', 'json', 'name', 'Content-Type')) AS headers")
+    df.write.format("jetstream").option("stream", "OUT").mode("append").save(loc)
+    assert _stored(lake, "OUT") == [(1, "out.a", b"x", [{"name": "Content-Type", "value": "json"}])]
+    bad = spark.sql("SELECT 'out.a' AS subject, binary('x') AS data, array(named_struct('k', 'K', 'v', 'v')) AS headers")
+    with pytest.raises(Exception, match=r"column 'headers' has type .*struct<k: string.*, v: string.*headers are array<struct"):
+        bad.write.format("jetstream").option("stream", "OUT").mode("append").save(loc)
+    assert len(_stored(lake, "OUT")) == 1
 
 
 def test_write_errors(spark: Any, tmp_path: Path) -> None:

@@ -287,8 +287,9 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
 
 @dataclass(frozen=True)
 class WriteOptions:
-    """Sink options. ``dedup_by_origin``: rows that carry the jetstream source's ``stream`` and
-    ``seq`` columns are published at most once per origin message (see ``lake_sink``).
+    """Sink options. ``dedup_by_origin``: rows of a streaming write that carry the jetstream
+    source's ``stream`` and ``seq`` columns are published at most once per origin message (a
+    batch write stores every row: see ``lake_sink``).
     ``ack_source``: after its Delta commit a streaming sink acks the durable consumers the
     batch was read from (their offsets in ``<checkpointLocation>/offsets/<batchId>``).
     ``form``: ``None`` publishes (new sequences, publish checks); ``"mirror"``/``"source"`` land

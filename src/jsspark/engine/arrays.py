@@ -19,6 +19,18 @@ def column(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
     return one_chunk(table.column(name))
 
 
+def cast_column(table: pa.Table | pa.RecordBatch, name: str, to: pa.DataType, accepted: str) -> pa.Array:
+    """A table's column as ``to`` (``one_chunk``). A type that does not cast fails naming the
+    column, its type and ``accepted``: Arrow's own error names neither the column nor the fix."""
+    col = column(table, name)
+    if col.type == to:
+        return col
+    try:
+        return col.cast(to)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise ValueError(f"column {name!r} has type {col.type}, which is not {accepted} ({e})") from None
+
+
 # Up to this many rows are taken or dropped by zero-copy slices: Arrow's ``take`` on a table of
 # many chunks costs milliseconds even for one row, and a ``filter`` copies every other row.
 FEW_ROWS = 32

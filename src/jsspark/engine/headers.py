@@ -135,6 +135,54 @@ def to_arrow(rows: Sequence[HeaderPairs | None]) -> pa.Array:
     )
 
 
+COLUMN_TYPES = (
+    "array<struct<name: string, value: string>> (its fields in any order), map<string,string>, "
+    "or binary (a NATS/1.0 header block)"
+)
+
+
+def from_column(col: pa.Array | pa.ChunkedArray, column: str = "headers") -> pa.Array:
+    """A DataFrame's headers column (``COLUMN_TYPES``) as ``HEADER_TYPE``, for the sinks.
+
+    A struct's fields are read by name: Spark orders them as the query built the struct, and
+    read by position a header's value would be stored as its name. Any other type fails naming
+    the column: read row by row, a string's characters or an array's items would be unpacked
+    as pairs, or a struct's fields taken for a name and a value."""
+    col = one_chunk(col)
+    t = col.type
+    try:
+        if pa.types.is_null(t):
+            return pa.nulls(len(col), HEADER_TYPE)
+        if pa.types.is_map(t):
+            values = pa.StructArray.from_arrays(
+                [col.keys.cast(pa.string()), col.items.cast(pa.string())], fields=list(HEADER_TYPE.value_type)
+            )
+            offsets = pc.subtract(col.offsets, col.offsets[0])
+            return pa.ListArray.from_arrays(offsets, values, mask=col.is_null())
+        if (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_struct(t.value_type):
+            names = [t.value_type.field(i).name for i in range(t.value_type.num_fields)]
+            if names == ["name", "value"]:
+                return col.cast(HEADER_TYPE)
+            if sorted(names) == ["name", "value"]:
+                return _by_name(col)
+        elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            return to_arrow([normalize(v) for v in col.to_pylist()])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, ValueError) as e:
+        raise ValueError(f"column {column!r} of type {t} cannot be read as message headers ({e}); "
+                         f"headers are {COLUMN_TYPES}") from None
+    raise ValueError(f"column {column!r} has type {t}, which is not message headers; headers are {COLUMN_TYPES}")
+
+
+def _by_name(col: pa.Array) -> pa.Array:
+    """A list of ``struct<value, name>`` (a list array, any offset) with its fields in the stored order."""
+    start = col.offsets[0].as_py()
+    entries = col.values.slice(start, col.offsets[-1].as_py() - start)
+    fields = [pc.struct_field(entries, f.name) for f in HEADER_TYPE.value_type]
+    values = pa.StructArray.from_arrays(fields, names=[f.name for f in HEADER_TYPE.value_type], mask=entries.is_null())
+    lists = pa.LargeListArray if pa.types.is_large_list(col.type) else pa.ListArray
+    return lists.from_arrays(pc.subtract(col.offsets, col.offsets[0]), values, mask=col.is_null()).cast(HEADER_TYPE)
+
+
 def from_arrow(value: Sequence[Mapping[str, str]] | None) -> HeaderPairs | None:
     """One stored headers cell (as ``to_pylist`` gives it) back to pairs."""
     if not value:

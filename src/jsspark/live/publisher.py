@@ -4,11 +4,11 @@ Each task publishes its rows as JetStream publishes (request/reply, so every mes
 PubAck) with at most ``maxInFlight`` outstanding, and fails with the server's own error
 (``APIError`` with its code, err_code and description) if any publish is refused. Spark may
 replay a batch (a retried task, or a restart before the commit log): every message carries
-``Nats-Msg-Id`` — the ``msgIdColumn`` value, or (where that is null or not chosen) ``<origin
+``Nats-Msg-Id`` — the ``msgIdColumn`` value, or (where that is null, empty or not chosen) ``<origin
 stream>:<origin seq>`` for rows that came from a JetStream source — so the target's duplicate
 window drops the replays and a batch never lands twice (the PubAck then says ``duplicate``).
 Rows without an id are published at least once. Columns: ``subject`` (or the ``subject`` option), ``data``, optional ``headers``
-(``array<struct<name,value>>``), and optionally ``stream``/``seq`` for the derived id.
+(``headers.COLUMN_TYPES``, as the lake sink), and optionally ``stream``/``seq`` for the derived id.
 
 Headers go out exactly as the row holds them: every value of a repeated key, in order, values
 unchanged (only CR/LF become spaces, as nats-py does). nats-py's ``publish`` takes a dict (one
@@ -29,6 +29,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from jsspark.engine import headers as H
+from jsspark.engine.arrays import cast_column
 from jsspark.errors import APIError
 from jsspark.live.client import PublishFailed, check_size, pub_ack, unacked, wire_headers
 from jsspark.live.options import LiveWriteOptions, parse_live_write_options, redact
@@ -45,11 +47,13 @@ class PublishedMessage(WriterCommitMessage):
 
 
 def _msg_id(row: dict[str, Any], opts: LiveWriteOptions) -> str | None:
-    """The row's ``Nats-Msg-Id``: its ``msgIdColumn`` value; where that is null or not chosen,
-    ``<stream>:<seq>`` of the origin message it came from; else none."""
+    """The row's ``Nats-Msg-Id``: its ``msgIdColumn`` value; where that is null, empty or not
+    chosen, ``<stream>:<seq>`` of the origin message it came from; else none. An empty value
+    counts as null: the server reads an empty id (or one of spaces, ``headers.get``) as none,
+    so sent it would dedup nothing."""
     if opts.msg_id_column:
         value = row.get(opts.msg_id_column)
-        if value is not None:
+        if value is not None and str(value).lstrip(" "):
             return str(value)
     if row.get("stream") is not None and row.get("seq") is not None:
         return f"{row['stream']}:{row['seq']}"
@@ -78,6 +82,20 @@ def _headers(row: dict[str, Any], msg_id: str | None, opts: LiveWriteOptions) ->
     return pairs or None
 
 
+def _typed(batch: pa.RecordBatch) -> pa.Table:
+    """``headers`` and ``data`` typed as the lake sink takes them (``headers.from_column``: a map,
+    a struct's fields in any order; binary or string data), so every row reads the same way and
+    a type neither sink can publish fails naming its column (an int ``data`` went out as that
+    many zero bytes)."""
+    table = pa.Table.from_batches([batch])
+    names = table.column_names
+    if "headers" in names:
+        table = table.set_column(names.index("headers"), "headers", H.from_column(table.column("headers")))
+    if "data" in names:
+        table = table.set_column(names.index("data"), "data", cast_column(table, "data", pa.binary(), "binary or string"))
+    return table
+
+
 async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
     """Publish every row with a JetStream ack, ``max_in_flight`` at a time; (published, duplicates)."""
     from jsspark.live.client import open_client, publish_client_class
@@ -104,18 +122,19 @@ async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBat
         subject = row.get("subject") or opts.subject
         if not subject:
             raise PublishFailed("a row has no subject and no subject option is set")
-        data = row.get("data")
-        payload = b"" if data is None else (data.encode() if isinstance(data, str) else bytes(data))
+        payload = row.get("data") or b""
         headers = wire_headers(_headers(row, _msg_id(row, opts), opts), hooked)
         check_size(nc, subject, payload, headers)
         return subject, payload, headers
 
     tasks: set[asyncio.Task[None]] = set()
+    rows = (row for batch in batches for row in _typed(batch).to_pylist())
     try:
-        for row in (row for batch in batches for row in batch.to_pylist()):
-            if failures:
-                break
+        while not failures:
             try:
+                row = next(rows, None)
+                if row is None:
+                    break
                 subject, payload, headers = message(row)
             except Exception as e:  # a row that cannot be sent: what is under way still gets its ack
                 failures.append(e)

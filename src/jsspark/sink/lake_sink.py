@@ -1,8 +1,9 @@
 """Spark writers into a lake stream: one publish (or landing) per batch, exactly once for streaming.
 
-Rows (``subject``, optional ``data`` and ``headers``; other columns are ignored) go through
-the engine's publish semantics (routing check, dedup by ``Nats-Msg-Id``, expectations,
-limits), so a DataFrame publish behaves like a batch of ``js.publish`` calls.
+Rows (``subject``, optional ``data`` and ``headers`` of a type in ``headers.COLUMN_TYPES``,
+read by field name; other columns are ignored) go through the engine's publish semantics
+(routing check, dedup by ``Nats-Msg-Id``, expectations, limits), so a DataFrame publish
+behaves like a batch of ``js.publish`` calls.
 
 Why the publish happens on the driver: a JetStream publish assigns sequences, which must be
 one serialised commit per batch. Executors only normalise their rows and hand them back as
@@ -28,8 +29,8 @@ A streaming sink learns the origins from the sources' offsets of the batch
 (``<checkpointLocation>/offsets/<batchId>``, ``planning.Origin``) and matches rows to them by
 ``stream`` (and ``consumer`` when two sources read streams of the same name); a batch may
 hold rows of several origins, each keeps its mark in the one commit. Rows whose origin is
-not known that way (a batch write, another source) are marked per stream name
-(``jsspark.origin.<stream>``). So a durable source reset back (``Lake.reset_consumer``) re-delivers without
+not known that way (another source) are marked per stream name (``jsspark.origin.<stream>``).
+So a durable source reset back (``Lake.reset_consumer``) re-delivers without
 duplicating what the target holds, a replayed micro-batch stores nothing twice, and a new
 checkpoint on the same durable continues cleanly. Why a high-water mark and not a
 ``Nats-Msg-Id`` per origin message: it is exact however far back a reset goes (a dedup
@@ -40,6 +41,14 @@ below the mark and are not stored. The mark holds back only what the batch read:
 origin message an earlier batch read (at or below where the batch's reading began: the
 previous batch's offset, or a reset's ``base``), which a stateful query (a stream-stream join)
 emits only now, is stored whatever the mark, with the batch's ``txn`` against a replay.
+
+A batch write (``df.write``) stores every row it is given (only ``Nats-Msg-Id`` dedups), and
+reads and moves no mark. It has no source offsets to name its origins, nor a batch id to
+replay, so a mark would be keyed by the stream's name alone and would silently drop the rows of
+a later batch write at or below it that were never stored (another filter of the same origin,
+a backfill of older messages); and which origin messages a batch write stored cannot be told
+from the target's messages. A copy that can be run again without duplicates is a
+``writeStream`` with a checkpoint and ``trigger(availableNow=True)``.
 
 Landing forms (``form``): ``mirror`` or ``source`` store rows of the live NATS source (columns
 ``stream``, ``seq``, ``ts_ns``, ``subject``, ``headers``, ``data``) the way a mirror or a sourcing
@@ -80,6 +89,7 @@ from jsspark.datasource.options import OptionError, WriteOptions
 from jsspark.datasource.redaction import redact_storage, scrubbed
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
+from jsspark.engine.arrays import cast_column
 from jsspark.live.spill import is_reference, mark_landed, read_references, referenced_rows
 
 SINK_SCHEMA = pa.schema(
@@ -114,23 +124,20 @@ APP_ID_PREFIX = "jsspark.sink."
 
 
 # -- rows --------------------------------------------------------------------------------------
-def _headers_column(col: pa.Array) -> pa.Array:
-    """``array<struct<name,value>>`` (any list child name) or ``map<string,string>`` ->
-    the stored header type; anything else goes through ``headers.normalize`` per row."""
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    t = col.type
-    if pa.types.is_map(t):
-        values = pa.StructArray.from_arrays(
-            [col.keys.cast(pa.string()), col.items.cast(pa.string())], fields=list(H.HEADER_TYPE.value_type)
-        )
-        offsets = pc.subtract(col.offsets, col.offsets[0])
-        return pa.ListArray.from_arrays(offsets, values, mask=col.is_null())
-    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_struct(t.value_type):
-        names = [t.value_type.field(i).name for i in range(t.value_type.num_fields)]
-        if names == ["name", "value"]:
-            return col.cast(H.HEADER_TYPE)
-    return H.to_arrow([H.normalize(v) for v in col.to_pylist()])
+def _subject(batch: pa.RecordBatch | pa.Table) -> pa.Array:
+    """The rows' subjects; a null one fails here, where the publish would fail on it deep in
+    the engine without naming the column."""
+    subject = cast_column(batch, "subject", pa.string(), "a string")
+    if subject.null_count:
+        raise ValueError(f"jetstream sink: a row has no subject (column 'subject' is null in {subject.null_count} of "
+                         f"{len(subject)} rows)")
+    return subject
+
+
+def _data(batch: pa.RecordBatch | pa.Table) -> pa.Array:
+    if "data" not in batch.schema.names:
+        return pa.array([b""] * batch.num_rows, pa.binary())
+    return cast_column(batch, "data", pa.binary(), "binary or string")
 
 
 def normalize(batch: pa.RecordBatch | pa.Table, origin: bool = True) -> pa.Table:
@@ -140,13 +147,8 @@ def normalize(batch: pa.RecordBatch | pa.Table, origin: bool = True) -> pa.Table
     if "subject" not in names:
         raise ValueError(f"writing to a lake stream needs a 'subject' column; got columns {names}")
     n = batch.num_rows
-    subject = batch.column("subject").cast(pa.string())
-    if "data" in names:
-        data = batch.column("data")
-        data = data.cast(pa.binary()) if not pa.types.is_binary(data.type) else data
-    else:
-        data = pa.array([b""] * n, pa.binary())
-    headers = _headers_column(batch.column("headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
+    subject, data = _subject(batch), _data(batch)
+    headers = H.from_column(batch.column("headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
     if origin and "stream" in names and "seq" in names:
         o_stream, o_seq = batch.column("stream").cast(pa.string()), batch.column("seq").cast(pa.int64())
     else:
@@ -170,15 +172,14 @@ def normalize_origin(batch: pa.RecordBatch | pa.Table, form: str) -> pa.Table:
             f"missing {missing} (got {names})"
         )
     n = batch.num_rows
-    data = batch.column("data") if "data" in names else pa.array([b""] * n, pa.binary())
-    data = data.cast(pa.binary()) if not pa.types.is_binary(data.type) else data
-    headers = _headers_column(batch.column("headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
+    subject, data = _subject(batch), _data(batch)
+    headers = H.from_column(batch.column("headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
     return pa.Table.from_arrays(
         [
             batch.column("stream").cast(pa.string()),
             batch.column("seq").cast(pa.int64()),
             batch.column("ts_ns").cast(pa.int64()),
-            batch.column("subject").cast(pa.string()),
+            subject,
             headers,
             data,
             batch.column("num_pending").cast(pa.int64()) if "num_pending" in names else pa.nulls(n, pa.int64()),
@@ -405,13 +406,17 @@ def publish(
     if not table.num_rows:  # an empty micro-batch (e.g. right after a reset): nothing to store or replay
         return None
     lake = commit_lake(opts.location, opts.storage_options)
-    o_streams = table.column("origin_stream") if "origin_stream" in table.column_names else None
-    if not opts.dedup_by_origin or o_streams is None or o_streams.null_count == len(table):
+    if not opts.dedup_by_origin or "origin_stream" not in table.column_names:
         return lake.publish_batch(opts.stream, table.select(SINK_SCHEMA.names), txn=txn)
-    if o_streams.null_count:
+    # a row names its origin message with both columns: a null seq compares to no mark
+    carried = pc.and_(pc.is_valid(table.column("origin_stream")), pc.is_valid(table.column("origin_seq")))
+    count = pc.sum(carried).as_py() or 0
+    if not count:
+        return lake.publish_batch(opts.stream, table.select(SINK_SCHEMA.names), txn=txn)
+    if count < table.num_rows:
         raise ValueError(
-            "jetstream sink: some rows carry an origin message (columns 'stream' and 'seq') and some do "
-            "not; drop those columns or set option dedupByOrigin=false"
+            f"jetstream sink: {count} of {table.num_rows} rows carry an origin message (non-null columns 'stream' "
+            "and 'seq') and the others do not; drop those columns or set option dedupByOrigin=false"
         )
     if "origin_consumer" not in table.column_names:
         table = table.append_column("origin_consumer", pa.nulls(table.num_rows, pa.string()))
@@ -581,14 +586,15 @@ def _tag(opts: WriteOptions) -> str:
 
 
 class LakeBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("jetstream").mode("append")``: all rows in one atomic publish."""
+    """``df.write.format("jetstream").mode("append")``: all rows in one atomic publish, not
+    deduplicated by origin (see the module docstring)."""
 
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
         self.tag = _tag(opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LakeSinkMessage:
-        return collect_task(iterator, self.opts.location, self.tag, origin=self.opts.dedup_by_origin,
+        return collect_task(iterator, self.opts.location, self.tag, origin=False,
                             form=self.opts.form, storage_options=self.opts.storage_options)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -133,17 +133,21 @@ def test_trigger_once_reads_as_available_now(tmp_path: Path) -> None:
     assert load_job({**job, "trigger": "5 seconds"}).trigger_kwargs() == {"processingTime": "5 seconds"}
 
 
-def test_restarting_a_job_does_not_rewrite_an_unchanged_stream_config(tmp_path: Path) -> None:
+@pytest.mark.parametrize("allow_direct", [False, True], ids=["origin", "direct_origin"])
+def test_restarting_a_job_does_not_rewrite_an_unchanged_stream_config(tmp_path: Path, allow_direct: bool) -> None:
+    """Also where the stored config holds what came from another stream: a mirror of a local
+    ``allow_direct`` origin is stored with ``mirror_direct``."""
     from jsspark.jobs.runner import Job
 
     lake = jsspark.connect(str(tmp_path))
-    lake.add_stream(name="O", subjects=["o.>"])
+    lake.add_stream(name="O", subjects=["o.>"], allow_direct=allow_direct)
     job = {"stream": {"name": "M", "mirror": {"name": "O"}}, "target": {"location": str(tmp_path)},
            "origins": {"*": {"location": str(tmp_path)}}}
     Job(load_job(job)).prepare()
     before = lake.catalog._table().version()
     Job(load_job(job)).prepare()
     assert lake.catalog._table().version() == before  # no catalog commit for the same config
+    assert lake.stream_info("M").config.mirror_direct is allow_direct
     Job(load_job({**job, "stream": {**job["stream"], "description": "now described"}})).prepare()
     assert lake.stream_info("M").config.description == "now described"
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 import jsspark
 from jsspark.engine.headers import HEADER_TYPE
@@ -60,3 +61,22 @@ def test_batch_encodings_store_what_single_publishes_store(tmp_path: Path) -> No
     last = stored.group_by("subject").aggregate([("seq", "max")])
     for subject, seq in zip(last["subject"].to_pylist(), last["seq_max"].to_pylist(), strict=True):
         assert batched.get_msg("P", subject=subject).seq == seq
+
+
+def test_batch_columns_are_read_by_name_or_fail_naming_the_column(tmp_path: Path) -> None:
+    """A headers struct's fields are read by name (by position a value was stored as the name),
+    and a column that cannot be a message's fails naming it rather than deep in the engine."""
+    lake = _stream(tmp_path)
+    swapped = pa.array([[{"value": "json", "name": "Content-Type"}], None],
+                       pa.list_(pa.struct([("value", pa.string()), ("name", pa.string())])))
+    lake.publish_batch("P", pa.table({"subject": ["t.a", "t.b"], "data": ["x", "y"], "headers": swapped}))
+    stored = lake.stream("P").read().sort_by("seq")
+    assert stored["headers"].to_pylist() == [[{"name": "Content-Type", "value": "json"}], None]
+    assert stored["data"].to_pylist() == [b"x", b"y"]
+    with pytest.raises(ValueError, match=r"column 'subject' is null in 1 of 2 rows"):
+        lake.publish_batch("P", pa.table({"subject": ["t.a", None], "data": [b"x", b"y"]}))
+    with pytest.raises(ValueError, match=r"column 'data' has type int64, which is not binary or string"):
+        lake.publish_batch("P", pa.table({"subject": ["t.a"], "data": [3]}))
+    with pytest.raises(ValueError, match=r"column 'headers' has type list<item: string>, which is not message headers"):
+        lake.publish_batch("P", pa.table({"subject": ["t.a"], "headers": [["K: v"]]}))
+    assert lake.stream_info("P").state.messages == 2

@@ -84,3 +84,10 @@ def test_pub_count_stops_at_the_first_refused_message(cli: Run, lake: Lake) -> N
     refused = cli("pub", "d.1", "x", "--count", "2")  # the first one refused: nothing published
     assert refused.code == 1 and refused.out == ""
     assert "could not publish message 1 of 2 to d.1: maximum messages exceeded (10077)" in refused.err
+
+
+def test_pub_count_all_duplicates_prints_no_range(cli: Run, orders: Lake) -> None:
+    once = cli("pub", "orders.a", "x", "--count", "2", "-H", "Nats-Msg-Id:same")
+    assert once.out == 'Published 2 messages to "orders.a": Stream ORDERS sequences 1..1 (1 duplicates)\n'
+    again = cli("pub", "orders.a", "x", "--count", "2", "-H", "Nats-Msg-Id:same")
+    assert again.out == 'Published 2 messages to "orders.a": Stream ORDERS (2 duplicates)\n'

@@ -120,7 +120,10 @@ def cmd_pub(args: argparse.Namespace, session: Session) -> None:
     if session.json:
         render.print_json({**summary, "error": refused.to_dict()} if refused is not None else summary)
     elif summary["count"]:
-        stored = f" sequences {summary['first_seq']:,}..{summary['last_seq']:,}"
+        # a range only when new sequences were assigned: all duplicates store nothing
+        stored = (
+            f" sequences {summary['first_seq']:,}..{summary['last_seq']:,}" if summary["last_seq"] else ""
+        )
         render.print_line(
             f'Published {summary["count"]:,} messages to "{args.subject}": Stream {summary["stream"]}{stored}'
             + (f" ({summary['duplicates']:,} duplicates)" if summary["duplicates"] else "")

@@ -129,7 +129,7 @@ class Lake:
             if existing is None:
                 check_shared_stream_config(new)  # the server validates before it looks the stream up
                 raise api_error("JSStreamNotFoundErr")
-            cfg = check_stream_update(StreamConfig.from_json(existing.body["config"]), new)
+            cfg = check_stream_update(StreamConfig.from_stored(existing.body["config"]), new)
             refuse_unsupported(cfg)
             self._check_overlap(records, cfg)
             return [Change(STREAM, name, "", {**existing.body, "config": cfg.to_json()})]
@@ -159,7 +159,7 @@ class Lake:
         cached = self._streams.get(name)
         if cached and cached[0] == rec.rev:
             return cached[1]
-        cfg = StreamConfig.from_json(rec.body["config"])
+        cfg = StreamConfig.from_stored(rec.body["config"])
         if cached and cached[1].created_ns == rec.body["created_ns"]:  # not deleted and created again since
             engine = cached[1]
             engine.config = cfg

@@ -286,7 +286,8 @@ class Lake:
         return self.stream(name).compact(target_size)
 
     def vacuum(self, name: str, retention_hours: int = 168) -> list[str]:
-        """Delete a stream's files that no table version within ``retention_hours`` needs."""
+        """Delete a stream's files that no table version within ``retention_hours`` needs, and the
+        files of its lost commits older than that (``MessageTable.vacuum``)."""
         return self.stream(name).table.vacuum(retention_hours)
 
     # -- reads ---------------------------------------------------------------------------------

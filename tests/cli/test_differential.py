@@ -1,5 +1,6 @@
 """``stream info -j`` has the server's shape: the same config and state keys as a real
-nats-server's ``$JS.API.STREAM.INFO`` answer for the same stream, and the same error."""
+nats-server's ``$JS.API.STREAM.INFO`` answer for the same stream, and the same error.
+``pub --count N`` ends as N separate publishes to the server do."""
 
 from __future__ import annotations
 
@@ -92,3 +93,73 @@ def test_stream_info_json_keys_match_the_server(cli: Run, tmp_path: Any, nats_se
         res.err
         == f"jsspark: error: could not get info for stream NOPE: {err['description']} ({err['err_code']})\n"
     )
+
+
+# streams whose N-th publish is refused: (name, config, headers of each publish, N)
+REFUSING = [
+    ("PCNEW", {"subjects": ["pcnew.>"], "max_msgs": 3, "discard": "new"}, {}, 5),
+    ("PCSEQ", {"subjects": ["pcseq.>"]}, {"Nats-Expected-Last-Sequence": "0"}, 3),
+]
+
+
+def _server_publishes(url: str) -> dict[str, tuple[int, dict[str, Any] | None]]:
+    """Per stream of ``REFUSING``: the messages stored after N separate publishes (stopping at
+    the first refusal, as ``nats pub --count`` does) and that refusal's error."""
+
+    async def go() -> dict[str, tuple[int, dict[str, Any] | None]]:
+        nc = await nats.connect(url)
+        out = {}
+        try:
+            for name, config, headers, n in REFUSING:
+                await nc.request(f"$JS.API.STREAM.DELETE.{name}", b"", timeout=5)
+                created = json.loads(
+                    (
+                        await nc.request(
+                            f"$JS.API.STREAM.CREATE.{name}",
+                            json.dumps({"name": name, **config}).encode(),
+                            timeout=5,
+                        )
+                    ).data
+                )
+                assert "error" not in created, created
+                error = None
+                for _ in range(n):
+                    ack = json.loads(
+                        (await nc.request(f"{name.lower()}.1", b"x", headers=headers or None, timeout=5)).data
+                    )
+                    if "error" in ack:
+                        error = ack["error"]
+                        break
+                info = json.loads((await nc.request(f"$JS.API.STREAM.INFO.{name}", b"", timeout=5)).data)
+                out[name] = (info["state"]["messages"], error)
+        finally:
+            await nc.close()
+        return out
+
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(go())
+    finally:
+        loop.close()
+
+
+def test_pub_count_stops_where_separate_publishes_are_refused(
+    cli: Run, tmp_path: Any, nats_server: NatsServer
+) -> None:
+    server = _server_publishes(nats_server.url)
+    for name, config, headers, n in REFUSING:
+        stored, error = server[name]
+        assert error is not None, name
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"name": name, **config}))
+        assert cli("stream", "add", "--config", str(path)).code == 0
+        flags = [a for k, v in headers.items() for a in ("-H", f"{k}:{v}")]
+        res = cli("pub", f"{name.lower()}.1", "x", "--count", str(n), *flags, "-j")
+        assert res.code == 1, name
+        doc = json.loads(res.out)
+        assert (doc["stored"], doc["error"]) == (stored, error), name
+        assert (
+            f"message {stored + 1} of {n}" in res.err
+            and f"{error['description']} ({error['err_code']})" in res.err
+        )
+        assert cli("stream", "info", name, "-j").json()["state"]["messages"] == stored, name

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from jsspark.engine.lake import Lake
@@ -56,3 +58,36 @@ def test_pub_errors(cli: Run, orders: Lake) -> None:
     assert big.code == 1 and big.err.startswith(
         "jsspark: error: could not publish to orders.a: message size exceeds maximum allowed (10054)"
     )
+
+
+def test_pub_count_stops_at_the_first_refused_message(cli: Run, lake: Lake) -> None:
+    """``--count N`` is N publishes (``nats pub --count``): the ones before a refusal are
+    stored, the refused one stops it (exit 1, its error), none after it is tried."""
+    cli("stream", "add", "D", "--subjects", "d.>", "--max-msgs", "3", "--discard", "new")
+    res = cli("pub", "d.1", "n={{Count}}", "--count", "5")
+    assert res.code == 1
+    assert res.out == 'Published 3 messages to "d.1": Stream D sequences 1..3\n'
+    assert (
+        res.err
+        == "jsspark: error: could not publish message 4 of 5 to d.1: maximum messages exceeded (10077)\n"
+    )
+    assert lake.stream_info("D").state.messages == 3
+    assert lake.get_msg("D", seq=3).data == b"n=3"
+    cli("stream", "add", "E", "--subjects", "e.>")
+    res = cli("pub", "e.1", "x", "--count", "3", "-H", "Nats-Expected-Last-Sequence:0", "-j")
+    assert res.code == 1 and "wrong last sequence: 1 (10071)" in res.err
+    assert json.loads(res.out) == {
+        "stream": "E", "count": 1, "stored": 1, "duplicates": 0, "first_seq": 1, "last_seq": 1,
+        "error": {"code": 400, "err_code": 10071, "description": "wrong last sequence: 1"},
+    }  # fmt: skip
+    assert lake.stream_info("E").state.last_seq == 1
+    refused = cli("pub", "d.1", "x", "--count", "2")  # the first one refused: nothing published
+    assert refused.code == 1 and refused.out == ""
+    assert "could not publish message 1 of 2 to d.1: maximum messages exceeded (10077)" in refused.err
+
+
+def test_pub_count_all_duplicates_prints_no_range(cli: Run, orders: Lake) -> None:
+    once = cli("pub", "orders.a", "x", "--count", "2", "-H", "Nats-Msg-Id:same")
+    assert once.out == 'Published 2 messages to "orders.a": Stream ORDERS sequences 1..1 (1 duplicates)\n'
+    again = cli("pub", "orders.a", "x", "--count", "2", "-H", "Nats-Msg-Id:same")
+    assert again.out == 'Published 2 messages to "orders.a": Stream ORDERS (2 duplicates)\n'

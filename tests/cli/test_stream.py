@@ -272,6 +272,23 @@ def test_usage_errors_exit_2(cli: Run) -> None:
         assert res.code == 2 and "cannot be negative" in res.err, argv
 
 
+def test_durations_beyond_go_int64_are_refused(cli: Run, lake: Lake, tmp_path: Path) -> None:
+    """A duration is a Go time.Duration (int64 ns, about 292 years): a longer flag names the
+    input (usage error), a longer config value is the server's decode error (10025)."""
+    for flag, text in (("--max-age", "300y"), ("--dupe-window", "2562048h"), ("--max-age", "106752d")):
+        res = cli("stream", "add", "X", "--subjects", "x", flag, text)
+        assert res.code == 2 and f"invalid duration {text!r}: longer than 292y171d" in res.err, res.err
+    assert cli("stream", "add", "X", "--subjects", "x", "--max-age", "292y").code == 0
+    path = tmp_path / "big.json"
+    path.write_text('{"name": "Y", "subjects": ["y"], "max_age": 9223372036854775808}')
+    res = cli("stream", "add", "--config", str(path))
+    assert res.code == 1 and res.err == (
+        "jsspark: error: could not create stream Y: invalid JSON: json: cannot unmarshal number 9223372036854775808"
+        " into Go struct field StreamConfigRequest.max_age of type time.Duration (10025) in field max_age\n"
+    )
+    assert [s.config.name for s in lake.streams_info()] == ["X"]
+
+
 def test_add_accepts_the_nats_cli_defaults_flag(cli: Run, lake: Lake) -> None:
     """``nats stream add X --subjects ... --defaults`` (as scripts for the nats CLI write it) stores
     the same config as without the flag: nothing is asked either way."""

@@ -105,6 +105,21 @@ INVALID: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {
     "null-ack-policy-10025": (LIMITS, {"durable_name": "na", "ack_policy": None}, False),
     "null-deliver-policy-10025": (LIMITS, {"durable_name": "nd", "deliver_policy": None}, False),
     "capitalised-ack-policy-10025": (LIMITS, {"durable_name": "ca", "ack_policy": "EXPLICIT"}, False),
+    # durations are Go time.Durations (int64 ns): what does not fit fails to decode, path named
+    "ack-wait-beyond-int64-10025": (LIMITS, {"durable_name": "aw", "ack_wait": 2**63}, False),
+    "ephemeral-ack-wait-beyond-int64-10025": (LIMITS, {"ack_wait": 2**63}, False),
+    "inactive-threshold-beyond-int64-10025": (LIMITS, {"durable_name": "it", "inactive_threshold": 2**63}, False),
+    "max-expires-beyond-int64-10025": (LIMITS, {"durable_name": "me", "max_expires": 2**63}, False),
+    "idle-heartbeat-beyond-int64-10025": (LIMITS, {"durable_name": "ih", "idle_heartbeat": 2**63}, False),
+    "priority-timeout-beyond-int64-10025": (LIMITS, {"durable_name": "pt", "priority_timeout": 2**63}, False),
+    "ack-wait-fraction-10025": (LIMITS, {"durable_name": "af", "ack_wait": 2.5}, False),
+    "backoff-entry-beyond-int64-10025": (
+        LIMITS, {"durable_name": "bo", "ack_policy": "explicit", "backoff": [S, 2**63]}, False
+    ),
+    "first-bad-duration-in-document-10025": (
+        LIMITS, {"durable_name": "fb", "inactive_threshold": 2**63, "ack_wait": -(2**63) - 1}, False
+    ),
+    "unknown-field-before-bad-duration-10025": (LIMITS, {"durable_name": "ub", "zz": 1, "ack_wait": 2**63}, False),
     "pedantic-backoff-vs-ack-wait": (
         LIMITS,
         {"ack_policy": "explicit", "backoff": [S], "ack_wait": 2 * S},

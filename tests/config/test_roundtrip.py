@@ -233,3 +233,32 @@ def test_rules_the_api_subject_hides() -> None:
     with pytest.raises(APIError) as err:
         check_consumer_config(ConsumerConfig(durable_name="a", name="b"), stream)
     assert err.value.err_code == 10132
+
+
+def test_durations_are_go_int64() -> None:
+    """Durations decode into Go's int64 nanoseconds: beyond it a config is the server's 10025
+    (from JSON and from nats-py keywords alike), a Go duration string beyond it too; a config
+    an earlier version stored beyond it is still read back from a lake (``from_stored``)."""
+    assert parse_go_duration("-2562047h47m16.854775808s") == -(2**63)
+    assert parse_go_duration("2562047h47m16.854775807s") == 2**63 - 1
+    with pytest.raises(ValueError, match="2562048h"):
+        parse_go_duration("2562048h")
+    for doc in (
+        {"name": "D", "max_age": 2**63},
+        {"name": "D", "max_age": "2562048h"},
+        {"name": "D", "consumer_limits": {"inactive_threshold": 2**63}},
+    ):
+        with pytest.raises(APIError) as err:
+            StreamConfig.from_json(doc)
+        assert err.value.err_code == 10025 and "of type time.Duration" in str(err.value.description)
+    with pytest.raises(APIError, match=r"9223372036854775808 into Go struct field StreamConfigRequest\.max_age"):
+        StreamConfig.from_json('{"name": "D", "max_age": 9223372036854775808}')
+    with pytest.raises(APIError) as err:
+        StreamConfig.from_kwargs(name="D", max_age=1e12)  # nats-py: seconds
+    assert err.value.field == "max_age"
+    with pytest.raises(APIError) as err:
+        ConsumerConfig.from_kwargs(durable_name="d", backoff=[1.0, 1e12])
+    assert err.value.field == "backoff.1" and "into CreateConsumerRequest.config.backoff.1 of" in str(err.value)
+    assert StreamConfig.from_json({"name": "D", "max_age": 2**63 - 1}).max_age == 2**63 - 1
+    old = StreamConfig.from_stored({"name": "D", "max_age": 9460800000000000000})
+    assert old.max_age == 9460800000000000000 and old.to_json()["max_age"] == 9460800000000000000

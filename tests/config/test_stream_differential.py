@@ -145,6 +145,20 @@ INVALID: dict[str, dict[str, Any]] = {
     "null-retention-10025": {"retention": None},
     "null-persist-mode-10025": {"persist_mode": None},
     "capitalised-retention-10025": {"retention": "Limits"},
+    # a duration is a Go time.Duration (int64 ns): the decoder refuses what does not fit, naming
+    # the field's path; the first such field (or unknown field) in the document is reported
+    "max-age-beyond-int64-10025": {"max_age": 2**63},
+    "max-age-below-int64-10025": {"max_age": -(2**63) - 1},
+    "max-age-far-beyond-int64-10025": {"max_age": 10**22},
+    "max-age-fraction-10025": {"max_age": 1.5},
+    "max-age-bool-10025": {"max_age": True},
+    "duplicate-window-beyond-int64-10025": {"duplicate_window": 2**63},
+    "delete-marker-ttl-beyond-int64-10025": {"subject_delete_marker_ttl": 2**63},
+    "consumer-limits-inactive-beyond-int64-10025": {"consumer_limits": {"inactive_threshold": 2**63}},
+    "first-undecodable-duration-in-document-10025": {"duplicate_window": 2**63, "max_age": 2**63},
+    "unknown-field-before-bad-duration-10025": {"nope": 1, "max_age": 2**63},
+    "bad-duration-before-unknown-field-10025": {"max_age": 2**63, "nope": 1},
+    "unknown-field-before-bad-enum-10025": {"nope": 1, "discard": "x"},
 }
 
 
@@ -210,6 +224,7 @@ VALID: dict[str, dict[str, Any]] = {
     "atomic": {"allow_atomic": True},
     "empty-placement-dropped": {"placement": {}},
     "memory-storage": {"storage": "memory"},
+    "max-age-int64-max": {"max_age": 2**63 - 1},
     # Go's decoder leaves a field at its zero value on null; the discard decoder lower-cases
     "nulls-are-unset": {"subjects": None, "max_msgs": None, "description": None, "metadata": None,
                         "sources": None, "duplicate_window": None, "allow_direct": None, "mirror": None},

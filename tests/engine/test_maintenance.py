@@ -48,6 +48,32 @@ def test_vacuum_removes_files_of_removed_data(tmp_path: Path) -> None:
     assert lake.stream_info("V").state.first_seq == 6
 
 
+def test_vacuum_removes_files_of_lost_commits(tmp_path: Path) -> None:
+    """A data file in the table's folders that no log entry adds (a writer that lost the commit
+    race or died before committing) is deleted once older than the retention; a younger one
+    (maybe a commit in flight) is kept, and so is every message."""
+    import os
+    import shutil
+
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="V", subjects=["v.>"])
+    for i in range(3):
+        lake.publish(f"v.{i}", b"x")
+    some = next((tmp_path / "streams" / "V").rglob("*.parquet"))
+    lost = some.with_name("part-00000-lost-commit-c000.zstd.parquet")
+    young = some.with_name("part-00000-in-flight-c000.zstd.parquet")
+    shutil.copy(some, lost)
+    shutil.copy(some, young)
+    month_ago = time.time() - 30 * 86400
+    os.utime(lost, (month_ago, month_ago))
+    deleted = lake.vacuum("V", retention_hours=1)
+    assert [Path(p).name for p in deleted] == [lost.name]
+    assert not lost.exists() and young.exists()
+    state = lake.stream_info("V").state
+    assert (state.messages, state.first_seq, state.last_seq) == (3, 1, 3)
+    assert [lake.get_msg("V", seq=s).subject for s in (1, 2, 3)] == ["v.0", "v.1", "v.2"]
+
+
 def test_max_age_on_publish_and_enforce_limits(tmp_path: Path) -> None:
     lake = jsspark.connect(str(tmp_path))
     lake.add_stream(name="A", subjects=["a.>"], max_age=0.2)

@@ -168,8 +168,9 @@ def test_available_now_target_caps_latest(tmp_path: Path) -> None:
     planner = _planner(loc)
     target = planner.latest_available()
     lake.publish_batch("S", pa.table({"subject": ["s.a"] * 3, "data": [b""] * 3}))
-    assert planner.latest(Cursor(0), None, None, target).to_offset() == {"seq": 3, "dseq": 3}
-    assert planner.latest(Cursor(0), None, None).to_offset() == {"seq": 6, "dseq": 6}
+    # the end carries what is stored after it now (pending), past the target too
+    assert planner.latest(Cursor(0), None, None, target).to_offset() == {"seq": 3, "dseq": 3, "pending": 3}
+    assert planner.latest(Cursor(0), None, None).to_offset() == {"seq": 6, "dseq": 6, "pending": 0}
 
 
 def test_filtered_cursor_moves_past_unwanted_tail(tmp_path: Path) -> None:
@@ -177,7 +178,7 @@ def test_filtered_cursor_moves_past_unwanted_tail(tmp_path: Path) -> None:
     lake.publish_batch("S", pa.table({"subject": ["s.a", "s.b", "s.b"], "data": [b""] * 3}))
     planner = _planner(loc, filter_subject="s.a")
     end = planner.latest(Cursor(0), 10, None)
-    assert end.to_offset() == {"seq": 3, "dseq": 1}
+    assert end.to_offset() == {"seq": 3, "dseq": 1, "pending": 0}
     part = replace(planner.partitions(Cursor(0), end)[0])
     assert (part.lo, part.hi, part.expected) == (0, 1, 1)
 
@@ -221,3 +222,31 @@ def test_rows_at_slices_runs_and_takes_the_rest() -> None:
     taken = rows_at(rows, np.array([7, 2, 3]))
     assert taken.column("seq").to_pylist() == [7, 2, 3] and taken.column("data").num_chunks == 1
     assert rows_at(rows, np.array([], np.int64)).num_rows == 0
+
+
+def test_replayed_batch_reports_the_same_num_pending(tmp_path: Path) -> None:
+    """Spark replays a batch from its logged offsets (a crash before the commit log): the same
+    offsets must give the same rows, num_pending included, however many messages came since.
+    The batch end carries the pending count from planning; an offset without it (an older
+    checkpoint) still reads, counting at replay as before."""
+    loc, lake = _lake(tmp_path)
+    lake.publish_batch("S", pa.table({"subject": [f"s.{i % 3}" for i in range(1, 11)], "data": [b""] * 10}))
+
+    def rows(planner: Planner, start: dict[str, Any], end: dict[str, Any]) -> list[tuple[int, int, int]]:
+        parts = planner.partitions(Cursor.from_offset(start), Cursor.from_offset(end))
+        got = [r for p in parts for b in read_partition(p) for r in b.to_pylist()]
+        return [(r["seq"], r["delivery_seq"], r["num_pending"]) for r in got]
+
+    planner = _planner(loc, filter_subject="s.1")
+    first = planner.initial().to_offset()
+    second = planner.latest(Cursor.from_offset(first), 2, None).to_offset()  # s.1 at 1, 4, 7, 10
+    assert second["pending"] == 2
+    end = planner.latest(Cursor.from_offset(second), 2, None).to_offset()
+    planned = rows(planner, second, end)
+    assert planned == [(7, 3, 1), (10, 4, 0)]
+    lake.publish_batch("S", pa.table({"subject": [f"s.{i % 3}" for i in range(11, 16)], "data": [b""] * 5}))
+    replayed = rows(_planner(loc, filter_subject="s.1"), second, end)  # a new driver, the logged offsets
+    assert replayed == planned
+    assert rows(_planner(loc, filter_subject="s.1"), first, second) == [(1, 1, 3), (4, 2, 2)]
+    old = {k: v for k, v in end.items() if k != "pending"}  # written before ends carried it
+    assert rows(_planner(loc, filter_subject="s.1"), second, old) == [(7, 3, 2), (10, 4, 1)]

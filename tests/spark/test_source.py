@@ -208,7 +208,7 @@ def test_planned_range_shrinking_is_data_loss(tmp_path: Path) -> None:
     planner = Planner(parse_read_options({"path": loc, "stream": "ORDERS"}))
     start = Cursor.from_offset(planner.initial().to_offset())
     end = planner.latest(start, 5, None)
-    assert end.to_offset() == {"seq": 5, "dseq": 5}
+    assert end.to_offset() == {"seq": 5, "dseq": 5, "pending": 5}
     lake.delete_msg("ORDERS", 3)
     with pytest.raises(RuntimeError, match=r"must deliver 5 messages but only 4"):
         planner.partitions(start, end)
@@ -380,7 +380,7 @@ def test_filtered_query_fails_only_for_lost_messages_it_needs(tmp_path: Path) ->
     initial = pp.initial()
     lake.purge_stream("P", subject="p.b")
     assert lake.stream_info("P").state.first_seq == 3
-    assert pp.latest(initial, None, None).to_offset() == {"seq": 4, "dseq": 1}
+    assert pp.latest(initial, None, None).to_offset() == {"seq": 4, "dseq": 1, "pending": 0}
 
 
 def test_vacuumed_history_is_reported_as_possible_loss(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 The subject picks the stream exactly as the server routes a publish (the stream whose
 subjects match), so ``pub`` answers "no responders" where ``nats pub`` would. One message goes
 through ``Lake.publish``; ``--count N`` writes in batches of ``BATCH`` (one Delta commit each),
-because a commit per message would make ``--count 100000`` take minutes.
+because a commit per message would make ``--count 100000`` take minutes. The outcome is still
+that of N separate publishes: a refused message stops it, the ones before it stored.
 
 BODY and header values may use the nats CLI's templates: ``{{ Count }}`` (1-based message
 number), ``{{ ID }}`` (a unique id), ``{{ Unix }}``, ``{{ UnixNano }}`` and ``{{ TimeStamp }}``.
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from jsspark.cli import render
-from jsspark.cli.errors import CLIError, doing
+from jsspark.cli.errors import CLIError, describe, doing
 from jsspark.cli.interact import Progress
 
 if TYPE_CHECKING:
@@ -115,13 +116,22 @@ def cmd_pub(args: argparse.Namespace, session: Session) -> None:
             )
         return
     summary = _publish_many(session, args.subject, args.count, message)
+    refused = summary.pop("error", None)
     if session.json:
-        render.print_json(summary)
-    else:
+        render.print_json({**summary, "error": refused.to_dict()} if refused is not None else summary)
+    elif summary["count"]:
+        # a range only when new sequences were assigned: all duplicates store nothing
+        stored = (
+            f" sequences {summary['first_seq']:,}..{summary['last_seq']:,}" if summary["last_seq"] else ""
+        )
         render.print_line(
-            f'Published {summary["count"]:,} messages to "{args.subject}": Stream {summary["stream"]} '
-            f"sequences {summary['first_seq']:,}..{summary['last_seq']:,}"
+            f'Published {summary["count"]:,} messages to "{args.subject}": Stream {summary["stream"]}{stored}'
             + (f" ({summary['duplicates']:,} duplicates)" if summary["duplicates"] else "")
+        )
+    if refused is not None:  # as ``nats pub --count``: stop at the first failed publish, exit 1
+        raise CLIError(
+            f"could not publish message {summary['count'] + 1:,} of {args.count:,} to {args.subject}: "
+            + describe(refused)
         )
 
 
@@ -131,7 +141,14 @@ def _publish_many(
     total: int,
     message: Callable[[int], tuple[bytes, list[tuple[str, str]] | None]],
 ) -> dict[str, Any]:
-    """Route once, then write ``total`` messages in batches; returns the summary ``-j`` prints."""
+    """Route once, then write ``total`` messages in batches; returns the summary ``-j`` prints.
+
+    The outcome is that of ``total`` separate publishes (``nats pub --count``): a batch is one
+    commit, and a batch the stream refuses (a limit with ``discard: new``, an expected-sequence
+    header, ...) is split until the refused message is found; the messages before it are
+    stored, it and the rest are not, and ``error`` holds the refusal (``nats pub`` stops at the
+    first failed publish too). ``count`` is the number of messages published before it.
+    """
     import pyarrow as pa
 
     from jsspark.engine import headers as H
@@ -145,31 +162,43 @@ def _publish_many(
             raise CLIError(
                 f"could not publish to {subject}: no responders: no stream listens on subject {subject!r}"
             ) from None
-        first = last = duplicates = stored = 0
-        with Progress(f"publishing to {subject}", total) as progress:
-            for start in range(1, total + 1, BATCH):
-                numbers = range(start, min(start + BATCH, total + 1))
-                rows = [message(n) for n in numbers]
-                table = pa.table(
-                    {
-                        "subject": pa.array([subject] * len(rows), pa.string()),
-                        "data": pa.array([r[0] for r in rows], pa.binary()),
-                        "headers": H.to_arrow([r[1] for r in rows]),
-                    }
-                )
-                ack = lake.publish_batch(stream, table)
-                new_seqs = ack.seqs[~ack.duplicates.astype(bool)]  # duplicates carry the original's seq
-                if len(new_seqs):
-                    first = first or int(new_seqs.min())
-                    last = max(last, int(new_seqs.max()))
-                duplicates += int(ack.duplicates.sum())
-                stored += ack.stored
-                progress.advance(len(rows))
-    return {
-        "stream": stream,
-        "count": total,
-        "stored": stored,
-        "duplicates": duplicates,
-        "first_seq": first,
-        "last_seq": last,
-    }
+    summary: dict[str, Any] = {
+        "stream": stream, "count": 0, "stored": 0, "duplicates": 0, "first_seq": 0, "last_seq": 0,
+    }  # fmt: skip
+
+    def store(table: pa.Table) -> APIError | None:
+        """Publish ``table``'s rows in order as separate publishes would; the first refusal."""
+        try:
+            ack = lake.publish_batch(stream, table)
+        except APIError as exc:
+            if table.num_rows == 1:
+                return exc
+            half = table.num_rows // 2  # the rows before the refused one are stored
+            first = store(table.slice(0, half))
+            return first if first is not None else store(table.slice(half))
+        new_seqs = ack.seqs[~ack.duplicates.astype(bool)]  # duplicates carry the original's seq
+        if len(new_seqs):
+            summary["first_seq"] = summary["first_seq"] or int(new_seqs.min())
+            summary["last_seq"] = max(summary["last_seq"], int(new_seqs.max()))
+        summary["count"] += ack.count
+        summary["duplicates"] += int(ack.duplicates.sum())
+        summary["stored"] += ack.stored
+        progress.advance(ack.count)
+        return None
+
+    with doing(f"could not publish to {subject}"), Progress(f"publishing to {subject}", total) as progress:
+        for start in range(1, total + 1, BATCH):
+            numbers = range(start, min(start + BATCH, total + 1))
+            rows = [message(n) for n in numbers]
+            table = pa.table(
+                {
+                    "subject": pa.array([subject] * len(rows), pa.string()),
+                    "data": pa.array([r[0] for r in rows], pa.binary()),
+                    "headers": H.to_arrow([r[1] for r in rows]),
+                }
+            )
+            refused = store(table)
+            if refused is not None:
+                summary["error"] = refused
+                break
+    return summary

@@ -15,6 +15,7 @@ _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 HOUR = 3_600_000_000_000
 _LONG_UNITS = {"y": 365 * 24 * HOUR, "w": 7 * 24 * HOUR, "d": 24 * HOUR}
 _LONG_PART = re.compile(r"^(\d+)([ywd])")
+_LONGEST = 2**63 - 1  # nanoseconds: Go's time.Duration is an int64
 
 
 def parse_size(text: str) -> int:
@@ -49,14 +50,18 @@ def parse_duration(text: str) -> int:
         total += int(m.group(1)) * _LONG_UNITS[m.group(2)]
         s = s[m.end() :]
     if s:
-        from jsspark.config.durations import parse_go_duration  # lazily: jsspark.config loads pydantic
+        from jsspark.config.durations import DurationOverflow, parse_go_duration  # lazily: loads pydantic
 
         try:
             total += parse_go_duration(s)
+        except DurationOverflow:
+            total = _LONGEST + 1
         except ValueError:
             raise ValueError(f"invalid duration {text!r} (examples: 500ms, 90s, 1h30m, 7d, 1y)") from None
     if total < 0:
         raise ValueError(f"invalid duration {text!r}: durations cannot be negative")
+    if total > _LONGEST:  # the server decodes durations into Go's int64 nanoseconds
+        raise ValueError(f"invalid duration {text!r}: longer than 292y171d (2562047h47m16.854775807s), the longest")
     return total
 
 

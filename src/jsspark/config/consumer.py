@@ -22,6 +22,7 @@ class ConsumerConfig(WireModel):
     also validates it with the server's errors.
     """
 
+    _go_request: ClassVar[str] = "CreateConsumerRequest.config"
     _always: ClassVar[frozenset[str]] = frozenset(
         {"deliver_policy", "ack_policy", "replay_policy", "num_replicas"}
     )
@@ -81,7 +82,7 @@ class ConsumerConfig(WireModel):
                 wire[key] = seconds_to_nanoseconds(wire[key])
         if "backoff" in wire:
             wire["backoff"] = [seconds_to_nanoseconds(b) for b in wire["backoff"]]
-        return cls.model_validate(wire)
+        return cls.from_json(wire)  # a value the server cannot decode is its 10025, as from JSON
 
     def with_server_defaults(self, stream: StreamConfig) -> ConsumerConfig:
         """What the server stores for this consumer on ``stream`` (``setConsumerConfigDefaults``

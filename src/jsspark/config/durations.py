@@ -11,7 +11,8 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, ValidationInfo
+from pydantic_core import PydanticCustomError
 
 NANOSECOND = 1
 MICROSECOND = 1_000
@@ -32,6 +33,16 @@ _UNITS = {
 }
 _PART = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")  # Go: ASCII digits only
 _INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
+
+
+class DurationOverflow(ValueError):
+    """A Go duration string beyond ``int64`` nanoseconds (about 292 years)."""
+
+
+UNDECODABLE = "go_duration"
+"""The pydantic error type of a value Go's decoder does not put in a ``time.Duration`` (an
+``int64``); ``ctx["value"]`` is its decoder's name for it (``number 9223372036854775808``)."""
 
 
 def parse_go_duration(text: str, exact: bool = False) -> int:
@@ -57,23 +68,48 @@ def parse_go_duration(text: str, exact: bool = False) -> int:
         except InvalidOperation:
             raise ValueError(f"invalid duration {text!r}") from None
         pos = m.end()
-    ns = int(total)
-    if ns > _INT64_MAX:
-        raise ValueError(f"invalid duration {text!r}: overflows int64 nanoseconds")
-    return sign * ns
+    ns = sign * int(total)
+    if not _INT64_MIN <= ns <= _INT64_MAX:
+        raise DurationOverflow(f"invalid duration {text!r}: beyond {format_go_duration(_INT64_MAX)}, Go's longest")
+    return ns
 
 
 def to_nanoseconds(value: Any) -> int:
-    """Wire nanoseconds from an ``int`` (already ns), an integral float, or a Go duration string."""
+    """Wire nanoseconds from an ``int`` (already ns), an integral float, or a Go duration string.
+
+    The server decodes a duration into Go's ``int64``: a number beyond it (or not whole), a
+    bool, an array or an object fails to decode (``UNDECODABLE``, which ``WireModel.from_json``
+    turns into the server's 10025). A Go duration string is this library's extension (the
+    server takes numbers only); one beyond ``int64`` fails the same way."""
     if isinstance(value, bool):
-        raise ValueError("a duration must be nanoseconds or a Go duration string, not a bool")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
+        raise _undecodable("bool")
+    if isinstance(value, int | float):
+        whole = isinstance(value, int) or value.is_integer()
+        if whole and _INT64_MIN <= value <= _INT64_MAX:
+            return int(value)
+        raise _undecodable(f"number {_go_number(value)}")
     if isinstance(value, str):
-        return parse_go_duration(value)
+        try:
+            return parse_go_duration(value)
+        except DurationOverflow:
+            raise _undecodable("string") from None
+    kind = "array" if isinstance(value, list | tuple) else "object" if isinstance(value, dict) else None
+    if kind is not None:
+        raise _undecodable(kind)
     raise ValueError(f"a duration must be nanoseconds or a Go duration string, got {value!r}")
+
+
+def _go_number(value: int | float) -> str:
+    """The number as its JSON text (what Go's decoder quotes): ``1e+20``, ``1.5``, ``-9223372036854775809``."""
+    import json
+
+    return json.dumps(value)
+
+
+def _undecodable(what: str) -> PydanticCustomError:
+    return PydanticCustomError(
+        UNDECODABLE, "cannot unmarshal {value} into a Go time.Duration (int64 nanoseconds)", {"value": what}
+    )
 
 
 def seconds_to_nanoseconds(seconds: float | None) -> int:
@@ -110,5 +146,13 @@ def _fraction(value: int, size: int) -> str:
     return f"{whole}.{str(frac).rjust(digits, '0').rstrip('0')}"
 
 
-Duration = Annotated[int, BeforeValidator(to_nanoseconds)]
-"""A pydantic field type: int nanoseconds, also accepting Go duration strings."""
+def _duration_field(value: Any, info: ValidationInfo) -> int:
+    """A config's duration; one read back from a lake (``WireModel.from_stored``) is taken as
+    stored, even beyond ``int64`` (earlier versions stored such values): the lake stays readable."""
+    if info.context and info.context.get("stored") and type(value) is int:
+        return value
+    return to_nanoseconds(value)
+
+
+Duration = Annotated[int, BeforeValidator(_duration_field)]
+"""A pydantic field type: int nanoseconds (a Go ``int64``), also accepting Go duration strings."""

@@ -97,6 +97,7 @@ class StreamConfig(WireModel):
     also validates it with the server's errors.
     """
 
+    _go_request: ClassVar[str] = "StreamConfigRequest"
     _always: ClassVar[frozenset[str]] = frozenset(
         {
             "name", "retention", "max_consumers", "max_msgs", "max_bytes", "max_age",
@@ -154,7 +155,7 @@ class StreamConfig(WireModel):
         for key in _NATS_PY_SECONDS:
             if key in wire:
                 wire[key] = seconds_to_nanoseconds(wire[key])
-        return cls.model_validate(wire)
+        return cls.from_json(wire)  # a value the server cannot decode is its 10025, as from JSON
 
     def with_server_defaults(
         self, lookup: Callable[[str], StreamConfig | None] | None = None

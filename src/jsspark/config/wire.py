@@ -28,6 +28,10 @@ class WireModel(BaseModel):
     _unknown_to_server: ClassVar[frozenset[str]] = frozenset()
     """Fields of the design documents that nats-server 2.15 does not know yet."""
 
+    _go_request: ClassVar[str] = ""
+    """The server's Go request struct (path) this model is decoded into, named in its decode
+    errors: ``StreamConfigRequest``, ``CreateConsumerRequest.config``."""
+
     _keys: tuple[str, ...] = PrivateAttr(default=())  # the document's key order
 
     @model_validator(mode="before")
@@ -86,29 +90,59 @@ class WireModel(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as e:
-            refused = _refused_enum(cls, data, e)
+            refused = _refused_decode(cls, data, e)
             if refused is None:
                 raise
             raise refused from None
 
+    @classmethod
+    def from_stored(cls, data: dict[str, Any]) -> Self:
+        """A config as this library stored it in a lake's catalog: ``from_json``, but a duration
+        an earlier version let through beyond Go's ``int64`` is read back as it is."""
+        return cls.model_validate(data, context={"stored": True})
 
-def _refused_enum(cls: type[WireModel], data: Any, e: ValidationError) -> Exception | None:
-    """A value an enum field does not take, as the server's decoder refuses it (10025, its
-    decoder's text; the first such field in the document, as Go's decoder stops there)."""
+
+def _refused_decode(cls: type[WireModel], data: Any, e: ValidationError) -> Exception | None:
+    """A value the server's decoder refuses, as it refuses it (10025 with its decoder's text):
+    a value an enum does not take, or one no Go ``time.Duration`` holds (beyond ``int64``, not
+    a whole number, not a number). Go's decoder reports the first such field in the document,
+    and a field it does not know that comes before it wins (``json: unknown field``)."""
+    from jsspark.config.durations import UNDECODABLE
     from jsspark.config.validation import go_quote
     from jsspark.errors import api_error
 
-    bad = {err["loc"][0]: err["input"] for err in e.errors() if err["type"] == "enum" and len(err["loc"]) == 1}
-    if not isinstance(data, dict) or not bad:
+    if not isinstance(data, dict):
         return None
-    field = next((k for k in data if k in bad), None)
-    if field is None:
+    order = {key: i for i, key in enumerate(data)}
+    bad = [
+        err for err in e.errors()
+        if err["loc"] and err["loc"][0] in order
+        and (err["type"] == UNDECODABLE or (err["type"] == "enum" and len(err["loc"]) == 1))
+    ]  # fmt: skip
+    if not bad:
         return None
-    raw = json.dumps(bad[field])  # the bytes the decoder was given
-    kind = cls.model_fields[field].annotation
-    text = {"Compression": "unknown compression algorithm",
-            "PriorityPolicy": f"unknown priority policy: {raw}"}.get(getattr(kind, "__name__", ""))
-    refused = api_error("JSInvalidJSONErr", err=text or f"can not unmarshal {go_quote(raw)}")
+    first = min(bad, key=lambda err: order[err["loc"][0]])  # min keeps the earliest of a field's own
+    field = first["loc"][0]
+    unknown = next(
+        (k for k in data if order[k] < order[field] and (k not in cls.model_fields or k in cls._unknown_to_server)),
+        None,
+    )
+    if unknown is not None:
+        refused = api_error("JSInvalidJSONErr", err=f'json: unknown field "{unknown}"')
+        field = unknown
+    elif first["type"] == UNDECODABLE:
+        path = ".".join(str(p) for p in (cls._go_request or cls.__name__, *first["loc"]))
+        # Go names a struct field "Go struct field X.y", an array element just "X.y.0"
+        into = path if isinstance(first["loc"][-1], int) else f"Go struct field {path}"
+        value = first["ctx"]["value"]
+        refused = api_error("JSInvalidJSONErr", err=f"json: cannot unmarshal {value} into {into} of type time.Duration")
+        field = ".".join(str(p) for p in first["loc"])
+    else:
+        raw = json.dumps(first["input"])  # the bytes the decoder was given
+        kind = cls.model_fields[field].annotation
+        text = {"Compression": "unknown compression algorithm",
+                "PriorityPolicy": f"unknown priority policy: {raw}"}.get(getattr(kind, "__name__", ""))
+        refused = api_error("JSInvalidJSONErr", err=text or f"can not unmarshal {go_quote(raw)}")
     refused.field = field
     refused.args = (str(refused),)
     return refused

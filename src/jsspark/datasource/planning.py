@@ -159,7 +159,10 @@ class Origin:
 class Cursor:
     """A source offset: last delivered stream sequence, delivered count, pending skip list;
     for a durable query also the consumer's reset generation, the consumer itself and, on the
-    first batch after a reset, the cursor that batch starts from (``base``)."""
+    first batch after a reset, the cursor that batch starts from (``base``). A batch's end
+    also carries ``pending``: how many matching messages were stored after it when it was
+    planned, so a replay of the batch reports the same ``num_pending`` (Spark requires the same
+    offsets to give the same rows); an end without it (older checkpoints) counts them at replay."""
 
     seq: int
     dseq: int = 0
@@ -170,10 +173,13 @@ class Cursor:
     base: Cursor | None = None
     bound: bool = False  # where a durable stood when the query bound it: no batch of the query ended here
     origin: Origin | None = None
+    pending: int | None = None  # matching messages after ``seq`` when this batch end was planned
 
     def to_offset(self) -> dict[str, Any]:
         """JSON-ready, keys always in the same order (Spark compares offsets as JSON text)."""
         out: dict[str, Any] = {"seq": int(self.seq), "dseq": int(self.dseq)}
+        if self.pending is not None:
+            out["pending"] = int(self.pending)
         if self.resume > self.seq:
             out["skip"] = [int(s) for s in self.skip]
             out["resume"] = int(self.resume)
@@ -204,13 +210,15 @@ class Cursor:
             cls.from_offset(base) if base else None,
             bool(offset.get("bound", False)),
             Origin.parse(str(o)) if o else None,
+            int(offset["pending"]) if "pending" in offset else None,
         )
 
     def advance(self, seq: int, dseq: int) -> Cursor:
         if seq >= self.resume:
-            return replace(self, seq=seq, dseq=dseq, skip=(), resume=0, base=None, bound=False)
+            return replace(self, seq=seq, dseq=dseq, skip=(), resume=0, base=None, bound=False, pending=None)
         return replace(
-            self, seq=seq, dseq=dseq, skip=tuple(s for s in self.skip if s > seq), base=None, bound=False
+            self, seq=seq, dseq=dseq, skip=tuple(s for s in self.skip if s > seq), base=None, bound=False,
+            pending=None,
         )
 
 
@@ -494,14 +502,18 @@ class Planner:
     ) -> Cursor:
         """The end of the next batch: at most ``max_rows`` messages / ``max_bytes`` stored bytes
         (at least one message), never past ``target`` (``Trigger.AvailableNow``), and for a
-        durable never more than its ``max_ack_pending`` allows (``ack_window``)."""
+        durable never more than its ``max_ack_pending`` allows (``ack_window``). The end carries
+        the matching messages stored after it now (``Cursor.pending``), for ``num_pending``."""
         snap = self.snapshot()
         last = snap.last_seq if target is None else min(snap.last_seq, target)
         if last <= cur.seq:
             return cur
         self._check_gap(snap, cur, last)
+        everything = self._scan(snap, cur.seq, None)  # one scan: ``rows`` is a slice of it
+        wanted_all = self._wanted(everything, cur)
+        matching = everything.num_rows if wanted_all is None else int(np.count_nonzero(wanted_all))
         rows = self._scan(snap, cur.seq, last)
-        wanted = self._wanted(rows, cur)
+        wanted = None if wanted_all is None else wanted_all[: rows.num_rows]
         seqs = rows["seq"].to_numpy()
         if wanted is not None:
             seqs = seqs[wanted]
@@ -520,7 +532,7 @@ class Planner:
             sizes = np.cumsum((sizes if wanted is None else sizes[wanted])[:k])
             k = max(1, int(np.searchsorted(sizes, max_bytes, side="right")))
         end = last if k == len(seqs) else int(seqs[k - 1])
-        return cur.advance(end, cur.dseq + k)
+        return replace(cur.advance(end, cur.dseq + k), pending=matching - k)
 
     def latest_available(self) -> int:
         return self.snapshot().last_seq
@@ -558,6 +570,8 @@ class Planner:
             in_range = seqs_all <= upto
             seqs = seqs_all[wanted & in_range]
             tail = int(np.count_nonzero(wanted & ~in_range))
+        if end is not None and end.pending is not None:
+            tail = end.pending  # as when the batch was planned: a replay gives the same rows
         if end is not None:
             expected = end.dseq - start.dseq
             if len(seqs) < expected and self.opts.fail_on_data_loss and settled <= start.seq:

@@ -182,7 +182,7 @@ class Consumer:
     @classmethod
     def of(cls, rec: Record) -> Consumer:
         return cls(
-            rec.stream, rec.name, ConsumerConfig.from_json(rec.body["config"]),
+            rec.stream, rec.name, ConsumerConfig.from_stored(rec.body["config"]),
             ConsumerState.from_json(rec.body["state"]), int(rec.body["created_ns"]),
         )
 

@@ -139,7 +139,7 @@ class Lake:
                 # the server validates before it looks the stream up
                 check_shared_stream_config(new, lookup=_lookup(records))
                 raise api_error("JSStreamNotFoundErr")
-            cfg = check_stream_update(StreamConfig.from_json(existing.body["config"]), new, lookup=_lookup(records))
+            cfg = check_stream_update(StreamConfig.from_stored(existing.body["config"]), new, lookup=_lookup(records))
             refuse_unsupported(cfg)
             self._check_overlap(records, cfg)
             return [Change(STREAM, name, "", {**existing.body, "config": cfg.to_json()})]
@@ -169,7 +169,7 @@ class Lake:
         cached = self._streams.get(name)
         if cached and cached[0] == rec.rev:
             return cached[1]
-        cfg = StreamConfig.from_json(rec.body["config"])
+        cfg = StreamConfig.from_stored(rec.body["config"])
         if cached and cached[1].created_ns == rec.body["created_ns"]:  # not deleted and created again since
             engine = cached[1]
             engine.config = cfg
@@ -296,7 +296,8 @@ class Lake:
         return self.stream(name).compact(target_size)
 
     def vacuum(self, name: str, retention_hours: int = 168) -> list[str]:
-        """Delete a stream's files that no table version within ``retention_hours`` needs."""
+        """Delete a stream's files that no table version within ``retention_hours`` needs, and the
+        files of its lost commits older than that (``MessageTable.vacuum``)."""
         return self.stream(name).table.vacuum(retention_hours)
 
     # -- reads ---------------------------------------------------------------------------------
@@ -398,7 +399,7 @@ def _lookup(records: dict[Key, Record]) -> StreamLookup:
 
     def lookup(name: str) -> StreamConfig | None:
         rec = records.get((STREAM, name, ""))
-        return None if rec is None else StreamConfig.from_json(rec.body["config"])
+        return None if rec is None else StreamConfig.from_stored(rec.body["config"])
 
     return lookup
 

@@ -353,6 +353,11 @@ class MessageTable:
         return dt.version()
 
     def vacuum(self, retention_hours: int = 168) -> list[str]:
-        """Delete files no version within ``retention_hours`` needs, and files of lost commits."""
+        """Delete files no version within ``retention_hours`` needs, and files of lost commits
+        (in the table's folders, in no log entry: a writer that lost the race or died) written
+        more than ``retention_hours`` ago; a younger one may be a commit still in flight.
+
+        ``full``: found by listing, as upkeep does; without it delta-rs only deletes the files
+        the log's removes name, and never a lost commit's."""
         dt = self.snapshot().table
-        return dt.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False)
+        return dt.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False, full=True)

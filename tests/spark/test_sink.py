@@ -33,7 +33,7 @@ def _stored(lake: Any, name: str) -> list[tuple[int, str, bytes, Any]]:
 
 def test_batch_write_is_one_publish(spark: Any, tmp_path: Path) -> None:
     loc, lake = _lake(tmp_path, "OUT")
-    lake.update_stream(name="OUT", subjects=["out.>"], duplicate_window=60_000_000_000)
+    lake.update_stream(name="OUT", subjects=["out.>"], duplicate_window=60)
     df = spark.createDataFrame(
         [
             ("out.a", bytearray(b"1"), [("Nats-Msg-Id", "x")]),

@@ -132,6 +132,25 @@ def test_ttl_values_as_raw_header_bytes(pair: Pair, allow: bool, value: str) -> 
     pair.state(s)
 
 
+@pytest.mark.parametrize(
+    "zone",
+    ["Bogus/Zone", "", "Europe/Amsterdam", "UTC", "Local", " Europe/Amsterdam", "Europe/Amsterdam ",
+     "europe/amsterdam", "Europe", "Europe/Amsterdam/", "./Europe/Amsterdam", "Europe//Amsterdam",
+     "Europe/../UTC", "/etc/localtime", "zone.tab", "EST5EDT", "Etc/GMT+5"],
+)
+def test_schedule_time_zone_alone(pair: Pair, zone: str) -> None:
+    """``Nats-Schedule-Time-Zone`` without a schedule, on a stream without schedules: the
+    server loads the zone (``getMessageSchedule``) after the expected sequences, and one sent
+    empty or that Go's ``time.LoadLocation`` cannot load is refused as schedules being off
+    (10188); a zone it loads passes. Before the dedup: a duplicate is refused too."""
+    s = pair.stream(duplicate_window=WINDOW)
+    pair.publish(subj(s, "a"), b"1", headers=[("Nats-Msg-Id", "first")])
+    pair.publish_raw(subj(s, "a"), b"", headers=[("Nats-Schedule-Time-Zone", zone)])
+    pair.publish_raw(subj(s, "a"), b"", headers=[("Nats-Schedule-Time-Zone", zone), ("Nats-Msg-Id", "first")])
+    pair.publish_raw(subj(s, "a"), b"", headers=[("Nats-Schedule-Time-Zone", zone), ("Nats-Expected-Last-Sequence", "9")])
+    pair.state(s)
+
+
 def _kv_like(pair: Pair, **cfg: Any) -> str:
     s = pair.stream(allow_rollup_hdrs=True, **cfg)
     for i, t in enumerate("abab"):

@@ -61,10 +61,47 @@ def check_before_expectations(hdrs: H.HeaderPairs, stream: str, allow_msg_ttl: b
         raise api_error("JSMessageTTLDisabledErr")
 
 
+def _present(hdrs: H.HeaderPairs, key: str) -> str | None:
+    """The first ``key``'s value (leading spaces skipped) even when empty, as ``sliceHeader``
+    tells a header sent empty (``""``) from one not sent (``None``)."""
+    for k, v in hdrs or ():
+        if k == key:
+            return v.lstrip(" ")
+    return None
+
+
+# Where Go's ``time.LoadLocation`` looks for a zone on Linux (``platformZoneSources``); the
+# server embeds no tz database (it does not import ``time/tzdata``).
+_GO_ZONE_DIRS = ("/usr/share/zoneinfo/", "/usr/share/lib/zoneinfo/", "/usr/lib/locale/TZ/", "/etc/zoneinfo/")
+
+
+def go_loads_zone(name: str) -> bool:
+    """Whether Go's ``time.LoadLocation(name)`` succeeds: ``""``, ``UTC`` and ``Local``
+    always; a name with ``..`` or starting with a slash never; else a TZif file of that name
+    under one of its zone directories (the name taken as a path, as Go opens it)."""
+    if name in ("", "UTC", "Local"):
+        return True
+    if ".." in name or name[0] in "/\\" or "\0" in name:
+        return False
+    for root in _GO_ZONE_DIRS:
+        try:
+            with open(root + name, "rb") as f:
+                if f.read(4) == b"TZif":
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def check_schedules(hdrs: H.HeaderPairs, subject: str) -> None:
-    """The schedule headers, after the expected sequences: any schedule is refused (10188),
-    and ``Nats-Schedule-Next``/``Nats-Scheduler`` not forming a schedule purge are invalid
+    """The schedule headers, after the expected sequences: a ``Nats-Schedule-Time-Zone``
+    sent empty or naming no zone Go can load, or any schedule, is refused (10188: the
+    server's ``getMessageSchedule`` error, reported as schedules being off), and
+    ``Nats-Schedule-Next``/``Nats-Scheduler`` not forming a schedule purge are invalid
     (10212) before that."""
+    zone = _present(hdrs, H.SCHEDULE_TIME_ZONE)
+    if zone is not None and (not zone or not go_loads_zone(zone)):
+        raise api_error("JSMessageSchedulesDisabledErr")
     if H.get(hdrs, H.SCHEDULE) is not None:
         raise api_error("JSMessageSchedulesDisabledErr")
     scheduler = H.get(hdrs, H.SCHEDULER)

@@ -83,6 +83,18 @@ def _as_in(s: str, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
         [("Nats-Expected-Last-Sequence", "\u0662")],
         [("Nats-Expected-Last-Subject-Sequence", "+1")],
         [("Nats-Msg-Id", "first"), ("Nats-Expected-Last-Sequence", "+2")],
+        # the server's parseInt64 wraps past int64: 2^64+2 expects 2, 2^64+1 expects 1; a TTL
+        # of 2^64 is none (accepted without allow_msg_ttl), 2^64+1 is 1s (10166), 2^63 is
+        # negative (invalid, 10165, checked last)
+        [("Nats-Expected-Last-Sequence", str(2**64 + 2))],
+        [("Nats-Expected-Last-Sequence", str(2**64 + 1))],
+        [("Nats-Expected-Last-Sequence", "1" + "0" * 4998 + "2")],  # past Python's int digit limit
+        [("Nats-Expected-Last-Subject-Sequence", str(2**64 + 1))],
+        [("Nats-Expected-Last-Subject-Sequence", str(2**65 + 1))],
+        [("Nats-TTL", str(2**63))],
+        [("Nats-TTL", str(2**64))],
+        [("Nats-TTL", str(2**64 + 1))],
+        [("Nats-TTL", str(2**63)), ("Nats-Expected-Last-Sequence", "7")],
     ],
 )
 def test_header_checks_and_their_order(pair: Pair, headers: list[tuple[str, str]]) -> None:
@@ -113,7 +125,10 @@ def test_max_msg_size_is_checked_before_every_header(pair: Pair, headers: list[t
     pair.check(s)
 
 
-@pytest.mark.parametrize("value", ["5m", "never", "3600", "1m30s", "abc", "0", "500ms", "+5", "NEVER"])  # none expires during the test
+@pytest.mark.parametrize(
+    "value",  # none expires during the test
+    ["5m", "never", "3600", "1m30s", "abc", "0", "500ms", "+5", "NEVER", str(2**63), str(2**64), "2562048h"],
+)
 def test_ttl_values_on_a_stream_that_allows_them(pair: Pair, value: str) -> None:
     s = pair.stream(allow_msg_ttl=True)
     pair.publish(subj(s, "a"), b"", headers=[("Nats-TTL", value)])
@@ -444,6 +459,16 @@ def test_messages_expire_by_their_ttl(pair: Pair) -> None:
     pair.publish(subj(s, "b"), b"2")
     pair.publish(subj(s, "c"), b"3", headers=[("Nats-TTL", "1h")])
     _expire_like_the_server(pair, s, lambda st: st["messages"] == 2)
+
+
+def test_ttls_whose_expiry_wraps_int64(pair: Pair) -> None:
+    """The server reads a number of seconds with the wrapping ``parseInt64`` and adds
+    ``ts + ttl*1s`` in int64: 2^64+1 is a TTL of 1s, 2^64 none; ``2562047h`` (the longest
+    duration in hours) and ``10000000000`` overflow into the past and expire at once."""
+    s = pair.stream(allow_msg_ttl=True)
+    for i, value in enumerate([str(2**64 + 1), "2562047h", "10000000000", "1" * 30, str(2**64), "1h"]):
+        pair.publish(subj(s, f"m{i}"), b"", headers=[("Nats-TTL", value)])
+    _expire_like_the_server(pair, s, lambda st: st["messages"] <= 2)
 
 
 def test_a_ttl_of_never_outlives_max_age(pair: Pair) -> None:

@@ -91,8 +91,13 @@ def _ttls(rows: pa.Table, key: str = "seq") -> tuple[np.ndarray, np.ndarray]:
     ttls = {t: message_ttl(t) for t in set(texts)}
     secs = np.fromiter((ttls[t] or 0 for t in texts), np.int64, len(texts))
     keys = rows[key].filter(has).to_numpy()
-    ts = rows["ts_ns"].filter(has).to_numpy()
-    expires = np.where(secs < 0, NEVER, ts + secs * SECOND)
+    ts = rows["ts_ns"].filter(has).to_numpy().astype(np.int64)
+    # the store's ``time.Duration(ts) + time.Second*time.Duration(ttl)``: int64 arithmetic
+    # that wraps (numpy's does too, on arrays); an expiry wrapped to 0 or below is long past,
+    # due at once, as the hash wheel removes it at its next check
+    with np.errstate(over="ignore"):
+        at = ts + secs * np.int64(SECOND)
+    expires = np.where(secs < 0, NEVER, np.maximum(at, 1))
     real = secs != 0
     return np.asarray(keys[real], np.int64), expires[real]
 

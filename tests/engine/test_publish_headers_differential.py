@@ -126,6 +126,29 @@ def test_max_msg_size_is_checked_before_every_header(pair: Pair, headers: list[t
 
 
 @pytest.mark.parametrize(
+    "headers",
+    [
+        [],
+        [("Nats-Batch-Id", "b1")],
+        [("Nats-Batch-Id", "")],  # empty: not a batch, the 64 KiB check applies
+        [("Nats-Incr", "x")],
+        [("Nats-Expected-Stream", "nope")],
+        [("Nats-Msg-Id", "first")],
+        [("Nats-Schedule", "@every 1s")],
+    ],
+)
+@pytest.mark.parametrize("max_msg_size", [-1, 1000])
+def test_a_header_block_over_64k(pair: Pair, headers: list[tuple[str, str]], max_msg_size: int) -> None:
+    """A header block over 64 KiB is refused first (10097), after ``max_msg_size`` (10054),
+    except with a ``Nats-Batch-Id``: the atomic batch path checks the size limit and then
+    that atomic publish is off (10174), never the 64 KiB."""
+    s = pair.stream(duplicate_window=WINDOW, max_msg_size=max_msg_size)
+    pair.publish(subj(s, "a"), b"1", headers=[("Nats-Msg-Id", "first")])
+    pair.publish_raw(subj(s, "a"), b"", headers=[("X-Big", "x" * 70_000), *headers])
+    pair.state(s)
+
+
+@pytest.mark.parametrize(
     "value",  # none expires during the test
     ["5m", "never", "3600", "1m30s", "abc", "0", "500ms", "+5", "NEVER", str(2**63), str(2**64), "2562048h"],
 )

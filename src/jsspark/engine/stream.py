@@ -527,7 +527,7 @@ class LakeStream:
         ids = msg_ids.to_pylist() if known_ids is not None and msg_ids.null_count < n else None
         # Interest retention: a message no consumer wants is not stored, but uses its sequence.
         wanted = self._wanted(subjects) if _v(cfg.retention) == "interest" else None
-        self._check_sizes(hdr_len, data_len)  # the server's first check, before dedup
+        self._check_sizes(hdr_len, data_len, batch.headers)  # the server's first check, before dedup
         if H.any_has_prefix(batch.headers, H.CHECKED_ONE_BY_ONE):
             checked = self._check_sequential(snap, index, batch, subjects, msg_ids, known_ids, wanted)
         else:
@@ -736,9 +736,12 @@ class LakeStream:
             seqs[in_batch] = seqs[-seqs[in_batch] - 1]
         return Checked(accepted, seqs, [])
 
-    def _check_sizes(self, hdr_len: np.ndarray, data_len: np.ndarray) -> None:
+    def _check_sizes(self, hdr_len: np.ndarray, data_len: np.ndarray, headers: pa.Array) -> None:
         """The server's size checks, before any other (whole message against ``max_msg_size``,
-        then the header block against 64 KiB), on every message, duplicates included."""
+        then the header block against 64 KiB), on every message, duplicates included. A
+        message with a ``Nats-Batch-Id`` takes the atomic batch path
+        (``processJetStreamAtomicBatchMsg``), which checks ``max_msg_size`` and then refuses
+        it as atomic publish is off (10174, in ``header_rules``) but never checks 64 KiB."""
         no_headers = hdr_len.strides == (0,) and (not len(hdr_len) or not hdr_len[0])  # the zero view
         max_size = int(self.config.max_msg_size)
         if max_size >= 0 and len(data_len):
@@ -746,7 +749,10 @@ class LakeStream:
             if total.max() > max_size:
                 raise api_error("JSStreamMessageExceedsMaximumErr")
         if len(hdr_len) and not no_headers and hdr_len.max() > MAX_HEADER_BYTES:
-            raise api_error("JSStreamHeaderExceedsMaximumErr")
+            over = hdr_len > MAX_HEADER_BYTES
+            in_batch = pc.is_valid(H.column_lookup(headers, H.BATCH_ID)).to_numpy(zero_copy_only=False)
+            if (over & ~in_batch).any():
+                raise api_error("JSStreamHeaderExceedsMaximumErr")
 
     def _check_sequential(
         self, snap: Snapshot, index: MessageIndex, batch: Incoming, subjects: pa.Array,

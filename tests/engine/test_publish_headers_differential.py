@@ -468,6 +468,24 @@ def test_ttl_shorter_than_the_delete_markers_is_raised(pair: Pair, ttl: str, per
     pair.check(s)
 
 
+@pytest.mark.parametrize("per_subject", [-1, 1])
+def test_a_sourced_ttl_shorter_than_the_delete_markers_is_raised(pair: Pair, per_subject: int) -> None:
+    """The server raises a sourced message's TTL to the target's marker TTL too (its publish
+    path has no exception for sourced messages): the header moves after ``Nats-Stream-Source``."""
+    o = pair.stream(allow_msg_ttl=True)
+    target = {"name": f"{o}M", "subjects": [f"{o.lower()}m.>"], "subject_delete_marker_ttl": 60 * 10**9,
+              "max_msgs_per_subject": per_subject, "sources": [{"name": o}]}
+    assert pair.add_stream(target) == {"ok": True}
+    pair.streams.append(target["name"])
+    msgs = [("a", b"1", [("Nats-TTL", "5s"), ("X-After", "1")]), ("b", b"2", [("Nats-TTL", "never")]),
+            ("c", b"3", [("Nats-TTL", "90")]), ("d", b"4", None), ("e", b"5", [("X-Only", "1")])]
+    for t, d, h in msgs:
+        pair.server.publish(subj(o, t), d, headers=h)
+    wait_for(lambda: pair.server.state(target["name"])["last_seq"] == len(msgs), 10, "all sourced")
+    _land_in_one_call(pair, target["name"], o, msgs, mirror=False)
+    pair.check(target["name"])
+
+
 def _expire_like_the_server(pair: Pair, s: str, settled: Any) -> None:
     """Wait (bounded) until the server's timers removed what they remove, then apply the
     lake's limits as of a moment later: the lake's copies were stored just after the server's."""

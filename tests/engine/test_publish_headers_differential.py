@@ -521,6 +521,37 @@ def test_a_ttl_of_never_outlives_max_age(pair: Pair) -> None:
     pair.check(s)
 
 
+@pytest.mark.filterwarnings("ignore::jsspark.errors.ConfigIgnoredWarning")  # storage: memory
+@pytest.mark.parametrize("storage", ["file", "memory"])
+@pytest.mark.parametrize("mirror", [False, True])
+def test_a_landed_ttl_of_never_outlives_max_age_without_allow_msg_ttl(pair: Pair, mirror: bool, storage: str) -> None:
+    """A sourced or mirrored ``Nats-TTL: never`` exempts the message from the target's
+    ``max_age`` even where the target does not allow TTLs (the file and memory stores' age
+    pass skips it either way); a positive TTL there is ignored: ``max_age`` removes it."""
+    o = pair.stream(allow_msg_ttl=True)
+    target: dict[str, Any] = {"name": f"{o}N", "max_age": 10**9, "storage": storage}
+    target.update({"mirror": {"name": o}} if mirror else {"subjects": [f"{o.lower()}n.>"], "sources": [{"name": o}]})
+    assert pair.add_stream(target) == {"ok": True}
+    pair.streams.append(target["name"])
+    msgs = [("a", b"1", [("Nats-TTL", "never")]), ("b", b"2", None), ("c", b"3", [("Nats-TTL", "1h")]),
+            ("d", b"4", [("Nats-TTL", "NEVER"), ("X-After", "1")])]
+    for t, d, h in msgs:
+        pair.server.publish(subj(o, t), d, headers=h)
+    wait_for(lambda: pair.server.state(target["name"])["last_seq"] == len(msgs), 10, "all landed")
+    _land_in_one_call(pair, target["name"], o, msgs, mirror)
+
+    def same() -> None:  # a lake stream keeps no memory store: its byte count is the file store's
+        pair.messages(target["name"])
+        states = [{k: v for k, v in b.state(target["name"]).items() if storage == "file" or k != "bytes"}
+                  for b in (pair.server, pair.lake)]
+        assert states[0] == states[1]
+
+    same()
+    wait_for(lambda: pair.server.state(target["name"])["messages"] == 2, 10, "the server's max_age")
+    pair.lake.lake.stream(target["name"]).enforce_limits(now_ns=time.time_ns() + 200_000_000)
+    same()
+
+
 def test_the_last_message_of_a_subject_to_expire_leaves_a_marker(pair: Pair) -> None:
     """With subject delete markers the newest expiring message of a subject that empties is
     replaced by a marker (reason MaxAge, the markers' TTL as a Go duration, rollup sub)."""

@@ -67,6 +67,11 @@ class Expiries:
             out[pos[hit]] = self.expires[hit]
         return out
 
+    def exemptions(self) -> Expiries:
+        """Only the ``never`` TTLs (``max_age`` exemptions), for a stream without TTLs."""
+        never = self.expires == NEVER
+        return Expiries(self.seqs[never], self.expires[never], self.version)
+
     def due(self, now_ns: int) -> bool:
         """Whether any message with a TTL has expired by ``now_ns``."""
         return bool(((self.expires > 0) & (self.expires <= now_ns)).any())

@@ -83,6 +83,18 @@ def _as_in(s: str, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
         [("Nats-Expected-Last-Sequence", "\u0662")],
         [("Nats-Expected-Last-Subject-Sequence", "+1")],
         [("Nats-Msg-Id", "first"), ("Nats-Expected-Last-Sequence", "+2")],
+        # the server's parseInt64 wraps past int64: 2^64+2 expects 2, 2^64+1 expects 1; a TTL
+        # of 2^64 is none (accepted without allow_msg_ttl), 2^64+1 is 1s (10166), 2^63 is
+        # negative (invalid, 10165, checked last)
+        [("Nats-Expected-Last-Sequence", str(2**64 + 2))],
+        [("Nats-Expected-Last-Sequence", str(2**64 + 1))],
+        [("Nats-Expected-Last-Sequence", "1" + "0" * 4998 + "2")],  # past Python's int digit limit
+        [("Nats-Expected-Last-Subject-Sequence", str(2**64 + 1))],
+        [("Nats-Expected-Last-Subject-Sequence", str(2**65 + 1))],
+        [("Nats-TTL", str(2**63))],
+        [("Nats-TTL", str(2**64))],
+        [("Nats-TTL", str(2**64 + 1))],
+        [("Nats-TTL", str(2**63)), ("Nats-Expected-Last-Sequence", "7")],
     ],
 )
 def test_header_checks_and_their_order(pair: Pair, headers: list[tuple[str, str]]) -> None:
@@ -113,7 +125,33 @@ def test_max_msg_size_is_checked_before_every_header(pair: Pair, headers: list[t
     pair.check(s)
 
 
-@pytest.mark.parametrize("value", ["5m", "never", "3600", "1m30s", "abc", "0", "500ms", "+5", "NEVER"])  # none expires during the test
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [],
+        [("Nats-Batch-Id", "b1")],
+        [("Nats-Batch-Id", "")],  # empty: not a batch, the 64 KiB check applies
+        [("Nats-Incr", "x")],
+        [("Nats-Expected-Stream", "nope")],
+        [("Nats-Msg-Id", "first")],
+        [("Nats-Schedule", "@every 1s")],
+    ],
+)
+@pytest.mark.parametrize("max_msg_size", [-1, 1000])
+def test_a_header_block_over_64k(pair: Pair, headers: list[tuple[str, str]], max_msg_size: int) -> None:
+    """A header block over 64 KiB is refused first (10097), after ``max_msg_size`` (10054),
+    except with a ``Nats-Batch-Id``: the atomic batch path checks the size limit and then
+    that atomic publish is off (10174), never the 64 KiB."""
+    s = pair.stream(duplicate_window=WINDOW, max_msg_size=max_msg_size)
+    pair.publish(subj(s, "a"), b"1", headers=[("Nats-Msg-Id", "first")])
+    pair.publish_raw(subj(s, "a"), b"", headers=[("X-Big", "x" * 70_000), *headers])
+    pair.state(s)
+
+
+@pytest.mark.parametrize(
+    "value",  # none expires during the test
+    ["5m", "never", "3600", "1m30s", "abc", "0", "500ms", "+5", "NEVER", str(2**63), str(2**64), "2562048h"],
+)
 def test_ttl_values_on_a_stream_that_allows_them(pair: Pair, value: str) -> None:
     s = pair.stream(allow_msg_ttl=True)
     pair.publish(subj(s, "a"), b"", headers=[("Nats-TTL", value)])
@@ -129,6 +167,25 @@ def test_ttl_values_as_raw_header_bytes(pair: Pair, allow: bool, value: str) -> 
     stored headers: a value's leading spaces are kept in the lake's pairs, not in a decoded block.)"""
     s = pair.stream(allow_msg_ttl=allow)
     pair.publish_raw(subj(s, "a"), b"", headers=[("Nats-TTL", value)])
+    pair.state(s)
+
+
+@pytest.mark.parametrize(
+    "zone",
+    ["Bogus/Zone", "", "Europe/Amsterdam", "UTC", "Local", " Europe/Amsterdam", "Europe/Amsterdam ",
+     "europe/amsterdam", "Europe", "Europe/Amsterdam/", "./Europe/Amsterdam", "Europe//Amsterdam",
+     "Europe/../UTC", "/etc/localtime", "zone.tab", "EST5EDT", "Etc/GMT+5"],
+)
+def test_schedule_time_zone_alone(pair: Pair, zone: str) -> None:
+    """``Nats-Schedule-Time-Zone`` without a schedule, on a stream without schedules: the
+    server loads the zone (``getMessageSchedule``) after the expected sequences, and one sent
+    empty or that Go's ``time.LoadLocation`` cannot load is refused as schedules being off
+    (10188); a zone it loads passes. Before the dedup: a duplicate is refused too."""
+    s = pair.stream(duplicate_window=WINDOW)
+    pair.publish(subj(s, "a"), b"1", headers=[("Nats-Msg-Id", "first")])
+    pair.publish_raw(subj(s, "a"), b"", headers=[("Nats-Schedule-Time-Zone", zone)])
+    pair.publish_raw(subj(s, "a"), b"", headers=[("Nats-Schedule-Time-Zone", zone), ("Nats-Msg-Id", "first")])
+    pair.publish_raw(subj(s, "a"), b"", headers=[("Nats-Schedule-Time-Zone", zone), ("Nats-Expected-Last-Sequence", "9")])
     pair.state(s)
 
 
@@ -411,6 +468,24 @@ def test_ttl_shorter_than_the_delete_markers_is_raised(pair: Pair, ttl: str, per
     pair.check(s)
 
 
+@pytest.mark.parametrize("per_subject", [-1, 1])
+def test_a_sourced_ttl_shorter_than_the_delete_markers_is_raised(pair: Pair, per_subject: int) -> None:
+    """The server raises a sourced message's TTL to the target's marker TTL too (its publish
+    path has no exception for sourced messages): the header moves after ``Nats-Stream-Source``."""
+    o = pair.stream(allow_msg_ttl=True)
+    target = {"name": f"{o}M", "subjects": [f"{o.lower()}m.>"], "subject_delete_marker_ttl": 60 * 10**9,
+              "max_msgs_per_subject": per_subject, "sources": [{"name": o}]}
+    assert pair.add_stream(target) == {"ok": True}
+    pair.streams.append(target["name"])
+    msgs = [("a", b"1", [("Nats-TTL", "5s"), ("X-After", "1")]), ("b", b"2", [("Nats-TTL", "never")]),
+            ("c", b"3", [("Nats-TTL", "90")]), ("d", b"4", None), ("e", b"5", [("X-Only", "1")])]
+    for t, d, h in msgs:
+        pair.server.publish(subj(o, t), d, headers=h)
+    wait_for(lambda: pair.server.state(target["name"])["last_seq"] == len(msgs), 10, "all sourced")
+    _land_in_one_call(pair, target["name"], o, msgs, mirror=False)
+    pair.check(target["name"])
+
+
 def _expire_like_the_server(pair: Pair, s: str, settled: Any) -> None:
     """Wait (bounded) until the server's timers removed what they remove, then apply the
     lake's limits as of a moment later: the lake's copies were stored just after the server's."""
@@ -427,6 +502,16 @@ def test_messages_expire_by_their_ttl(pair: Pair) -> None:
     _expire_like_the_server(pair, s, lambda st: st["messages"] == 2)
 
 
+def test_ttls_whose_expiry_wraps_int64(pair: Pair) -> None:
+    """The server reads a number of seconds with the wrapping ``parseInt64`` and adds
+    ``ts + ttl*1s`` in int64: 2^64+1 is a TTL of 1s, 2^64 none; ``2562047h`` (the longest
+    duration in hours) and ``10000000000`` overflow into the past and expire at once."""
+    s = pair.stream(allow_msg_ttl=True)
+    for i, value in enumerate([str(2**64 + 1), "2562047h", "10000000000", "1" * 30, str(2**64), "1h"]):
+        pair.publish(subj(s, f"m{i}"), b"", headers=[("Nats-TTL", value)])
+    _expire_like_the_server(pair, s, lambda st: st["messages"] <= 2)
+
+
 def test_a_ttl_of_never_outlives_max_age(pair: Pair) -> None:
     s = pair.stream(allow_msg_ttl=True, max_age=10**9)
     pair.publish(subj(s, "a"), b"1", headers=[("Nats-TTL", "never")])
@@ -434,6 +519,37 @@ def test_a_ttl_of_never_outlives_max_age(pair: Pair) -> None:
     _expire_like_the_server(pair, s, lambda st: st["messages"] == 1)
     pair.publish(subj(s, "b"), b"3")  # a publish after it expires nothing more
     pair.check(s)
+
+
+@pytest.mark.filterwarnings("ignore::jsspark.errors.ConfigIgnoredWarning")  # storage: memory
+@pytest.mark.parametrize("storage", ["file", "memory"])
+@pytest.mark.parametrize("mirror", [False, True])
+def test_a_landed_ttl_of_never_outlives_max_age_without_allow_msg_ttl(pair: Pair, mirror: bool, storage: str) -> None:
+    """A sourced or mirrored ``Nats-TTL: never`` exempts the message from the target's
+    ``max_age`` even where the target does not allow TTLs (the file and memory stores' age
+    pass skips it either way); a positive TTL there is ignored: ``max_age`` removes it."""
+    o = pair.stream(allow_msg_ttl=True)
+    target: dict[str, Any] = {"name": f"{o}N", "max_age": 10**9, "storage": storage}
+    target.update({"mirror": {"name": o}} if mirror else {"subjects": [f"{o.lower()}n.>"], "sources": [{"name": o}]})
+    assert pair.add_stream(target) == {"ok": True}
+    pair.streams.append(target["name"])
+    msgs = [("a", b"1", [("Nats-TTL", "never")]), ("b", b"2", None), ("c", b"3", [("Nats-TTL", "1h")]),
+            ("d", b"4", [("Nats-TTL", "NEVER"), ("X-After", "1")])]
+    for t, d, h in msgs:
+        pair.server.publish(subj(o, t), d, headers=h)
+    wait_for(lambda: pair.server.state(target["name"])["last_seq"] == len(msgs), 10, "all landed")
+    _land_in_one_call(pair, target["name"], o, msgs, mirror)
+
+    def same() -> None:  # a lake stream keeps no memory store: its byte count is the file store's
+        pair.messages(target["name"])
+        states = [{k: v for k, v in b.state(target["name"]).items() if storage == "file" or k != "bytes"}
+                  for b in (pair.server, pair.lake)]
+        assert states[0] == states[1]
+
+    same()
+    wait_for(lambda: pair.server.state(target["name"])["messages"] == 2, 10, "the server's max_age")
+    pair.lake.lake.stream(target["name"]).enforce_limits(now_ns=time.time_ns() + 200_000_000)
+    same()
 
 
 def test_the_last_message_of_a_subject_to_expire_leaves_a_marker(pair: Pair) -> None:

@@ -67,6 +67,11 @@ class Expiries:
             out[pos[hit]] = self.expires[hit]
         return out
 
+    def exemptions(self) -> Expiries:
+        """Only the ``never`` TTLs (``max_age`` exemptions), for a stream without TTLs."""
+        never = self.expires == NEVER
+        return Expiries(self.seqs[never], self.expires[never], self.version)
+
     def due(self, now_ns: int) -> bool:
         """Whether any message with a TTL has expired by ``now_ns``."""
         return bool(((self.expires > 0) & (self.expires <= now_ns)).any())
@@ -91,8 +96,13 @@ def _ttls(rows: pa.Table, key: str = "seq") -> tuple[np.ndarray, np.ndarray]:
     ttls = {t: message_ttl(t) for t in set(texts)}
     secs = np.fromiter((ttls[t] or 0 for t in texts), np.int64, len(texts))
     keys = rows[key].filter(has).to_numpy()
-    ts = rows["ts_ns"].filter(has).to_numpy()
-    expires = np.where(secs < 0, NEVER, ts + secs * SECOND)
+    ts = rows["ts_ns"].filter(has).to_numpy().astype(np.int64)
+    # the store's ``time.Duration(ts) + time.Second*time.Duration(ttl)``: int64 arithmetic
+    # that wraps (numpy's does too, on arrays); an expiry wrapped to 0 or below is long past,
+    # due at once, as the hash wheel removes it at its next check
+    with np.errstate(over="ignore"):
+        at = ts + secs * np.int64(SECOND)
+    expires = np.where(secs < 0, NEVER, np.maximum(at, 1))
     real = secs != 0
     return np.asarray(keys[real], np.int64), expires[real]
 

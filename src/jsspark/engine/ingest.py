@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import Transaction
 
+from jsspark.engine import header_rules as rules
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
 from jsspark.engine.arrays import column, one_chunk
@@ -311,7 +312,7 @@ def store_sourced(lake: Lake, stream: str, rows: pa.Table, *, origin: Any = None
         n = part.num_rows
         originals = column(part, "subject").cast(pa.string())
         stamp = src.headers_column(column(part, "seq").to_pylist(), originals.to_pylist(), identity)
-        headers = _clean_headers(headers, [[(H.STREAM_SOURCE, v)] for v in stamp])
+        headers = _raised_ttls(ls, _clean_headers(headers, [[(H.STREAM_SOURCE, v)] for v in stamp]))
         now = time.time_ns()
         seqs = pa.array(np.arange(last + 1, last + 1 + n, dtype=np.int64))
         ts = pa.array(np.full(n, now, dtype=np.int64))
@@ -324,6 +325,27 @@ def store_sourced(lake: Lake, stream: str, rows: pa.Table, *, origin: Any = None
         return _progress(src, max(top, _taken(snap.table, src, identity)), lag, time.time_ns(), identity)
 
     return _commit(ls, build, txn, marks if top else [], skip_empty=not top)
+
+
+def _raised_ttls(ls: LakeStream, headers: pa.Array) -> pa.Array:
+    """Sourced headers with a ``Nats-TTL`` shorter than the target's subject delete markers
+    raised to theirs (``header_rules.raised_ttl``: moved last, after ``Nats-Stream-Source``),
+    as the server's publish path does for sourced messages too. A mirror never has markers
+    (refused in its config)."""
+    cfg = ls.config
+    marker_ttl, per_subject = int(cfg.subject_delete_marker_ttl or 0), int(cfg.max_msgs_per_subject)
+    if marker_ttl <= 0 or per_subject == 1 or not len(headers):
+        return headers
+    with_ttl = np.flatnonzero(pc.is_valid(H.column_lookup(headers, H.TTL)).to_numpy(zero_copy_only=False))
+    if not len(with_ttl):
+        return headers
+    rows = [H.from_arrow(cell) for cell in headers.to_pylist()]
+    changed = False
+    for i in with_ttl.tolist():
+        raised = rules.raised_ttl(rows[i], marker_ttl, per_subject)
+        if raised is not None:
+            rows[i], changed = raised, True
+    return H.to_arrow(rows) if changed else headers
 
 
 def _drop_known_ids(ls: LakeStream, part: pa.Table, headers: pa.Array, window: int) -> tuple[pa.Table, pa.Array]:

@@ -32,6 +32,7 @@ from jsspark.engine import maintenance
 from jsspark.engine.api import BatchAck, SourceInfo, StreamState
 from jsspark.engine.arrays import cast_column, column, take_rows
 from jsspark.engine.dedup import DedupWindow, KnownIds
+from jsspark.engine.expiry import NEVER as TTL_NEVER
 from jsspark.engine.expiry import Expiries, expires_of, is_marker, marker_headers
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.index_store import EXPIRY_COLUMNS, IndexStore
@@ -188,6 +189,7 @@ class LakeStream:
         self._recorded_last_ts = 0
         self._recorded_last_id: str | None = None  # None: the newest commit recorded none
         self._expiries: Expiries | None = None  # a stream with TTLs: when its messages expire
+        self._exemptions: Expiries | None = None  # without TTLs but with max_age: the ``never`` ones
         # Told (seqs, subjects) after a commit removed stored messages one by one (a delete, a
         # limit, an expiry), as the server tells its consumers (``decStreamPending``); purges
         # and rollups are not single removals.
@@ -250,9 +252,25 @@ class LakeStream:
 
     def _ttl_expiries(self, snap: Snapshot, index: MessageIndex) -> Expiries | None:
         """When the messages of a stream with TTLs expire (None: the stream has none), read
-        from the headers once per index and kept in step with this process's commits."""
-        if not self.config.allow_msg_ttl:
+        from the headers once per index and kept in step with this process's commits.
+
+        A stream without ``allow_msg_ttl`` but with ``max_age`` gets only the ``never``
+        exemptions: its TTL messages were sourced or mirrored (a client's are refused), and
+        the stores' ``max_age`` pass skips a ``never`` TTL whether TTLs are on or not, while
+        positive TTLs only the hash wheel of a TTL stream expires."""
+        cfg = self.config
+        if not cfg.allow_msg_ttl and not int(cfg.max_age or 0) > 0:
             return None
+        expiries = self._all_expiries(snap, index)
+        if cfg.allow_msg_ttl:
+            return expiries
+        if self._exemptions is None or self._exemptions.version != expiries.version:
+            self._exemptions = expiries.exemptions()
+        return self._exemptions
+
+    def _all_expiries(self, snap: Snapshot, index: MessageIndex) -> Expiries:
+        """Every TTL message's expiry at ``index``'s version, whatever the config (what is
+        persisted: a config update that turns TTLs on finds the positive ones there)."""
         if self._expiries is None or self._expiries.version != index.version:
             expiries = self._store.load_expiries(snap, index.msgs)  # a persisted snapshot and the files since
             if expiries is None:
@@ -273,9 +291,8 @@ class LakeStream:
         messages' expiries instead of reading every header); jobs may call this on shutdown or
         on a schedule. Returns whether a snapshot was written."""
         snap, index = self._load()
-        expiries = self._ttl_expiries(snap, index)
-        if expiries is not None:
-            self._store.save_expiries(expiries, snap)
+        if self._ttl_expiries(snap, index) is not None:
+            self._store.save_expiries(self._all_expiries(snap, index), snap)
         return self._store.save(index, snap)
 
     def state(self, consumer_count: int = 0) -> StreamState:
@@ -527,7 +544,7 @@ class LakeStream:
         ids = msg_ids.to_pylist() if known_ids is not None and msg_ids.null_count < n else None
         # Interest retention: a message no consumer wants is not stored, but uses its sequence.
         wanted = self._wanted(subjects) if _v(cfg.retention) == "interest" else None
-        self._check_sizes(hdr_len, data_len)  # the server's first check, before dedup
+        self._check_sizes(hdr_len, data_len, batch.headers)  # the server's first check, before dedup
         if H.any_has_prefix(batch.headers, H.CHECKED_ONE_BY_ONE):
             checked = self._check_sequential(snap, index, batch, subjects, msg_ids, known_ids, wanted)
         else:
@@ -631,6 +648,8 @@ class LakeStream:
         expires = None
         if ttls is not None and not markers:
             fresh = expires_of(rows)
+            if not cfg.allow_msg_ttl:  # only ``never`` exempts from max_age there
+                fresh = np.where(fresh == TTL_NEVER, TTL_NEVER, 0)
             # without max_age (whose TTL exemptions they are) the expiries only matter once one is due
             if max_age or ttls.due(now) or ((fresh > 0) & (fresh <= now)).any():
                 expires = np.concatenate([ttls.over(index.seq_array()), fresh])
@@ -736,9 +755,12 @@ class LakeStream:
             seqs[in_batch] = seqs[-seqs[in_batch] - 1]
         return Checked(accepted, seqs, [])
 
-    def _check_sizes(self, hdr_len: np.ndarray, data_len: np.ndarray) -> None:
+    def _check_sizes(self, hdr_len: np.ndarray, data_len: np.ndarray, headers: pa.Array) -> None:
         """The server's size checks, before any other (whole message against ``max_msg_size``,
-        then the header block against 64 KiB), on every message, duplicates included."""
+        then the header block against 64 KiB), on every message, duplicates included. A
+        message with a ``Nats-Batch-Id`` takes the atomic batch path
+        (``processJetStreamAtomicBatchMsg``), which checks ``max_msg_size`` and then refuses
+        it as atomic publish is off (10174, in ``header_rules``) but never checks 64 KiB."""
         no_headers = hdr_len.strides == (0,) and (not len(hdr_len) or not hdr_len[0])  # the zero view
         max_size = int(self.config.max_msg_size)
         if max_size >= 0 and len(data_len):
@@ -746,7 +768,10 @@ class LakeStream:
             if total.max() > max_size:
                 raise api_error("JSStreamMessageExceedsMaximumErr")
         if len(hdr_len) and not no_headers and hdr_len.max() > MAX_HEADER_BYTES:
-            raise api_error("JSStreamHeaderExceedsMaximumErr")
+            over = hdr_len > MAX_HEADER_BYTES
+            in_batch = pc.is_valid(H.column_lookup(headers, H.BATCH_ID)).to_numpy(zero_copy_only=False)
+            if (over & ~in_batch).any():
+                raise api_error("JSStreamHeaderExceedsMaximumErr")
 
     def _check_sequential(
         self, snap: Snapshot, index: MessageIndex, batch: Incoming, subjects: pa.Array,

@@ -254,12 +254,14 @@ class LakeStream:
         """When the messages of a stream with TTLs expire (None: the stream has none), read
         from the headers once per index and kept in step with this process's commits.
 
-        A stream without ``allow_msg_ttl`` but with ``max_age`` gets only the ``never``
-        exemptions: its TTL messages were sourced or mirrored (a client's are refused), and
-        the stores' ``max_age`` pass skips a ``never`` TTL whether TTLs are on or not, while
-        positive TTLs only the hash wheel of a TTL stream expires."""
+        A stream without ``allow_msg_ttl`` but with ``max_age`` and a mirror or sources gets
+        only the ``never`` exemptions: only sourced or mirrored messages carry a TTL there (a
+        client's are refused), and the stores' ``max_age`` pass skips a ``never`` TTL whether
+        TTLs are on or not, while positive TTLs only the hash wheel of a TTL stream expires.
+        Other streams read no headers for this (a stream whose sources an update removed keeps
+        no exemption for what they brought: a known divergence)."""
         cfg = self.config
-        if not cfg.allow_msg_ttl and not int(cfg.max_age or 0) > 0:
+        if not cfg.allow_msg_ttl and not (int(cfg.max_age or 0) > 0 and (cfg.mirror or cfg.sources)):
             return None
         expiries = self._all_expiries(snap, index)
         if cfg.allow_msg_ttl:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import math
 import os
 from collections.abc import Sequence
@@ -52,6 +53,8 @@ from jsspark.config import AckPolicy, DeliverPolicy
 from jsspark.datasource.options import RATE_LIMIT_DURABLE, OptionError, ReadOptions
 from jsspark.datasource.partition import DataLossError, ReadPartition, delivery_mask
 from jsspark.engine.table import MessageTable, Snapshot
+
+log = logging.getLogger(__name__)
 
 # A partition holds at most this many messages; a batch uses more partitions before bigger ones.
 # Each task costs Spark tens of ms (measured, bench/replay.py): few large partitions, in whole
@@ -153,6 +156,11 @@ class Origin:
     def parse(cls, key: str) -> Origin:
         stream, _table, kind, who = key.split(".", 3)
         return cls(stream, who if kind == "d" else None, key)
+
+    @property
+    def table_id(self) -> str:
+        """The Delta table id of the origin stream's table."""
+        return self.key.split(".", 3)[1]
 
 
 @dataclass(frozen=True)
@@ -352,6 +360,32 @@ class Planner:
         return Cursor(
             seq, st.delivered.consumer_seq, skip, st.resume if skip else 0, st.reset_generation, self.durable
         )
+
+    def recreated(self, start: Cursor) -> Cursor | None:
+        """A restart's start offset that belongs to an earlier stream of this name (its origin
+        names another Delta table: the stream was deleted and created again since): with
+        ``failOnDataLoss`` a ``DataLossError``, else the new stream's start for this query (for
+        a durable, bound as ``initialOffset`` binds it), with a warning. ``None`` when ``start``
+        is on this stream, or carries no origin (offsets written before origins were)."""
+        if start.origin is None or start.origin.table_id == self.origin.table_id:
+            return None
+        old, new = start.origin.table_id, self.origin.table_id
+        what = (
+            f"jetstream source: stream {self.opts.stream} was deleted and created again since this query's "
+            f"checkpoint was written (its offsets are on table {old}, the stream is now table {new})"
+        )
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(
+                f"{what}: what the old stream held after sequence {start.seq} is lost, and the new stream's "
+                "sequences start over. Start the query with a new checkpoint, or set failOnDataLoss=false to "
+                "read the new stream from its start."
+            )
+        fresh = self.initial(bind=True)
+        log.warning(
+            "%s; failOnDataLoss=false: reading the new stream from its start (sequence %d on, as the "
+            "query's deliver policy starts it)", what, fresh.seq + 1,
+        )
+        return fresh
 
     def on_planning(self, start: Cursor) -> tuple[Cursor, Cursor | None]:
         """``latestOffset(start)`` for a durable query: ack ``start`` (committed by now), and

@@ -236,6 +236,9 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         base = None
         if start is None:
             cursor = self.planner.initial(bind=True)
+        elif (fresh := self.planner.recreated(Cursor.from_offset(start))) is not None:
+            # the stream was deleted and created again: the batch starts on the new one (``base``)
+            cursor, base = fresh, Cursor(fresh.seq, fresh.dseq, fresh.skip, fresh.resume)
         else:
             cursor, base = self.planner.on_planning(Cursor.from_offset(start))
         cursor = replace(cursor, origin=self.planner.origin)  # also on offsets written before origins were

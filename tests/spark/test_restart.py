@@ -1,0 +1,97 @@
+"""A streaming query restarted from its checkpoint, driven as Spark's driver calls the reader
+(a new reader per run, offsets from the previous run): the stream deleted and created again,
+the durable consumer deleted, a durable used by a second query."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import jsspark
+from jsspark.datasource.planning import Cursor, DataLossError
+from jsspark.datasource.schema import spark_schema
+from jsspark.datasource.source import JetStreamDataSource
+
+pytestmark = pytest.mark.spark
+
+
+def _reader(loc: str, **opts: str) -> Any:
+    return JetStreamDataSource({"path": loc, "stream": "S", **opts}).streamReader(spark_schema())
+
+
+def _batch(reader: Any, start: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
+    """One micro-batch as Spark plans it: ``latestOffset(start)``, then ``partitions`` and the
+    rows its tasks read; the end offset and the delivered sequences."""
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    seqs: list[int] = []
+    for p in reader.partitions(start, end):
+        for b in reader.read(p):
+            seqs += b.column("seq").to_pylist()
+    return end, seqs
+
+
+def _publish(lake: Any, n: int, tag: str) -> None:
+    for i in range(n):
+        lake.publish("s.a", f"{tag}{i}".encode())
+
+
+def _recreated(tmp_path: Path, **opts: str) -> tuple[str, Any, dict[str, Any]]:
+    """A query read messages 1..5 of S; then S was deleted and created again with 8 messages."""
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="S", subjects=["s.>"])
+    _publish(lake, 5, "old")
+    reader = _reader(loc, **opts)
+    end, seqs = _batch(reader, reader.initialOffset())
+    assert seqs == [1, 2, 3, 4, 5]
+    reader.commit(end)
+    lake.delete_stream("S")
+    lake.add_stream(name="S", subjects=["s.>"])
+    _publish(lake, 8, "new")
+    return loc, lake, end
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_restart_after_the_stream_was_created_again_fails_by_default(tmp_path: Path, durable: bool) -> None:
+    opts = {"durable_name": "D"} if durable else {}
+    loc, _lake, end = _recreated(tmp_path, **opts)
+    old = Cursor.from_offset(end).origin
+    reader = _reader(loc, **opts)
+    new = reader.planner.origin
+    with pytest.raises(DataLossError, match="deleted and created again") as e:
+        reader.latestOffset(end, reader.getDefaultReadLimit())
+    assert old is not None and old.table_id in str(e.value) and new.table_id in str(e.value)
+    assert "failOnDataLoss=false" in str(e.value) and "new checkpoint" in str(e.value)
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_restart_after_the_stream_was_created_again_reads_it_from_the_start(
+    tmp_path: Path, durable: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """failOnDataLoss=false: the new stream is read from its start (all 8 messages), not from
+    the old stream's sequence 5 on; a durable is created on the new stream."""
+    opts = {"failOnDataLoss": "false", **({"durable_name": "D"} if durable else {})}
+    loc, lake, end = _recreated(tmp_path, **opts)
+    reader = _reader(loc, **opts)
+    with caplog.at_level(logging.WARNING, logger="jsspark.datasource.planning"):
+        nxt, seqs = _batch(reader, end)
+    assert seqs == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert any("deleted and created again" in r.getMessage() for r in caplog.records)
+    assert Cursor.from_offset(nxt).origin == reader.planner.origin
+    assert _batch(reader, nxt) == (nxt, [])
+    if durable:
+        assert lake.consumer_info("S", "D").ack_floor.stream_seq == 8
+
+
+def test_restart_from_an_offset_without_origin_keeps_working(tmp_path: Path) -> None:
+    """A checkpoint written before offsets carried an origin continues where it stood."""
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="S", subjects=["s.>"])
+    _publish(lake, 8, "m")
+    reader = _reader(loc)
+    nxt, seqs = _batch(reader, {"seq": 5, "dseq": 5})
+    assert seqs == [6, 7, 8] and Cursor.from_offset(nxt).origin == reader.planner.origin

@@ -95,3 +95,37 @@ def test_restart_from_an_offset_without_origin_keeps_working(tmp_path: Path) -> 
     reader = _reader(loc)
     nxt, seqs = _batch(reader, {"seq": 5, "dseq": 5})
     assert seqs == [6, 7, 8] and Cursor.from_offset(nxt).origin == reader.planner.origin
+
+
+@pytest.mark.parametrize("retention", ["limits", "workqueue"])
+def test_restart_creates_a_deleted_durable_again_at_the_checkpoint(tmp_path: Path, retention: str) -> None:
+    """The durable was deleted while the query was stopped, after its last batch committed and
+    before that batch was acked (the next planning acks it): the restart creates it again at
+    the checkpoint's cursor, so the query goes on with 6.. (nothing twice), and a work-queue
+    stream drops the committed 1..5 (nothing kept for ever, nothing lost). A deletion while the
+    query runs still fails, saying a restart creates the durable again."""
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="S", subjects=["s.>"], retention=retention)
+    _publish(lake, 5, "a")
+    opts = {"durable_name": "D", "ack_policy": "explicit"}
+    reader = _reader(loc, **opts)
+    end, seqs = _batch(reader, reader.initialOffset())
+    assert seqs == [1, 2, 3, 4, 5]
+    lake.delete_consumer("S", "D")
+    _publish(lake, 5, "b")
+    reader = _reader(loc, **opts)  # the restart
+    nxt, seqs = _batch(reader, end)
+    assert seqs == [6, 7, 8, 9, 10]
+    info = lake.consumer_info("S", "D")
+    assert (info.delivered.stream_seq, info.ack_floor.stream_seq, info.ack_floor.consumer_seq) == (5, 5, 5)
+    if retention == "workqueue":
+        assert lake.stream_info("S").state.first_seq == 6
+    assert _batch(reader, nxt) == (nxt, [])
+    assert lake.consumer_info("S", "D").ack_floor.stream_seq == 10
+    lake.delete_consumer("S", "D")
+    with pytest.raises(Exception, match="deleted while the query used it; restart the query to create it again"):
+        reader.latestOffset(nxt, reader.getDefaultReadLimit())
+    _publish(lake, 1, "c")
+    reader = _reader(loc, **opts)
+    assert _batch(reader, nxt)[1] == [11]

@@ -251,6 +251,7 @@ class Planner:
     _retention_checked: bool = False
     _lost: tuple[tuple[Any, ...], np.ndarray | None] | None = None
     _origin: Origin | None = None
+    _planned: bool = False  # a batch was planned in this process (``on_planning``)
 
     # -- the stream ----------------------------------------------------------------------------
     def lake(self) -> Any:
@@ -393,6 +394,9 @@ class Planner:
         same cursor as the ``base`` the batch's end offset must carry."""
         if self.durable is None:
             return start, None
+        if not self._planned:
+            self._restore(start)
+        self._planned = True
         self._recover_retention()
         c = self._consumer()
         gen = c.state.reset_generation
@@ -405,6 +409,35 @@ class Planner:
         if not start.bound:  # a bound start is where the durable stood, not a batch this query committed
             self.settle(start, c)
         return start, None
+
+    def _restore(self, start: Cursor) -> None:
+        """A restart (this process's first planning) whose durable was deleted while the query
+        was stopped creates it again, as ``_bind`` creates it, but where the checkpoint stands:
+        delivered and acked up to ``start`` (committed, as every start ``latestOffset`` gets),
+        in ``start``'s reset generation, with what is left of a skip list. The query then
+        delivers nothing twice, and ``_recover_retention`` removes from a work-queue or
+        interest stream what that ack floor no longer needs. (An interest stream already lost
+        its messages when its last consumer went, as on a server: then the planning fails with
+        data loss unless ``failOnDataLoss=false``.)"""
+        from jsspark.engine.consumers import CONSUMER, ConsumerState, Position
+
+        cfg = self.opts.consumer
+        if self.lake().catalog.get(CONSUMER, self.opts.stream, cfg.durable_name) is not None:
+            return
+        if cfg.rate_limit_bps:
+            raise OptionError(RATE_LIMIT_DURABLE)
+        listing = start.resume > start.seq  # skip-list entries are left: handed out up to ``start``
+        at = ConsumerState(
+            Position(start.dseq, start.seq), Position(start.dseq, start.seq),
+            resume=start.resume if listing else 0, skipped_to=start.seq if listing else 0,
+            reset_generation=start.gen or 0,
+        )
+        self.lake().consumers.add(self.opts.stream, cfg, at=at)
+        log.warning(
+            "jetstream source: durable consumer %r on stream %s was deleted while the query was stopped; "
+            "created it again at the checkpoint's position (stream sequence %d)", cfg.durable_name,
+            self.opts.stream, start.seq,
+        )
 
     def settle(self, cur: Cursor, consumer: Any = None) -> None:
         """Record delivery and ack everything up to ``cur``: only ever called once the batch

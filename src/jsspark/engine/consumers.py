@@ -473,9 +473,15 @@ class Consumers:
         return [self.info_of(c, view) for c in self._all(stream)]
 
     # -- create / update -------------------------------------------------------------------
-    def add(self, stream: str, cfg: ConsumerConfig, action: str = "") -> ConsumerInfo:
+    def add(
+        self, stream: str, cfg: ConsumerConfig, action: str = "", at: ConsumerState | None = None
+    ) -> ConsumerInfo:
         """``$JS.API.CONSUMER.CREATE``: ``action`` "" is create-or-update (what nats-py sends),
-        "create" fails on a different existing config, "update" needs an existing consumer."""
+        "create" fails on a different existing config, "update" needs an existing consumer.
+
+        ``at``: the position a consumer created here starts from instead of its deliver
+        policy's start (a Spark query re-creating its deleted durable where its checkpoint
+        stands); an existing consumer keeps its own."""
         check_decodable(cfg)  # the request is decoded before the stream is looked up
         engine = self.lake.stream(stream)
         scfg = engine.config
@@ -520,8 +526,12 @@ class Consumers:
                 given = _random_name()
                 while given in taken:
                     given = _random_name()
-            sseq, _, resume = select_starting_seq(view, cfg_now)
-            c = Consumer(stream, given, cfg_now, ConsumerState.starting_at(sseq, resume), time.time_ns())
+            if at is None:
+                sseq, _, resume = select_starting_seq(view, cfg_now)
+                at_now = ConsumerState.starting_at(sseq, resume)
+            else:
+                at_now = ConsumerState.from_json(at.to_json())  # a copy per replanning
+            c = Consumer(stream, given, cfg_now, at_now, time.time_ns())
             result["consumer"] = c
             return [Change(CONSUMER, stream, c.name, c.body())]
 

@@ -141,3 +141,22 @@ def test_update_checks_that_look_at_the_other_streams(pair: Pair) -> None:
     updated = pair.update_stream({"name": mo, "max_msg_size": 1000, "mirror": {"name": o}})
     assert updated["config"]["mirror_direct"] is True
     pair.config(mo)
+
+
+def test_lowered_consumer_limits_refused_over_an_existing_consumer(pair: Pair) -> None:
+    """``updateWithAdvisory``: a changed, positive ``consumer_limits`` value is checked against
+    every consumer's own (its stored ``max_ack_pending`` default 1000 counts): 10069 naming the
+    consumers above it; a consumer created after a refused update still gets the old defaults.
+    One consumer violates at a time (the server lists several in Go map order)."""
+    s = pair.stream()
+    cfg = {"name": s, "subjects": [subj(s, ">")]}
+    pair.consumer_create(s, {"durable_name": "C", "ack_policy": "explicit", "max_ack_pending": 100})
+    refused = pair.update_stream({**cfg, "consumer_limits": {"max_ack_pending": 10}})
+    assert refused["error"]["err_code"] == 10069 and refused["error"]["description"].endswith(": C")
+    pair.update_stream({**cfg, "consumer_limits": {"max_ack_pending": 100}})
+    pair.consumer_create(s, {"durable_name": "D", "ack_policy": "explicit", "inactive_threshold": 60 * 10**9})
+    limits = {"max_ack_pending": 100, "inactive_threshold": 10 * 10**9}
+    assert pair.update_stream({**cfg, "consumer_limits": limits})["error"]["description"].endswith(": D")
+    pair.consumer_create(s, {"durable_name": "E", "ack_policy": "explicit"})
+    pair.update_stream({**cfg, "consumer_limits": {**limits, "inactive_threshold": 60 * 10**9}})
+    pair.update_stream({**cfg, "consumer_limits": {"max_ack_pending": 0}})  # unset: nothing checked

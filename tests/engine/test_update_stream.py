@@ -160,3 +160,44 @@ def test_lowered_consumer_limits_refused_over_an_existing_consumer(pair: Pair) -
     pair.consumer_create(s, {"durable_name": "E", "ack_policy": "explicit"})
     pair.update_stream({**cfg, "consumer_limits": {**limits, "inactive_threshold": 60 * 10**9}})
     pair.update_stream({**cfg, "consumer_limits": {"max_ack_pending": 0}})  # unset: nothing checked
+
+
+def test_limits_to_interest_applies_interest_at_once(pair: Pair) -> None:
+    """``updateWithAdvisory`` on a retention change to interest runs each consumer's
+    ``checkStateForInterestStream``: what it acked (up to its ack floor, or delivered and no
+    longer pending) goes unless another consumer still needs it, before the update answers.
+    Messages no consumer has got to yet, or outside every filter, stay."""
+    s = pair.stream()
+    cfg = {"name": s, "subjects": [subj(s, ">")]}
+    for t in "ababa":
+        pair.publish(subj(s, t), t.encode())
+    pair.consumer_create(s, {"durable_name": "C", "ack_policy": "explicit"})
+    pair.consumer_create(s, {"durable_name": "A", "ack_policy": "all", "filter_subject": subj(s, "a")})
+    pair.consumer_create(s, {"durable_name": "X", "ack_policy": "explicit", "filter_subject": subj(s, "x")})
+    pair.fetch(s, "C", 4)
+    pair.ack(s, "C", 1, 1)
+    pair.ack(s, "C", 2, 2)  # in order: the lake acks an explicit consumer cumulatively
+    pair.fetch(s, "A", 3)
+    pair.ack(s, "A", 3, 2)
+    assert pair.update_stream({**cfg, "retention": "interest"})["config"]["retention"] == "interest"
+    pair.check(s)
+    pair.consumer_info(s, "C")
+    pair.consumer_info(s, "A")
+    assert pair.update_stream({**cfg, "retention": "workqueue"})["error"]["err_code"] == 10052
+    pair.update_stream({**cfg, "retention": "limits"})
+    pair.check(s)
+
+
+@pytest.mark.parametrize("storage", ["file", "memory"])
+@pytest.mark.parametrize("written", [0, 3])
+def test_limits_to_interest_without_consumers_empties_the_stream(pair: Pair, storage: str, written: int) -> None:
+    """No consumer has interest: the server's update reply already shows the stream empty
+    (first_seq last+1); a publish after is not stored."""
+    s = pair.stream(storage=storage)
+    cfg = {"name": s, "subjects": [subj(s, ">")], "storage": storage}
+    for _ in range(written):
+        pair.publish(subj(s, "a"), b"x")
+    pair.update_stream({**cfg, "retention": "interest"})
+    pair.check(s)
+    pair.publish(subj(s, "a"), b"y")
+    pair.check(s)

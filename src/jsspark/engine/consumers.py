@@ -924,6 +924,27 @@ class Consumers:
         if acked:
             self._after_ack(engine, np.concatenate(acked))
 
+    def to_interest(self, stream: str) -> int:
+        """A retention change to interest (``updateWithAdvisory``): each consumer's
+        ``checkStateForInterestStream`` offers what it is done with, on its filter, up to its
+        ack floor, or up to its delivered seq when it has acks pending; each goes unless some
+        consumer needs it. Without consumers every message goes."""
+        engine = self.lake.stream(stream)
+
+        def candidates(v: StreamView, cs: list[Consumer]) -> np.ndarray:
+            if not cs:
+                return np.ones(len(v.seqs), dtype=bool)
+            mask = np.zeros(len(v.seqs), dtype=bool)
+            for c in cs:
+                st = c.state
+                upto = st.ack_floor.stream_seq
+                if st.delivered.stream_seq > upto and len(v.pending(c.filters, st)):
+                    upto = st.delivered.stream_seq
+                mask |= v.match(c.filters) & (v.seqs <= upto)
+            return mask
+
+        return self._remove_unneeded(engine, candidates)
+
     def check_interest(self, stream: str) -> int:
         """Remove every message at or below some consumer's ack floor, on its filter, that no
         consumer needs (``checkInterestState``); finishes removals a crash interrupted."""

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from jsspark.config import (
     ConsumerConfig,
+    RetentionPolicy,
     StorageType,
     StreamConfig,
     check_stream_config,
@@ -132,6 +133,7 @@ class Lake:
         cannot slip past a rule."""
         new = self._coerce_config(config, params)
         name = new.name
+        retention: list[tuple[RetentionPolicy, RetentionPolicy]] = []
 
         def plan(records: dict[Key, Record]) -> list[Change]:
             existing = records.get((STREAM, name, ""))
@@ -141,12 +143,15 @@ class Lake:
                 raise api_error("JSStreamNotFoundErr")
             old = StreamConfig.from_stored(existing.body["config"])
             cfg = check_stream_update(old, new, lookup=_lookup(records))
+            retention[:] = [(old.retention, cfg.retention)]
             _check_consumer_limits(old, cfg, records)
             refuse_unsupported(cfg)
             self._check_overlap(records, cfg)
             return [Change(STREAM, name, "", {**existing.body, "config": cfg.to_json()})]
 
         self.catalog.transact(plan)
+        if retention[0][0] is not retention[0][1] and retention[0][1] is RetentionPolicy.INTEREST:
+            self.consumers.to_interest(name)  # before the store's limits, as on the server
         self.enforce_limits(name)  # lowered limits apply at once, as on the server
         return self.stream_info(name)
 

@@ -35,10 +35,13 @@ INFO_DROP = ("type", "created", "ts")
 
 
 def consumer_view(r: dict[str, Any]) -> dict[str, Any]:
-    """A consumer info / create / reset response without its times (they differ)."""
+    """A consumer info / create / reset response without its times (they differ); a paused
+    consumer's ``pause_remaining`` in whole minutes, rounded up (asked at different instants)."""
     if "error" in r:
         return {"error": r["error"]}
     out = {k: v for k, v in r.items() if k not in INFO_DROP}
+    if "pause_remaining" in out:
+        out["pause_remaining"] = -(-out["pause_remaining"] // 60_000_000_000)
     for key in ("delivered", "ack_floor"):
         if key in out:
             out[key] = {k: v for k, v in out[key].items() if k != "last_active"}

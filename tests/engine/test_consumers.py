@@ -8,7 +8,7 @@ on streams with gaps and several subjects, the reset rules, interest and work-qu
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -624,3 +624,29 @@ def test_needed_by_at_positions_is_the_whole_mask_at_those_positions(tmp_path: A
         for size in (0, 1, 2, 5, 40, n - 1, n):
             at = np.sort(rnd.choice(n, size, replace=False))
             assert np.array_equal(view.needed_by(c, at), whole[at]), (c.name, size)
+
+
+def _in_an_hour() -> str:
+    return (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_pause_until_is_kept_by_creates_and_updates_and_shown_in_info(pair: Pair) -> None:
+    """``jsConsumerCreateRequest``: an existing consumer's ``pause_until`` replaces the
+    request's before the static metadata and the comparison, so an update can neither pause
+    (``_nats.req.level`` stays 0) nor unpause, and ``action=create`` repeating a paused
+    consumer's config without it is the same config. A paused consumer's info (and create
+    reply) has ``paused`` and ``pause_remaining`` (``infoWithSnapAndReply``)."""
+    s = pair.stream()
+    base = {"durable_name": "C", "ack_policy": "explicit"}
+    pair.consumer_create(s, base)
+    updated = pair.consumer_create(s, {**base, "pause_until": _in_an_hour(), "description": "d"})
+    assert "pause_until" not in updated["config"] and "paused" not in updated
+    paused = {"durable_name": "P", "ack_policy": "explicit"}
+    created = pair.consumer_create(s, {**paused, "pause_until": _in_an_hour()})
+    assert created["paused"] is True and created["pause_remaining"] == 60
+    pair.consumer_info(s, "P")
+    pair.consumer_create(s, paused, action="create")
+    kept = pair.consumer_create(s, {**paused, "description": "x"})
+    assert kept["paused"] is True and "pause_until" in kept["config"]
+    pair.consumer_create(s, {**paused, "description": "x", "pause_until": "2001-01-01T00:00:00Z"})
+    pair.consumer_info(s, "P")

@@ -141,3 +141,63 @@ def test_update_checks_that_look_at_the_other_streams(pair: Pair) -> None:
     updated = pair.update_stream({"name": mo, "max_msg_size": 1000, "mirror": {"name": o}})
     assert updated["config"]["mirror_direct"] is True
     pair.config(mo)
+
+
+def test_lowered_consumer_limits_refused_over_an_existing_consumer(pair: Pair) -> None:
+    """``updateWithAdvisory``: a changed, positive ``consumer_limits`` value is checked against
+    every consumer's own (its stored ``max_ack_pending`` default 1000 counts): 10069 naming the
+    consumers above it; a consumer created after a refused update still gets the old defaults.
+    One consumer violates at a time (the server lists several in Go map order)."""
+    s = pair.stream()
+    cfg = {"name": s, "subjects": [subj(s, ">")]}
+    pair.consumer_create(s, {"durable_name": "C", "ack_policy": "explicit", "max_ack_pending": 100})
+    refused = pair.update_stream({**cfg, "consumer_limits": {"max_ack_pending": 10}})
+    assert refused["error"]["err_code"] == 10069 and refused["error"]["description"].endswith(": C")
+    pair.update_stream({**cfg, "consumer_limits": {"max_ack_pending": 100}})
+    pair.consumer_create(s, {"durable_name": "D", "ack_policy": "explicit", "inactive_threshold": 60 * 10**9})
+    limits = {"max_ack_pending": 100, "inactive_threshold": 10 * 10**9}
+    assert pair.update_stream({**cfg, "consumer_limits": limits})["error"]["description"].endswith(": D")
+    pair.consumer_create(s, {"durable_name": "E", "ack_policy": "explicit"})
+    pair.update_stream({**cfg, "consumer_limits": {**limits, "inactive_threshold": 60 * 10**9}})
+    pair.update_stream({**cfg, "consumer_limits": {"max_ack_pending": 0}})  # unset: nothing checked
+
+
+def test_limits_to_interest_applies_interest_at_once(pair: Pair) -> None:
+    """``updateWithAdvisory`` on a retention change to interest runs each consumer's
+    ``checkStateForInterestStream``: what it acked (up to its ack floor, or delivered and no
+    longer pending) goes unless another consumer still needs it, before the update answers.
+    Messages no consumer has got to yet, or outside every filter, stay."""
+    s = pair.stream()
+    cfg = {"name": s, "subjects": [subj(s, ">")]}
+    for t in "ababa":
+        pair.publish(subj(s, t), t.encode())
+    pair.consumer_create(s, {"durable_name": "C", "ack_policy": "explicit"})
+    pair.consumer_create(s, {"durable_name": "A", "ack_policy": "all", "filter_subject": subj(s, "a")})
+    pair.consumer_create(s, {"durable_name": "X", "ack_policy": "explicit", "filter_subject": subj(s, "x")})
+    pair.fetch(s, "C", 4)
+    pair.ack(s, "C", 1, 1)
+    pair.ack(s, "C", 2, 2)  # in order: the lake acks an explicit consumer cumulatively
+    pair.fetch(s, "A", 3)
+    pair.ack(s, "A", 3, 2)
+    assert pair.update_stream({**cfg, "retention": "interest"})["config"]["retention"] == "interest"
+    pair.check(s)
+    pair.consumer_info(s, "C")
+    pair.consumer_info(s, "A")
+    assert pair.update_stream({**cfg, "retention": "workqueue"})["error"]["err_code"] == 10052
+    pair.update_stream({**cfg, "retention": "limits"})
+    pair.check(s)
+
+
+@pytest.mark.parametrize("storage", ["file", "memory"])
+@pytest.mark.parametrize("written", [0, 3])
+def test_limits_to_interest_without_consumers_empties_the_stream(pair: Pair, storage: str, written: int) -> None:
+    """No consumer has interest: the server's update reply already shows the stream empty
+    (first_seq last+1); a publish after is not stored."""
+    s = pair.stream(storage=storage)
+    cfg = {"name": s, "subjects": [subj(s, ">")], "storage": storage}
+    for _ in range(written):
+        pair.publish(subj(s, "a"), b"x")
+    pair.update_stream({**cfg, "retention": "interest"})
+    pair.check(s)
+    pair.publish(subj(s, "a"), b"y")
+    pair.check(s)

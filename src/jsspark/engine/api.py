@@ -229,6 +229,12 @@ class ConsumerInfo:
     ts_ns: int = 0
     reset_generation: int = 0
     reset_seq: int | None = None
+    pause_remaining_ns: int = 0
+
+    @property
+    def paused(self) -> bool:
+        """Paused now: ``pause_until`` lies ahead (``pause_remaining_ns`` is what is left)."""
+        return self.pause_remaining_ns > 0
 
     @property
     def created(self) -> datetime:
@@ -247,8 +253,11 @@ class ConsumerInfo:
             "num_redelivered": self.num_redelivered,
             "num_waiting": self.num_waiting,
             "num_pending": self.num_pending,
-            "ts": rfc3339nano(self.ts_ns),
         }
+        if self.paused:
+            out["paused"] = True
+            out["pause_remaining"] = self.pause_remaining_ns
+        out["ts"] = rfc3339nano(self.ts_ns)
         if self.reset_seq is not None:
             out["reset_seq"] = self.reset_seq
         return out

@@ -62,7 +62,7 @@ from jsspark.config import (
     check_consumer_config,
     check_decodable,
 )
-from jsspark.config.defaults import SERVER_LEVEL_KEY, SERVER_VERSION_KEY
+from jsspark.config.defaults import SERVER_LEVEL_KEY, SERVER_VERSION_KEY, set_static_consumer_metadata
 from jsspark.config.timestamps import UTCTime
 from jsspark.engine.api import ConsumerInfo, SequenceInfo
 from jsspark.engine.arrays import take_rows
@@ -88,8 +88,12 @@ _NAME_CHARS = string.ascii_letters + string.digits
 def _ns(t: UTCTime) -> int:
     """Go's ``t.UnixNano()``, which wraps around in int64 outside 1678-2262: a start time in
     year 2999 reads as a time before every message."""
-    ns = calendar.timegm(t.utctimetuple()) * 1_000_000_000 + t.microsecond * 1000 + t.nanosecond
-    return (ns + 2**63) % 2**64 - 2**63
+    return (_unix_ns(t) + 2**63) % 2**64 - 2**63
+
+
+def _unix_ns(t: UTCTime) -> int:
+    """Nanoseconds since the epoch, unbounded."""
+    return calendar.timegm(t.utctimetuple()) * 1_000_000_000 + t.microsecond * 1000 + t.nanosecond
 
 
 def filters_of(cfg: ConsumerConfig | dict[str, Any]) -> list[str]:
@@ -448,6 +452,8 @@ class Consumers:
         if nxt <= view.last:
             pending = min(int((deliverable & (view.seqs >= nxt)).sum()), len(view.seqs), view.last - nxt + 1)
         ack_pending = len(view.pending(c.filters, st)) if c.config.ack_policy is not AckPolicy.NONE else 0
+        now = time.time_ns()
+        until = _unix_ns(c.config.pause_until) if c.config.pause_until is not None else 0
         return ConsumerInfo(
             stream_name=c.stream,
             name=c.name,
@@ -457,7 +463,8 @@ class Consumers:
             ack_floor=st.ack_floor.info(),
             num_ack_pending=ack_pending,
             num_pending=pending,
-            ts_ns=time.time_ns(),
+            ts_ns=now,
+            pause_remaining_ns=min(max(until - now, 0), 2**63 - 1),  # time.Until saturates
             reset_generation=st.reset_generation,
             reset_seq=reset_seq,
         )
@@ -556,7 +563,13 @@ class Consumers:
         """The existing-consumer branch of ``addConsumerWithAssignmentAndMode``. ``create``
         compares the request with the stored config, which for a non-durable carries the 5 s
         inactive threshold the request did not (``stamped``): never the same, as on the server.
-        A new filter keeps what the old one left pending (``updateConfig`` keeps ``o.pending``)."""
+        A new filter keeps what the old one left pending (``updateConfig`` keeps ``o.pending``).
+        ``pause_until`` is the existing consumer's whatever the request says
+        (``jsConsumerCreateRequest``, before the static metadata and the comparison): only the
+        pause API changes it."""
+        if cfg.pause_until != existing.config.pause_until:
+            cfg.pause_until = existing.config.pause_until
+            set_static_consumer_metadata(cfg)
         same = cfg.to_json() == existing.config.to_json()
         if action == "create" and (stamped or not same):
             raise api_error("JSConsumerAlreadyExists")
@@ -933,6 +946,27 @@ class Consumers:
         self.catalog.transact(plan)
         if acked:
             self._after_ack(engine, np.concatenate(acked))
+
+    def to_interest(self, stream: str) -> int:
+        """A retention change to interest (``updateWithAdvisory``): each consumer's
+        ``checkStateForInterestStream`` offers what it is done with, on its filter, up to its
+        ack floor, or up to its delivered seq when it has acks pending; each goes unless some
+        consumer needs it. Without consumers every message goes."""
+        engine = self.lake.stream(stream)
+
+        def candidates(v: StreamView, cs: list[Consumer]) -> np.ndarray:
+            if not cs:
+                return np.ones(len(v.seqs), dtype=bool)
+            mask = np.zeros(len(v.seqs), dtype=bool)
+            for c in cs:
+                st = c.state
+                upto = st.ack_floor.stream_seq
+                if st.delivered.stream_seq > upto and len(v.pending(c.filters, st)):
+                    upto = st.delivered.stream_seq
+                mask |= v.match(c.filters) & (v.seqs <= upto)
+            return mask
+
+        return self._remove_unneeded(engine, candidates)
 
     def check_interest(self, stream: str) -> int:
         """Remove every message at or below some consumer's ack floor, on its filter, that no

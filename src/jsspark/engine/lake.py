@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from jsspark.config import (
     ConsumerConfig,
+    RetentionPolicy,
     StorageType,
     StreamConfig,
     check_stream_config,
@@ -132,6 +133,7 @@ class Lake:
         cannot slip past a rule."""
         new = self._coerce_config(config, params)
         name = new.name
+        retention: list[tuple[RetentionPolicy, RetentionPolicy]] = []
 
         def plan(records: dict[Key, Record]) -> list[Change]:
             existing = records.get((STREAM, name, ""))
@@ -139,12 +141,17 @@ class Lake:
                 # the server validates before it looks the stream up
                 check_shared_stream_config(new, lookup=_lookup(records))
                 raise api_error("JSStreamNotFoundErr")
-            cfg = check_stream_update(StreamConfig.from_stored(existing.body["config"]), new, lookup=_lookup(records))
+            old = StreamConfig.from_stored(existing.body["config"])
+            cfg = check_stream_update(old, new, lookup=_lookup(records))
+            retention[:] = [(old.retention, cfg.retention)]
+            _check_consumer_limits(old, cfg, records)
             refuse_unsupported(cfg)
             self._check_overlap(records, cfg)
             return [Change(STREAM, name, "", {**existing.body, "config": cfg.to_json()})]
 
         self.catalog.transact(plan)
+        if retention[0][0] is not retention[0][1] and retention[0][1] is RetentionPolicy.INTEREST:
+            self.consumers.to_interest(name)  # before the store's limits, as on the server
         self.enforce_limits(name)  # lowered limits apply at once, as on the server
         return self.stream_info(name)
 
@@ -391,6 +398,25 @@ class Lake:
 
     def check_interest(self, stream: str) -> int:
         return self.consumers.check_interest(stream)
+
+
+def _check_consumer_limits(old: StreamConfig, cfg: StreamConfig, records: dict[Key, Record]) -> None:
+    """``updateWithAdvisory``: when a positive ``consumer_limits`` value changed, no existing
+    consumer may be above either (positive) new limit: 10069 naming those that are (the
+    server lists them in map order, the lake by name)."""
+    ol, nl = old.consumer_limits, cfg.consumer_limits
+    threshold, pending = max(nl.inactive_threshold, 0), max(nl.max_ack_pending, 0)
+    if not ((threshold and threshold != ol.inactive_threshold) or (pending and pending != ol.max_ack_pending)):
+        return
+    bad = []
+    for (kind, stream, name), rec in sorted(records.items()):
+        if kind != CONSUMER or stream != cfg.name:
+            continue
+        c = ConsumerConfig.from_stored(rec.body["config"])
+        if (threshold and c.inactive_threshold > threshold) or (pending and c.max_ack_pending > pending):
+            bad.append(name)
+    if bad:
+        raise api_error("JSStreamUpdateErrF", err=f"change to limits violates consumers: {', '.join(bad)}")
 
 
 def _lookup(records: dict[Key, Record]) -> StreamLookup:

@@ -650,3 +650,14 @@ def test_pause_until_is_kept_by_creates_and_updates_and_shown_in_info(pair: Pair
     assert kept["paused"] is True and "pause_until" in kept["config"]
     pair.consumer_create(s, {**paused, "description": "x", "pause_until": "2001-01-01T00:00:00Z"})
     pair.consumer_info(s, "P")
+
+
+@pytest.mark.parametrize("policy", ["pinned_client", "overflow"])
+def test_a_priority_group_consumer_info_shows_its_group_state(pair: Pair, policy: str) -> None:
+    """``infoWithSnapAndReply`` lists the (first) priority group's state; nothing pinned yet
+    writes Go's zero time. The lake has no pull requests, so it stays unpinned."""
+    s = pair.stream()
+    created = pair.consumer_create(s, {"durable_name": "G", "priority_policy": policy, "priority_groups": ["g1"]})
+    assert created["priority_groups"] == [{"group": "g1", "pinned_ts": "0001-01-01T00:00:00Z"}]
+    pair.consumer_info(s, "G")
+    assert "priority_groups" not in pair.consumer_create(s, {"durable_name": "N"})

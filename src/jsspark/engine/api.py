@@ -19,6 +19,10 @@ def ns_to_datetime(ns: int) -> datetime:
     return datetime.fromtimestamp(ns // 1_000_000_000, tz=UTC).replace(microsecond=(ns % 1_000_000_000) // 1000)
 
 
+GO_ZERO_TIME = "0001-01-01T00:00:00Z"
+"""Go's zero ``time.Time`` as its JSON encoder writes it (``omitempty`` does not drop it)."""
+
+
 def rfc3339nano(ns: int) -> str:
     """The server's time format: RFC3339 with up to 9 fractional digits, trailing zeros cut."""
     base = datetime.fromtimestamp(ns // 1_000_000_000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
@@ -91,9 +95,9 @@ class StreamState:
             "messages": self.messages,
             "bytes": self.bytes,
             "first_seq": self.first_seq,
-            "first_ts": rfc3339nano(self.first_ts_ns) if self.first_ts_ns else "0001-01-01T00:00:00Z",
+            "first_ts": rfc3339nano(self.first_ts_ns) if self.first_ts_ns else GO_ZERO_TIME,
             "last_seq": self.last_seq,
-            "last_ts": rfc3339nano(self.last_ts_ns) if self.last_ts_ns else "0001-01-01T00:00:00Z",
+            "last_ts": rfc3339nano(self.last_ts_ns) if self.last_ts_ns else GO_ZERO_TIME,
         }
         if self.num_subjects:
             out["num_subjects"] = self.num_subjects
@@ -258,6 +262,10 @@ class ConsumerInfo:
             out["paused"] = True
             out["pause_remaining"] = self.pause_remaining_ns
         out["ts"] = rfc3339nano(self.ts_ns)
+        if self.config.priority_groups:
+            # the server's state of its (one) group: a lake has no pull requests, so nothing is ever
+            # pinned, and Go writes the zero time it then holds
+            out["priority_groups"] = [{"group": self.config.priority_groups[0], "pinned_ts": GO_ZERO_TIME}]
         if self.reset_seq is not None:
             out["reset_seq"] = self.reset_seq
         return out

@@ -178,6 +178,11 @@ class ServerBackend:
         r = self._req(f"$JS.API.CONSUMER.DELETE.{stream}.{name}")
         return {"error": r["error"]} if "error" in r else {"ok": True}
 
+    def consumer_pause(self, stream: str, name: str, until: str | None = None) -> dict[str, Any]:
+        """Raw ``$JS.API.CONSUMER.PAUSE``: no body without ``until``, else ``{"pause_until": until}``."""
+        return consumer_view(self._req(f"$JS.API.CONSUMER.PAUSE.{stream}.{name}",
+                                       None if until is None else {"pause_until": until}))
+
     def consumer_reset(self, stream: str, name: str, seq: int | None = None) -> dict[str, Any]:
         """Raw ``$JS.API.CONSUMER.RESET``: no body without ``seq``, else ``{"seq": N}``."""
         return consumer_view(self._req(f"$JS.API.CONSUMER.RESET.{stream}.{name}", None if seq is None else {"seq": seq}))
@@ -297,6 +302,9 @@ class LakeBackend:
     def consumer_delete(self, stream: str, name: str) -> dict[str, Any]:
         r = self._call(self.lake.delete_consumer, stream, name)
         return r if isinstance(r, dict) else {"ok": True}
+
+    def consumer_pause(self, stream: str, name: str, until: str | None = None) -> dict[str, Any]:
+        return consumer_view(self._call(self.lake.pause_consumer, stream, name, until))
 
     def consumer_reset(self, stream: str, name: str, seq: int | None = None) -> dict[str, Any]:
         return self._info(self.lake.reset_consumer, stream, name, seq)

@@ -661,3 +661,24 @@ def test_a_priority_group_consumer_info_shows_its_group_state(pair: Pair, policy
     assert created["priority_groups"] == [{"group": "g1", "pinned_ts": "0001-01-01T00:00:00Z"}]
     pair.consumer_info(s, "G")
     assert "priority_groups" not in pair.consumer_create(s, {"durable_name": "N"})
+
+
+def test_the_pause_api_pauses_and_resumes_a_consumer(pair: Pair) -> None:
+    """``$JS.API.CONSUMER.PAUSE``: the reply, the consumer's ``pause_until`` and API level
+    metadata after a pause, a pause in the past, and a resume (no body); the errors for a
+    stream or a consumer that does not exist."""
+    s = pair.stream()
+    pair.consumer_create(s, {"durable_name": "C", "ack_policy": "explicit"})
+    until = _in_an_hour()
+    paused = pair.consumer_pause(s, "C", until)
+    assert paused["paused"] is True and paused["pause_remaining"] == 60
+    info = pair.consumer_info(s, "C")
+    assert info["paused"] is True and info["config"]["metadata"]["_nats.req.level"] == "1"
+    past = pair.consumer_pause(s, "C", "2001-02-03T04:05:06.5Z")
+    assert past == {"paused": False, "pause_until": "2001-02-03T04:05:06.5Z"}
+    resumed = pair.consumer_pause(s, "C")
+    assert resumed == {"paused": False, "pause_until": "0001-01-01T00:00:00Z"}
+    info = pair.consumer_info(s, "C")
+    assert "paused" not in info and "pause_until" not in info["config"]
+    assert pair.consumer_pause(s, "NOPE", until)["error"]["err_code"] == 10014
+    assert pair.consumer_pause("NOSTREAM", "C", until)["error"]["err_code"] == 10059

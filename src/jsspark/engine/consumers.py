@@ -64,7 +64,7 @@ from jsspark.config import (
 )
 from jsspark.config.defaults import SERVER_LEVEL_KEY, SERVER_VERSION_KEY, set_static_consumer_metadata
 from jsspark.config.timestamps import UTCTime
-from jsspark.engine.api import ConsumerInfo, SequenceInfo
+from jsspark.engine.api import GO_ZERO_TIME, ConsumerInfo, SequenceInfo
 from jsspark.engine.arrays import take_rows
 from jsspark.engine.catalog import Change, Key, Record
 from jsspark.engine.index import MessageIndex
@@ -587,6 +587,34 @@ class Consumers:
             updated = replace(updated, state=kept)
         result["consumer"] = updated
         return [Change(CONSUMER, existing.stream, existing.name, updated.body())]
+
+    # -- pause -----------------------------------------------------------------------------
+    def pause(self, stream: str, name: str, until: UTCTime | None) -> dict[str, Any]:
+        """``$JS.API.CONSUMER.PAUSE`` (``jsConsumerPauseRequest``): set the consumer's
+        ``pause_until`` (``None`` or Go's zero time resumes it) and the API level metadata that
+        goes with it; creates and updates keep a consumer's pause, so this is how it changes.
+        Answers the server's reply: ``paused``, ``pause_until`` (Go's zero time when resumed),
+        ``pause_remaining`` (ns) while paused."""
+        self.lake.stream(stream)  # the stream is looked up first (10059)
+        if until is not None and until == UTCTime.parse(GO_ZERO_TIME):
+            until = None
+
+        def plan(records: dict[Key, Record]) -> list[Change]:
+            c = self._get(records, stream, name)
+            cfg = c.config.model_copy(deep=True)
+            cfg.pause_until = until
+            set_static_consumer_metadata(cfg)
+            if cfg.to_json() == c.config.to_json():
+                return []
+            return [Change(CONSUMER, stream, name, replace(c, config=cfg).body())]
+
+        self.catalog.transact(plan)
+        out: dict[str, Any] = {"paused": False, "pause_until": GO_ZERO_TIME if until is None else until.to_rfc3339nano()}
+        left = 0 if until is None else _unix_ns(until) - time.time_ns()
+        if left > 0:
+            out["paused"] = True
+            out["pause_remaining"] = min(left, 2**63 - 1)  # time.Until saturates
+        return out
 
     # -- delete ----------------------------------------------------------------------------
     def delete(self, stream: str, name: str) -> bool:

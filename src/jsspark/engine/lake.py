@@ -33,6 +33,7 @@ from jsspark.config import (
     report_ignored_fields,
 )
 from jsspark.config.defaults import StreamLookup
+from jsspark.config.timestamps import to_utc_time
 from jsspark.config.validation import check_shared_stream_config
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, ConsumerInfo, PubAck, RawStreamMsg, StreamInfo
@@ -365,6 +366,15 @@ class Lake:
 
     def delete_consumer(self, stream: str, consumer: str) -> bool:
         return self.consumers.delete(stream, consumer)
+
+    def pause_consumer(
+        self, stream: str, consumer: str, pause_until: datetime | str | None = None
+    ) -> dict[str, Any]:
+        """``$JS.API.CONSUMER.PAUSE``: pause the consumer until ``pause_until`` (an RFC3339
+        string or a ``datetime``), or resume it (``None``). Returns the server's reply
+        (``paused``, ``pause_until``, ``pause_remaining`` in ns while paused)."""
+        until = None if pause_until is None else to_utc_time(pause_until)
+        return self.consumers.pause(stream, consumer, until)
 
     def reset_consumer(self, stream: str, consumer: str, seq: int | None = None) -> ConsumerInfo:
         """``$JS.API.CONSUMER.RESET``: the answer carries ``reset_seq``."""

@@ -576,7 +576,7 @@ class Planner:
         if last <= cur.seq:
             return cur
         self._check_gap(snap, cur, last)
-        everything = self._scan(snap, cur.seq, None)  # one scan: ``rows`` is a slice of it
+        everything = self._scan(snap, cur.seq, None)  # one scan, kept: ``rows`` is a slice of it
         wanted_all = self._wanted(everything, cur)
         matching = everything.num_rows if wanted_all is None else int(np.count_nonzero(wanted_all))
         rows = self._scan(snap, cur.seq, last)

@@ -256,7 +256,9 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         which must end, nor on the first batch after a reset (``base``), which must be planned."""
         if self.opts.min_messages is None or self._target is not None or end.seq <= cur.seq:
             return False
-        full = self.planner.available(cur) >= self.opts.min_messages
+        # what ``latest`` planned counted every matching message after ``cur``: the batch and after it
+        there = end.pending + end.dseq - cur.dseq if end.pending is not None else self.planner.available(cur)
+        full = there >= self.opts.min_messages
         now = time.monotonic()
         if not self._pacing.due(now, full):
             return True

@@ -96,6 +96,11 @@ def _unix_ns(t: UTCTime) -> int:
     return calendar.timegm(t.utctimetuple()) * 1_000_000_000 + t.microsecond * 1000 + t.nanosecond
 
 
+def _pause_remaining(until_ns: int, now_ns: int) -> int:
+    """What is left of a pause (0: not paused), saturating as Go's ``time.Until`` does."""
+    return min(max(until_ns - now_ns, 0), 2**63 - 1)
+
+
 def filters_of(cfg: ConsumerConfig | dict[str, Any]) -> list[str]:
     """The server's ``gatherSubjectFilters``: ``filter_subjects`` plus ``filter_subject``."""
     if isinstance(cfg, ConsumerConfig):
@@ -464,7 +469,7 @@ class Consumers:
             num_ack_pending=ack_pending,
             num_pending=pending,
             ts_ns=now,
-            pause_remaining_ns=min(max(until - now, 0), 2**63 - 1),  # time.Until saturates
+            pause_remaining_ns=_pause_remaining(until, now),
             reset_generation=st.reset_generation,
             reset_seq=reset_seq,
         )
@@ -610,10 +615,10 @@ class Consumers:
 
         self.catalog.transact(plan)
         out: dict[str, Any] = {"paused": False, "pause_until": GO_ZERO_TIME if until is None else until.to_rfc3339nano()}
-        left = 0 if until is None else _unix_ns(until) - time.time_ns()
-        if left > 0:
+        left = 0 if until is None else _pause_remaining(_unix_ns(until), time.time_ns())
+        if left:
             out["paused"] = True
-            out["pause_remaining"] = min(left, 2**63 - 1)  # time.Until saturates
+            out["pause_remaining"] = left
         return out
 
     # -- delete ----------------------------------------------------------------------------

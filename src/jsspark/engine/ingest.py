@@ -51,7 +51,6 @@ from jsspark.engine.stream import MAX_ATTEMPTS, LakeStream
 from jsspark.engine.subject_stats import SubjectGroups
 from jsspark.engine.table import ConcurrentCommit
 
-_DROP_PREFIXES = H.ORIGIN_CHECK_PREFIXES
 # How origin messages can be stored: the two ways a JetStream stream takes another's messages.
 # Listed once so ``land_batch`` and the sink's ``form`` option accept exactly the same values.
 LANDING_FORMS = ("mirror", "source")
@@ -75,8 +74,8 @@ def _clean_headers(headers: pa.Array, extra: list[list[tuple[str, str]]] | None 
         if not pc.any(has).as_py():
             return pa.nulls(n, H.HEADER_TYPE)
         names = pc.struct_field(pc.list_flatten(headers), "name")
-        drop = pc.starts_with(names, _DROP_PREFIXES[0])
-        for prefix in _DROP_PREFIXES[1:]:
+        drop = pc.starts_with(names, H.ORIGIN_CHECK_PREFIXES[0])
+        for prefix in H.ORIGIN_CHECK_PREFIXES[1:]:
             drop = pc.or_(drop, pc.starts_with(names, prefix))
         if not pc.any(drop).as_py():
             headers = headers.cast(H.HEADER_TYPE) if headers.type != H.HEADER_TYPE else headers
@@ -84,7 +83,7 @@ def _clean_headers(headers: pa.Array, extra: list[list[tuple[str, str]]] | None 
     replaced = (H.STREAM_SOURCE,) if extra is not None else ()
     rows = []
     for i, cell in enumerate(headers.to_pylist()):
-        pairs = H.without(H.from_arrow(cell), drop=replaced, drop_prefixes=_DROP_PREFIXES) or []
+        pairs = H.without(H.from_arrow(cell), drop=replaced, drop_prefixes=H.ORIGIN_CHECK_PREFIXES) or []
         if extra is not None:
             pairs = pairs + extra[i]
         rows.append(pairs or None)

@@ -38,7 +38,7 @@ from jsspark.config.validation import check_shared_stream_config
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, ConsumerInfo, PubAck, RawStreamMsg, StreamInfo
 from jsspark.engine.catalog import Catalog, Change, Key, Record
-from jsspark.engine.consumers import Consumers, StreamView, purge_signal
+from jsspark.engine.consumers import Consumer, Consumers, StreamView, purge_signal
 from jsspark.engine.directget import DirectGet, DirectReply
 from jsspark.engine.files import local_root
 from jsspark.engine.partitioning import DEFAULT_PARTITION_KEY
@@ -82,13 +82,13 @@ class Lake:
         """Create a stream (nats-py ``add_stream``); the same config again is a no-op, as on the server.
 
         The config is checked inside the catalog transaction, against the other streams as
-        it reads them (``_lookup``): cycles through sources and mirrors, origins' message
+        it reads them (``stream_lookup``): cycles through sources and mirrors, origins' message
         sizes, external prefixes over their subjects, a mirror's ``mirror_direct``."""
         new = self._coerce_config(config, params)
         made: list[StreamConfig] = []
 
         def plan(records: dict[Key, Record]) -> list[Change]:
-            cfg = check_stream_config(new, lookup=_lookup(records))
+            cfg = check_stream_config(new, lookup=stream_lookup(records))
             refuse_unsupported(cfg)
             name = cfg.name
             made[:] = [cfg]
@@ -140,12 +140,12 @@ class Lake:
             existing = records.get((STREAM, name, ""))
             if existing is None:
                 # the server validates before it looks the stream up
-                check_shared_stream_config(new, lookup=_lookup(records))
+                check_shared_stream_config(new, lookup=stream_lookup(records))
                 raise api_error("JSStreamNotFoundErr")
             old = StreamConfig.from_stored(existing.body["config"])
-            cfg = check_stream_update(old, new, lookup=_lookup(records))
+            cfg = check_stream_update(old, new, lookup=stream_lookup(records))
             retention[:] = [(old.retention, cfg.retention)]
-            _check_consumer_limits(old, cfg, records)
+            _check_consumer_limits(old, cfg, self.consumers._all(name, records))
             refuse_unsupported(cfg)
             self._check_overlap(records, cfg)
             return [Change(STREAM, name, "", {**existing.body, "config": cfg.to_json()})]
@@ -410,7 +410,7 @@ class Lake:
         return self.consumers.check_interest(stream)
 
 
-def _check_consumer_limits(old: StreamConfig, cfg: StreamConfig, records: dict[Key, Record]) -> None:
+def _check_consumer_limits(old: StreamConfig, cfg: StreamConfig, consumers: list[Consumer]) -> None:
     """``updateWithAdvisory``: when a positive ``consumer_limits`` value changed, no existing
     consumer may be above either (positive) new limit: 10069 naming those that are (the
     server lists them in map order, the lake by name)."""
@@ -418,18 +418,13 @@ def _check_consumer_limits(old: StreamConfig, cfg: StreamConfig, records: dict[K
     threshold, pending = max(nl.inactive_threshold, 0), max(nl.max_ack_pending, 0)
     if not ((threshold and threshold != ol.inactive_threshold) or (pending and pending != ol.max_ack_pending)):
         return
-    bad = []
-    for (kind, stream, name), rec in sorted(records.items()):
-        if kind != CONSUMER or stream != cfg.name:
-            continue
-        c = ConsumerConfig.from_stored(rec.body["config"])
-        if (threshold and c.inactive_threshold > threshold) or (pending and c.max_ack_pending > pending):
-            bad.append(name)
+    bad = [c.name for c in consumers if (threshold and c.config.inactive_threshold > threshold)
+           or (pending and c.config.max_ack_pending > pending)]
     if bad:
         raise api_error("JSStreamUpdateErrF", err=f"change to limits violates consumers: {', '.join(bad)}")
 
 
-def _lookup(records: dict[Key, Record]) -> StreamLookup:
+def stream_lookup(records: dict[Key, Record]) -> StreamLookup:
     """The other streams by name, as the catalog records of one transaction hold them (their
     stored configs): what the server's stream config checks look up in the account."""
 

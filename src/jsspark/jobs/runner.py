@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jsspark.config import StreamConfig, StreamSource
+from jsspark.config import StreamSource
 from jsspark.datasource.options import parse_bool, prefixed_storage_options
 from jsspark.engine.ingest import sourced_seq
 from jsspark.engine.sourcing import Origin, server_hash
@@ -113,17 +113,11 @@ class Job:
             lake.add_stream(cfg)
             return
         from jsspark.config import check_stream_config
+        from jsspark.engine.lake import stream_lookup
 
-        def stored(name: str) -> StreamConfig | None:  # as ``add_stream`` looks other streams up
-            try:
-                return lake.stream_info(name).config
-            except APIError as e:
-                if e.err_code != 10059:
-                    raise
-                return None
-
-        # as stored: defaults applied, and what comes from other streams (a mirror's mirror_direct)
-        if current.to_json() != check_stream_config(cfg, lookup=stored).to_json():
+        # as stored: defaults applied, and what comes from other streams (a mirror's mirror_direct),
+        # looked up as ``add_stream`` looks them up
+        if current.to_json() != check_stream_config(cfg, lookup=stream_lookup(lake.catalog.records())).to_json():
             lake.update_stream(cfg)
 
     def probe(self) -> None:

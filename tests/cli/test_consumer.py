@@ -113,3 +113,26 @@ def test_add_accepts_the_nats_cli_defaults_flag(cli: Run, orders: Lake) -> None:
     without = cli("consumer", "add", "ORDERS", "C2", "--pull", "-j").json()["config"]
     assert {**with_flag, "name": "", "durable_name": ""} == {**without, "name": "", "durable_name": ""}
     assert orders.consumer_info("ORDERS", "C1").config.ack_policy == "explicit"
+
+
+def test_pause_and_resume_as_the_nats_cli(cli: Run, orders: Lake) -> None:
+    """``nats consumer pause`` / ``resume``: a duration or a time, the nats CLI's lines, the
+    consumer's ``pause_until`` set and cleared; a time in the past pauses nothing and fails,
+    resuming an unpaused consumer fails."""
+    cli("consumer", "add", "ORDERS", "C")
+    paused = cli("consumer", "pause", "ORDERS", "C", "2050-04-22 11:48:55", "-f")
+    assert paused.code == 0, paused.err
+    assert paused.out.startswith("Paused ORDERS > C until 2050-04-22 11:48:55 (") and paused.out.rstrip().endswith("s)")
+    assert orders.consumer_info("ORDERS", "C").paused
+    resumed = cli("consumer", "resume", "ORDERS", "C", "-f")
+    assert resumed.out.strip() == "Consumer ORDERS > C was resumed while previously paused until 2050-04-22 11:48:55"
+    assert orders.consumer_info("ORDERS", "C").config.pause_until is None
+    doc = cli("consumer", "pause", "ORDERS", "C", "1h30m", "-f", "-j").json()
+    assert doc["paused"] is True and 5_390 <= doc["pause_remaining"] / 1e9 <= 5_400
+    past = cli("consumer", "pause", "ORDERS", "C", "2001-01-01T00:00:00Z", "-f")
+    assert past.code == 1 and "consumer failed to pause, perhaps a time in the past was given" in past.err
+    assert cli("consumer", "resume", "ORDERS", "C", "-f").code == 1  # a pause in the past pauses nothing
+    assert "consumer is not paused" in cli("consumer", "resume", "ORDERS", "C", "-f").err
+    bad = cli("consumer", "pause", "ORDERS", "C", "soon", "-f")
+    assert bad.code != 0 and "invalid pause time 'soon'" in bad.err
+    assert "refusing without -f" in cli("consumer", "pause", "ORDERS", "C", "1h").err

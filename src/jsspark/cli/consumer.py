@@ -1,7 +1,8 @@
 """``jsspark consumer ...``: durable lake consumers, with the nats CLI's verbs and flags.
 
-add, info, ls, rm and reset. A lake consumer is a position kept in the catalog (delivered,
-ack floor); Spark jobs and ``next_seqs``/``ack`` move it, these verbs create, inspect and reset it.
+add, info, ls, rm, reset, pause and resume. A lake consumer is a position kept in the catalog
+(delivered, ack floor); Spark jobs and ``next_seqs``/``ack`` move it, these verbs create,
+inspect, reset and pause it.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 import time
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from jsspark.cli import render
@@ -16,6 +18,8 @@ from jsspark.cli.documents import read_config
 from jsspark.cli.errors import CLIError, doing
 from jsspark.cli.interact import confirm, defaults_flag
 from jsspark.cli.units import duration_arg, human_duration, parse_duration, size_arg, uint_arg
+from jsspark.config.durations import format_go_duration
+from jsspark.config.timestamps import UTCTime
 
 if TYPE_CHECKING:
     from jsspark.cli.session import Session
@@ -68,6 +72,20 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "--seq", type=uint_arg, help="the next sequence to deliver (default: just above the ack floor, as the server)"
     )
     p.set_defaults(func=cmd_reset)
+
+    p = verbs.add_parser("pause", help="pause a consumer until a time", parents=[common])
+    p.add_argument("stream", metavar="STREAM")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("until", metavar="UNTIL",
+                   help="a duration from now (1h30m) or a UTC time (RFC3339, or 'YYYY-MM-DD HH:MM:SS')")
+    p.add_argument("-f", "--force", action="store_true", help="pause without asking")
+    p.set_defaults(func=cmd_pause)
+
+    p = verbs.add_parser("resume", aliases=["unpause"], help="resume a paused consumer", parents=[common])
+    p.add_argument("stream", metavar="STREAM")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("-f", "--force", action="store_true", help="resume without asking")
+    p.set_defaults(func=cmd_resume)
 
 
 def _consumer_flags(p: argparse.ArgumentParser) -> None:
@@ -306,3 +324,59 @@ def cmd_reset(args: argparse.Namespace, session: Session) -> None:
     with doing(f"could not reset consumer {args.name} on stream {args.stream}"):
         info = session.lake.reset_consumer(args.stream, args.name, seq=args.seq)
     show_info(info, session.json)
+
+
+def pause_until(text: str) -> datetime:
+    """``pause``'s UNTIL as the nats CLI takes it: a duration from now, or a time (RFC3339, or
+    ``YYYY-MM-DD HH:MM:SS``, read as UTC)."""
+    t = text.strip()
+    for parse in (lambda v: datetime.fromisoformat(v.replace("Z", "+00:00")),
+                  lambda v: datetime.strptime(v, "%Y-%m-%d %H:%M:%S")):
+        try:
+            when = parse(t)
+        except ValueError:
+            continue
+        return when if when.tzinfo else when.replace(tzinfo=UTC)
+    try:
+        ns = parse_duration(t)
+    except ValueError:
+        raise CLIError(f"invalid pause time {text!r}: use a duration (1h30m) or a time (2030-01-02 15:04:05)") from None
+    return datetime.now(UTC) + timedelta(microseconds=ns // 1000)
+
+
+def _shown(t: str) -> str:
+    """An RFC3339 time from the API as the nats CLI prints times (``2006-01-02 15:04:05``)."""
+    return UTCTime.parse(t).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def cmd_pause(args: argparse.Namespace, session: Session) -> None:
+    until = pause_until(args.until)
+    action = f"could not pause consumer {args.name} on stream {args.stream}"
+    with doing(action):
+        session.lake.consumer_info(args.stream, args.name)
+    confirm(f"Really pause Consumer {args.stream} > {args.name} until {until:%Y-%m-%d %H:%M:%S}", args.force)
+    with doing(action):
+        reply = session.lake.pause_consumer(args.stream, args.name, until)
+    if not reply["paused"]:  # as the nats CLI: the server takes a time in the past, but nothing is paused
+        raise CLIError(f"{action}: consumer failed to pause, perhaps a time in the past was given")
+    if session.json:
+        render.print_json(reply)
+    else:
+        left = format_go_duration(round(reply["pause_remaining"] / 1e9) * 1_000_000_000)
+        render.print_line(f"Paused {args.stream} > {args.name} until {_shown(reply['pause_until'])} ({left})")
+
+
+def cmd_resume(args: argparse.Namespace, session: Session) -> None:
+    action = f"could not resume consumer {args.name} on stream {args.stream}"
+    with doing(action):
+        info = session.lake.consumer_info(args.stream, args.name)
+    if not info.paused or info.config.pause_until is None:
+        raise CLIError(f"{action}: consumer is not paused")
+    confirm(f"Really resume Consumer {args.stream} > {args.name}", args.force)
+    with doing(action):
+        reply = session.lake.pause_consumer(args.stream, args.name, None)
+    if session.json:
+        render.print_json(reply)
+    else:
+        render.print_line(f"Consumer {args.stream} > {args.name} was resumed while previously paused until "
+                          f"{_shown(info.config.pause_until.to_rfc3339nano())}")

@@ -31,6 +31,23 @@ def cast_column(table: pa.Table | pa.RecordBatch, name: str, to: pa.DataType, ac
         raise ValueError(f"column {name!r} has type {col.type}, which is not {accepted} ({e})") from None
 
 
+def subject_column(table: pa.Table | pa.RecordBatch, who: str) -> pa.Array:
+    """A batch's ``subject`` column as strings; a null one fails naming the column (``who``:
+    the caller, first in the message), where a publish would fail on it deep in the engine."""
+    subject = cast_column(table, "subject", pa.string(), "a string")
+    if subject.null_count:
+        raise ValueError(f"{who}: a row has no subject (column 'subject' is null in {subject.null_count} of "
+                         f"{len(subject)} rows)")
+    return subject
+
+
+def data_column(table: pa.Table | pa.RecordBatch) -> pa.Array:
+    """A batch's ``data`` column as binary (string data as its UTF-8); empty data where there is none."""
+    if "data" not in table.schema.names:
+        return pa.array([b""] * table.num_rows, pa.binary())
+    return cast_column(table, "data", pa.binary(), "binary or string")
+
+
 # Up to this many rows are taken or dropped by zero-copy slices: Arrow's ``take`` on a table of
 # many chunks costs milliseconds even for one row, and a ``filter`` copies every other row.
 FEW_ROWS = 32

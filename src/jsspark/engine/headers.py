@@ -174,6 +174,13 @@ def from_column(col: pa.Array | pa.ChunkedArray, column: str = "headers") -> pa.
     raise ValueError(f"column {column!r} has type {t}, which is not message headers; headers are {COLUMN_TYPES}")
 
 
+def headers_column(table: pa.Table | pa.RecordBatch) -> pa.Array:
+    """A batch's ``headers`` column as ``HEADER_TYPE`` (``from_column``); no headers where there is none."""
+    if "headers" not in table.schema.names:
+        return pa.nulls(table.num_rows, HEADER_TYPE)
+    return from_column(table.column("headers"))
+
+
 def _by_name(col: pa.Array) -> pa.Array:
     """A list of ``struct<value, name>`` (a list array, any offset) with its fields in the stored order."""
     start = col.offsets[0].as_py()

@@ -30,7 +30,7 @@ from jsspark.engine import header_rules as rules
 from jsspark.engine import headers as H
 from jsspark.engine import maintenance
 from jsspark.engine.api import BatchAck, SourceInfo, StreamState
-from jsspark.engine.arrays import cast_column, column, take_rows
+from jsspark.engine.arrays import column, data_column, subject_column, take_rows
 from jsspark.engine.dedup import DedupWindow, KnownIds
 from jsspark.engine.expiry import NEVER as TTL_NEVER
 from jsspark.engine.expiry import Expiries, expires_of, is_marker, marker_headers
@@ -111,15 +111,7 @@ class Incoming:
         names = table.schema.names
         if "subject" not in names:
             raise ValueError("publish_batch needs a 'subject' column")
-        n = table.num_rows
-        subject = cast_column(table, "subject", pa.string(), "a string")
-        if subject.null_count:
-            raise ValueError(f"publish_batch: a row has no subject (column 'subject' is null in {subject.null_count} "
-                             f"of {n} rows)")
-        data = cast_column(table, "data", pa.binary(), "binary or string") if "data" in names \
-            else pa.array([b""] * n, pa.binary())
-        headers = H.from_column(column(table, "headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
-        return cls(subject, data, headers)
+        return cls(subject_column(table, "publish_batch"), data_column(table), H.headers_column(table))
 
     @classmethod
     def one(cls, subject: str, payload: bytes, headers: H.HeadersLike) -> Incoming:

@@ -30,7 +30,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from jsspark.engine import headers as H
-from jsspark.engine.arrays import cast_column
+from jsspark.engine.arrays import data_column
 from jsspark.errors import APIError
 from jsspark.live.client import PublishFailed, check_size, pub_ack, unacked, wire_headers
 from jsspark.live.options import LiveWriteOptions, parse_live_write_options, redact
@@ -92,7 +92,7 @@ def _typed(batch: pa.RecordBatch) -> pa.Table:
     if "headers" in names:
         table = table.set_column(names.index("headers"), "headers", H.from_column(table.column("headers")))
     if "data" in names:
-        table = table.set_column(names.index("data"), "data", cast_column(table, "data", pa.binary(), "binary or string"))
+        table = table.set_column(names.index("data"), "data", data_column(table))
     return table
 
 

@@ -89,7 +89,7 @@ from jsspark.datasource.options import OptionError, WriteOptions
 from jsspark.datasource.redaction import redact_storage, scrubbed
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
-from jsspark.engine.arrays import cast_column
+from jsspark.engine.arrays import data_column, subject_column
 from jsspark.live.spill import is_reference, mark_landed, read_references, referenced_rows
 
 SINK_SCHEMA = pa.schema(
@@ -124,22 +124,6 @@ APP_ID_PREFIX = "jsspark.sink."
 
 
 # -- rows --------------------------------------------------------------------------------------
-def _subject(batch: pa.RecordBatch | pa.Table) -> pa.Array:
-    """The rows' subjects; a null one fails here, where the publish would fail on it deep in
-    the engine without naming the column."""
-    subject = cast_column(batch, "subject", pa.string(), "a string")
-    if subject.null_count:
-        raise ValueError(f"jetstream sink: a row has no subject (column 'subject' is null in {subject.null_count} of "
-                         f"{len(subject)} rows)")
-    return subject
-
-
-def _data(batch: pa.RecordBatch | pa.Table) -> pa.Array:
-    if "data" not in batch.schema.names:
-        return pa.array([b""] * batch.num_rows, pa.binary())
-    return cast_column(batch, "data", pa.binary(), "binary or string")
-
-
 def normalize(batch: pa.RecordBatch | pa.Table, origin: bool = True) -> pa.Table:
     """The publishable columns of a Spark batch, typed as the engine stores them, and (with
     ``origin``) each row's origin message from the source's ``stream``/``seq`` columns."""
@@ -147,8 +131,7 @@ def normalize(batch: pa.RecordBatch | pa.Table, origin: bool = True) -> pa.Table
     if "subject" not in names:
         raise ValueError(f"writing to a lake stream needs a 'subject' column; got columns {names}")
     n = batch.num_rows
-    subject, data = _subject(batch), _data(batch)
-    headers = H.from_column(batch.column("headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
+    subject, data, headers = subject_column(batch, "jetstream sink"), data_column(batch), H.headers_column(batch)
     if origin and "stream" in names and "seq" in names:
         o_stream, o_seq = batch.column("stream").cast(pa.string()), batch.column("seq").cast(pa.int64())
     else:
@@ -172,8 +155,7 @@ def normalize_origin(batch: pa.RecordBatch | pa.Table, form: str) -> pa.Table:
             f"missing {missing} (got {names})"
         )
     n = batch.num_rows
-    subject, data = _subject(batch), _data(batch)
-    headers = H.from_column(batch.column("headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
+    subject, data, headers = subject_column(batch, "jetstream sink"), data_column(batch), H.headers_column(batch)
     return pa.Table.from_arrays(
         [
             batch.column("stream").cast(pa.string()),

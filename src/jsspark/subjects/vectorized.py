@@ -173,12 +173,11 @@ def _as_text(raw: pa.Array, text_type: pa.DataType) -> pa.Array:
     out = raw.view(text_type)
     try:
         out.validate(full=True)
-        return out
     except pa.ArrowInvalid:
-        pass
-    encoded = pc.dictionary_encode(raw)
-    shown = [subject_text(v) for v in encoded.dictionary.to_pylist()]
-    return pc.take(pa.array(shown, text_type), encoded.indices)
+        encoded = pc.dictionary_encode(raw)
+        shown = [subject_text(v) for v in encoded.dictionary.to_pylist()]
+        return pc.take(pa.array(shown, text_type), encoded.indices)
+    return out
 
 
 def _count_text(values: pa.Array, count: int, text_type: pa.DataType) -> pa.Array:

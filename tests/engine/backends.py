@@ -103,6 +103,12 @@ class ServerBackend:
         r = self._req(f"$JS.API.STREAM.INFO.{name}")
         return {"error": r["error"]} if "error" in r else stored(r["config"])
 
+    def replication(self, name: str) -> dict[str, Any]:
+        """The info's ``mirror``/``sources`` entries, without ``active`` and ``error`` (a
+        sourcing server's own progress; nothing runs a lake's until a job does)."""
+        r = self._req(f"$JS.API.STREAM.INFO.{name}")
+        return _replication(r)
+
     def purge(self, name: str, **req: Any) -> dict[str, Any]:
         """Keywords as the lake's ``purge`` takes them (``subject`` is the request's ``filter``)."""
         body = {("filter" if k == "subject" else k): v for k, v in req.items() if v is not None}
@@ -230,6 +236,18 @@ class ServerBackend:
         self.loop.run_until_complete(go())
 
 
+def _replication(info: dict[str, Any]) -> dict[str, Any]:
+    def entry(e: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in e.items() if k not in ("active", "error")}
+
+    out: dict[str, Any] = {}
+    if info.get("mirror") is not None:
+        out["mirror"] = entry(info["mirror"])
+    if info.get("sources"):
+        out["sources"] = [entry(e) for e in info["sources"]]
+    return out
+
+
 def _is_batch(req: dict[str, Any]) -> bool:
     return bool(req.get("batch") or req.get("multi_last"))
 
@@ -271,6 +289,9 @@ class LakeBackend:
     def config(self, name: str) -> dict[str, Any]:
         r = self._call(self.lake.stream_info, name)
         return r if isinstance(r, dict) else r.config.to_json()
+
+    def replication(self, name: str) -> dict[str, Any]:
+        return _replication(self.lake.stream_info(name).to_json())
 
     def purge(self, name: str, **req: Any) -> dict[str, Any]:
         r = self._call(self.lake.purge, name, **req)

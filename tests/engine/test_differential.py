@@ -446,3 +446,25 @@ def test_create_checks_that_look_at_the_other_streams(pair: Pair) -> None:
     assert pair.add_stream({"name": m, "mirror": {"name": o}}) == {"ok": True}
     assert pair.config(m)["mirror_direct"] is True
     assert pair.add_stream({"name": m, "mirror": {"name": o}}) == {"ok": True}  # the same again: a no-op
+
+
+def test_mirror_and_sources_info_entries(pair: Pair) -> None:
+    """A stream info's ``mirror``/``sources`` entries have ``StreamSourceInfo``'s fields in its
+    order: ``external`` where the origin is in another account or domain (sources of one name
+    told apart by it), ``filter_subject`` and ``subject_transforms`` only when set, and no
+    ``seq``."""
+    n = next(_names)
+    m, s = f"RM{n}", f"RS{n}"
+    pair.streams += [m, s]
+    ext = {"api": "$JS.other.API", "deliver": "dlv"}
+    assert pair.add_stream({"name": m, "mirror": {"name": "O", "external": ext, "filter_subject": "o.a.>"}}) == {"ok": True}
+    sources = [{"name": "O", "external": {"api": "$JS.other.API"}},
+               {"name": "O", "filter_subject": "x.>", "opt_start_time": "2024-01-01T00:00:00Z"},
+               {"name": "P", "subject_transforms": [{"src": "p.>", "dest": f"rs{n}.>"}]}]
+    assert pair.add_stream({"name": s, "subjects": [f"rs{n}.own"], "sources": sources}) == {"ok": True}
+    # The server fills a filter in when its sourcing set the origin up, just after the reply.
+    assert pair.settled("replication", m) == {"mirror": {"name": "O", "external": ext, "lag": 0, "filter_subject": "o.a.>"}}
+    got = pair.settled("replication", s)["sources"]
+    assert [list(e) for e in got] == [["name", "external", "lag"], ["name", "lag", "filter_subject"],
+                                      ["name", "lag", "subject_transforms"]]
+    assert got[0]["external"] == {"api": "$JS.other.API", "deliver": ""}

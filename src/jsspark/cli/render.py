@@ -36,9 +36,14 @@ def print_names(names: Sequence[str], as_json: bool) -> None:
         print_line(name)
 
 
+# The server's page size for STREAM.LIST / CONSUMER.LIST (``JSApiListLimit``); every item fits
+# on the one page a lake answers, but ``limit`` is the page size, not the count.
+LIST_LIMIT = 256
+
+
 def print_list_json(key: str, items: Sequence[Any]) -> None:
     """A list answer in the server's paged shape (``total``, ``offset``, ``limit``, ``<key>``)."""
-    print_json({"total": len(items), "offset": 0, "limit": len(items), key: [i.to_json() for i in items]})
+    print_json({"total": len(items), "offset": 0, "limit": LIST_LIMIT, key: [i.to_json() for i in items]})
 
 
 def table(title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

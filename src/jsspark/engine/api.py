@@ -111,9 +111,11 @@ class StreamState:
 
 @dataclass
 class SourceInfo:
-    """A mirror's or source's progress, as the server's ``StreamSourceInfo``: ``lag`` (origin
-    messages still pending at the last batch), ``active`` (nanoseconds since the last batch
-    landed, -1 if none yet), ``seq`` (the last origin sequence taken, as 2.15.1 reports)."""
+    """A mirror's or source's progress, as the server's ``StreamSourceInfo``: ``external``
+    (the origin's prefixes, when it is in another account or domain), ``lag`` (origin messages
+    still pending at the last batch), ``active`` (nanoseconds since the last batch landed, -1 if
+    none yet). ``seq``, the last origin sequence taken, is jsspark's own (the job progress shows
+    it); the server's JSON has no such field, so ``to_json`` leaves it out."""
 
     name: str
     lag: int = 0
@@ -122,16 +124,20 @@ class SourceInfo:
     filter_subject: str = ""
     subject_transforms: list[dict[str, str]] = field(default_factory=list)
     error: dict[str, Any] | None = None
+    external: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """In ``StreamSourceInfo``'s field order, with its ``omitempty`` fields left out."""
         out: dict[str, Any] = {"name": self.name}
+        if self.external is not None:
+            out["external"] = self.external
+        out.update({"lag": self.lag, "active": self.active_ns})
+        if self.error is not None:
+            out["error"] = self.error
         if self.filter_subject:
             out["filter_subject"] = self.filter_subject
         if self.subject_transforms:
             out["subject_transforms"] = self.subject_transforms
-        out.update({"lag": self.lag, "active": self.active_ns, "seq": self.seq})
-        if self.error is not None:
-            out["error"] = self.error
         return out
 
 

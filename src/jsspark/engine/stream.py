@@ -1172,6 +1172,7 @@ class LakeStream:
         def info(source: Any) -> SourceInfo:
             o = Origin.of(source)
             seen = table.transaction_version(o.seen_app)
+            ext = source.external
             return SourceInfo(
                 name=o.name,
                 lag=int(table.transaction_version(o.lag_app) or 0),
@@ -1179,6 +1180,7 @@ class LakeStream:
                 seq=int(table.transaction_version(o.seq_app) or 0),
                 filter_subject=o.filter_subject,
                 subject_transforms=[{"src": s, "dest": d} for s, d in o.transforms],
+                external=None if ext is None else {"api": ext.api, "deliver": ext.deliver},
             )
 
         if cfg.mirror is not None:

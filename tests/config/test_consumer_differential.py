@@ -125,6 +125,10 @@ INVALID: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {
         {"ack_policy": "explicit", "backoff": [S], "ack_wait": 2 * S},
         True,
     ),
+    "start-time-lower-z-10025": (
+        LIMITS, {"deliver_policy": "by_start_time", "opt_start_time": "2024-02-03T04:05:06z"}, False
+    ),
+    "pause-until-day-10025": (LIMITS, {"durable_name": "pd", "pause_until": "2099-02-29T00:00:00Z"}, False),
 }
 
 
@@ -172,6 +176,9 @@ VALID: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"max_waiting": -4, "max_ack_pending": -9, "max_batch": -1, "inactive_threshold": -1},
     ),
     "pause-until": (LIMITS, {"durable_name": "pu", "pause_until": "2099-01-01T00:00:00Z"}),
+    "times-keep-their-offset": (LIMITS, {"durable_name": "to", "deliver_policy": "by_start_time",
+                                         "opt_start_time": "2024-02-03T04:05:06.7+05:30",
+                                         "pause_until": "2099-01-01T00:00:00-08:00"}),
     "sample-freq": (LIMITS, {"durable_name": "sf", "ack_policy": "explicit", "sample_freq": "50%"}),
     "nulls-are-unset": (LIMITS, {"durable_name": "nu", "ack_policy": "explicit", "backoff": None, "max_deliver": None,
                                  "filter_subject": None, "filter_subjects": None, "metadata": None,

@@ -151,14 +151,17 @@ def test_go_durations() -> None:
     assert ConsumerConfig.from_json({"backoff": ["1s", 2 * S]}).backoff == [S, 2 * S]
 
 
-def test_times_are_utc_with_nanoseconds() -> None:
+def test_times_are_utc_with_nanoseconds_and_keep_their_offset() -> None:
+    """The instant is UTC with nanoseconds; the text goes back out with the offset it came in
+    with, as Go's ``time.Time`` keeps its zone through JSON."""
     src = StreamConfig.from_json(
         {"name": "T", "sources": [{"name": "o", "opt_start_time": "2024-01-02T05:04:05.000000001+02:00"}]}
     )
     t = src.sources[0].opt_start_time
     assert isinstance(t, UTCTime) and t.utcoffset() is not None and t.utcoffset().total_seconds() == 0
-    assert t.nanosecond == 1 and t.hour == 3
-    assert src.to_json()["sources"][0]["opt_start_time"] == "2024-01-02T03:04:05.000000001Z"
+    assert t.nanosecond == 1 and t.hour == 3 and t.offset_seconds == 7200
+    assert src.to_json()["sources"][0]["opt_start_time"] == "2024-01-02T05:04:05.000000001+02:00"
+    assert StreamConfig.from_json(src.to_json()).sources[0].opt_start_time.offset_seconds == 7200
 
 
 def test_from_kwargs_takes_nats_py_seconds() -> None:

@@ -159,6 +159,14 @@ INVALID: dict[str, dict[str, Any]] = {
     "unknown-field-before-bad-duration-10025": {"nope": 1, "max_age": 2**63},
     "bad-duration-before-unknown-field-10025": {"max_age": 2**63, "nope": 1},
     "unknown-field-before-bad-enum-10025": {"nope": 1, "discard": "x"},
+    # times as Go's time.Parse(RFC3339) refuses them, with its texts
+    **{f"time-{k}-10025": {"sources": [{"name": "O", "opt_start_time": t}]} for k, t in {
+        "lower-z": "2024-01-02T03:04:05z", "lower-t": "2024-01-02t03:04:05Z", "space": "2024-01-02 03:04:05Z",
+        "no-zone": "2024-01-02T03:04:05", "word": "yesterday", "month": "2024-13-02T03:04:05Z",
+        "day": "2024-02-30T00:00:00Z", "hour": "2024-01-02T24:00:00Z", "minute": "2024-01-02T03:60:00Z",
+        "extra": "2024-01-02T03:04:05Zx", "offset-minute": "2024-01-02T03:04:05+01:61",
+        "short-offset": "2024-01-02T03:04:05+01", "non-ascii": "é2024-01-02T03:04:05Z",
+        "one-digit-month": "2024-1-02T03:04:05Z"}.items()},
 }
 
 
@@ -205,6 +213,12 @@ VALID: dict[str, dict[str, Any]] = {
             },
         ]
     },
+    # Go's time.Time keeps the offset it was given in, and its parser takes these
+    **{f"time-{k}": {"sources": [{"name": "O", "opt_start_time": t}]} for k, t in {
+        "offset": "2024-01-02T05:04:05+02:00", "negative-offset": "2024-01-02T03:04:05.120-05:30",
+        "zero-offset": "2024-01-02T03:04:05+00:00", "minus-zero": "2024-01-02T03:04:05-00:00",
+        "one-digit-hour": "2024-01-02T3:04:05Z", "comma-fraction": "2024-01-02T03:04:05,25Z",
+        "ten-digits": "2024-01-02T03:04:05.1234567891Z", "leap-day": "2024-02-29T00:00:00+14:00"}.items()},
     "durable-source-consumer": {
         "sources": [{"name": "O", "consumer": {"name": "dc", "deliver_subject": "dl.x"}}]
     },

@@ -104,10 +104,11 @@ class WireModel(BaseModel):
 
 def _refused_decode(cls: type[WireModel], data: Any, e: ValidationError) -> Exception | None:
     """A value the server's decoder refuses, as it refuses it (10025 with its decoder's text):
-    a value an enum does not take, or one no Go ``time.Duration`` holds (beyond ``int64``, not
-    a whole number, not a number). Go's decoder reports the first such field in the document,
+    a value an enum does not take, one no Go ``time.Duration`` holds (beyond ``int64``, not
+    a whole number, not a number), or a time ``time.Parse`` refuses. Go's decoder reports the first such field in the document,
     and a field it does not know that comes before it wins (``json: unknown field``)."""
     from jsspark.config.durations import UNDECODABLE
+    from jsspark.config.timestamps import BAD_TIME
     from jsspark.config.validation import go_quote
     from jsspark.errors import api_error
 
@@ -117,7 +118,7 @@ def _refused_decode(cls: type[WireModel], data: Any, e: ValidationError) -> Exce
     bad = [
         err for err in e.errors()
         if err["loc"] and err["loc"][0] in order
-        and (err["type"] == UNDECODABLE or (err["type"] == "enum" and len(err["loc"]) == 1))
+        and (err["type"] in (UNDECODABLE, BAD_TIME) or (err["type"] == "enum" and len(err["loc"]) == 1))
     ]  # fmt: skip
     if not bad:
         return None
@@ -130,6 +131,9 @@ def _refused_decode(cls: type[WireModel], data: Any, e: ValidationError) -> Exce
     if unknown is not None:
         refused = api_error("JSInvalidJSONErr", err=f'json: unknown field "{unknown}"')
         field = unknown
+    elif first["type"] == BAD_TIME:  # time.Time's own UnmarshalJSON error, without "json: "
+        refused = api_error("JSInvalidJSONErr", err=first["ctx"]["err"])
+        field = ".".join(str(p) for p in first["loc"])
     elif first["type"] == UNDECODABLE:
         path = ".".join(str(p) for p in (cls._go_request or cls.__name__, *first["loc"]))
         # Go names a struct field "Go struct field X.y", an array element just "X.y.0"

@@ -16,11 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 import jsspark
 from jsspark.engine.stream import NoRespondersError
-from jsspark.errors import StreamNotFoundError
+from jsspark.errors import MessageNotFoundError, StreamNotFoundError
 from jsspark.nats_server import NatsServer
 from tests.engine.backends import ServerBackend
 
@@ -49,6 +50,77 @@ def state_of(info: Any) -> dict[str, int]:
 def server_state(srv: ServerBackend, name: str) -> dict[str, int]:
     s = srv.state(name)
     return {k: s[k] for k in ("messages", "first_seq", "last_seq")}
+
+
+# -- limits lowered by an update ---------------------------------------------------------------
+
+
+def test_update_killed_before_its_limits_are_applied_on_the_next_open(tmp_path: Path, srv: ServerBackend) -> None:
+    """``update_stream`` commits the lowered ``max_msgs`` and dies before enforcing it: the next
+    open enforces it, as the file store does in ``UpdateConfig`` and again on recovery."""
+    loc = str(tmp_path)
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="UK", subjects=["uk.>"])
+    lake.publish_batch("UK", pa.table({"subject": [f"uk.{i % 7}" for i in range(400)], "data": [b"x"] * 400}))
+    run_killed(loc, """
+        from jsspark.engine import stream
+        stream.LakeStream.enforce_limits = die
+        jsspark.connect(loc).update_stream(name="UK", subjects=["uk.>"], max_msgs=50)
+    """)
+    srv.delete_stream("UK")
+    srv.add_stream({"name": "UK", "subjects": ["uk.>"]})
+    for i in range(400):
+        srv.publish(f"uk.{i % 7}", b"x")
+    srv._req("$JS.API.STREAM.UPDATE.UK", {"name": "UK", "subjects": ["uk.>"], "max_msgs": 50})
+
+    reopened = jsspark.connect(loc)
+    info = reopened.stream_info("UK")
+    assert info.config.max_msgs == 50  # the update's commit happened
+    assert state_of(info) == server_state(srv, "UK") == {"messages": 50, "first_seq": 351, "last_seq": 400}
+    with pytest.raises(MessageNotFoundError):
+        reopened.get_msg("UK", seq=1)
+    assert srv.msg_get("UK", seq=1)["error"]["err_code"] == 10037
+
+
+# -- work queue: an ack whose removal a crash interrupted ---------------------------------------
+
+
+def test_work_queue_ack_killed_before_the_removal_is_finished_on_the_next_open(
+    tmp_path: Path, srv: ServerBackend
+) -> None:
+    """The ack's catalog commit lands, the removal does not: the next open removes the acked
+    message (``checkInterestState`` at startup) and a new consumer never gets it again."""
+    loc = str(tmp_path)
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="WK", subjects=["wk.>"], retention="workqueue")
+    lake.add_consumer("WK", durable_name="W", ack_policy="explicit")
+    for i in range(5):
+        lake.publish("wk.a", b"job%d" % i)
+    run_killed(loc, """
+        from jsspark.engine import consumers
+        consumers.Consumers._after_ack = die
+        lake = jsspark.connect(loc)
+        seqs = lake.next_seqs("WK", "W", 3)
+        lake.record_delivered("WK", "W", seqs[-1])
+        lake.ack("WK", "W", seqs[0])
+    """)
+    srv.delete_stream("WK")
+    srv.add_stream({"name": "WK", "subjects": ["wk.>"], "retention": "workqueue"})
+    srv.add_consumer("WK", {"durable_name": "W", "ack_policy": "explicit"})
+    for i in range(5):
+        srv.publish("wk.a", b"job%d" % i)
+    got = srv.fetch("WK", "W", 3)
+    srv.ack("WK", "W", got[0][0], got[0][1])
+
+    reopened = jsspark.connect(loc)
+    assert reopened.consumer_info("WK", "W").ack_floor.stream_seq == 1
+    assert state_of(reopened.stream_info("WK")) == server_state(srv, "WK") == {
+        "messages": 4, "first_seq": 2, "last_seq": 5}
+    reopened.delete_consumer("WK", "W")
+    reopened.add_consumer("WK", durable_name="W2", ack_policy="explicit")
+    srv.consumer_delete("WK", "W")
+    srv.add_consumer("WK", {"durable_name": "W2", "ack_policy": "explicit"})
+    assert reopened.next_seqs("WK", "W2", 10) == [s for s, _, _ in srv.fetch("WK", "W2", 10)] == [2, 3, 4, 5]
 
 
 # -- creation and deletion are one commit each ---------------------------------------------------

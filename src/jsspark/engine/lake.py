@@ -27,6 +27,7 @@ from deltalake.exceptions import DeltaError
 
 from jsspark.config import (
     ConsumerConfig,
+    DiscardPolicy,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -240,6 +241,7 @@ class Lake:
             return [Change(STREAM, name, "", {**existing.body, "config": cfg.to_json()})]
 
         self.catalog.transact(plan)
+        self._stream(name, recover=False)  # the new config; the update applies it below
         if retention[0][0] is not retention[0][1] and retention[0][1] is RetentionPolicy.INTEREST:
             self.consumers.to_interest(name)  # before the store's limits, as on the server
         self.enforce_limits(name)  # lowered limits apply at once, as on the server
@@ -267,6 +269,11 @@ class Lake:
 
     def stream(self, name: str) -> LakeStream:
         """The engine of one stream, its config refreshed from the catalog."""
+        return self._stream(name, recover=True)
+
+    def _stream(self, name: str, *, recover: bool) -> LakeStream:
+        """``stream``; ``recover=False`` loads a new config without ``_recover`` (the update
+        that made it applies it itself, in the server's order)."""
         rec = self.catalog.get(STREAM, validate_asset_name(name, "stream"))
         if rec is None:
             raise api_error("JSStreamNotFoundErr")
@@ -292,7 +299,27 @@ class Lake:
             engine.on_removed = lambda seqs, subjects: self.consumers.on_removed(name, seqs, subjects)
             engine.on_rolled_up = lambda rolled: self.consumers.on_rollups(name, rolled)  # a rollup purges
         self._streams[name] = (rec.rev, engine)
+        if recover:
+            self._recover(name, engine)
         return engine
+
+    def _recover(self, name: str, engine: LakeStream) -> None:
+        """What the server does when it opens a stream's store after a crash, run whenever this
+        process (re)loads the stream's config: a limit an update lowered before the process
+        updating it died is applied (``newFileStoreWithCreatedAndMode`` enforces the config's
+        limits on recovery), and on an interest or work-queue stream the messages an ack left
+        behind go (``checkInterestState`` at startup). Both are decided on the recorded state and
+        the consumers' ack floors, so an open with nothing to do reads no messages."""
+        cfg = engine.config
+        state = engine.state()
+        if cfg.retention is not RetentionPolicy.LIMITS and state.messages:  # before the limits, as an update
+            floors = [c.state.ack_floor.stream_seq for c in self.consumers._all(name)]
+            if floors and state.first_seq <= max(floors) and self.consumers.check_interest(name):
+                state = engine.state()
+        discard_old = cfg.discard is not DiscardPolicy.NEW  # enforceMsgLimit/enforceBytesLimit trim only then
+        max_msgs, max_bytes = int(cfg.max_msgs), int(cfg.max_bytes)
+        if discard_old and ((0 < max_msgs < state.messages) or (0 < max_bytes < state.bytes)):
+            engine.enforce_limits()
 
     def _interest_filters(self, stream: str) -> list[list[str]]:
         out = []

@@ -957,16 +957,6 @@ class LakeStream:
         state[LAST_MSG_ID] = ""
         return state
 
-    def start_at(self, first_seq: int) -> None:
-        """A new stream's ``first_seq``: its store is purged up to it (the file store's
-        ``purge(cfg.FirstSeq)`` at creation), so the first message gets that seq and the state
-        reads first ``first_seq``, last ``first_seq - 1``. Not a user's purge: ``deny_purge``
-        does not apply."""
-        if first_seq > 1:
-            self._compact(first_seq)
-        elif first_seq == 1:
-            self.mark_purged()
-
     def mark_purged(self) -> None:
         """A never-written stream reports first_seq 0 until its first purge, then last+1: record it."""
 

@@ -11,7 +11,7 @@ import pytest
 
 import jsspark
 from jsspark.engine.catalog import Change
-from jsspark.errors import JSSparkError, StreamNotFoundError
+from jsspark.errors import StreamNotFoundError
 
 
 def test_stream_lifecycle_on_s3(s3: dict[str, str]) -> None:
@@ -33,13 +33,18 @@ def test_stream_lifecycle_on_s3(s3: dict[str, str]) -> None:
     assert lake.publish("s.x", b"again").seq == 1
 
 
-def test_add_stream_refuses_a_leftover_table(tmp_path: Path) -> None:
+def test_add_stream_clears_a_deleted_streams_leftover_table(tmp_path: Path) -> None:
+    """A table with no stream in the catalog (a delete killed before removing it) is never
+    served; a new stream of the name starts afresh rather than carry its sequences on."""
     lake = jsspark.connect(str(tmp_path))
     lake.add_stream(name="L", subjects=["l.>"])
     lake.publish("l.a", b"x")
-    lake.catalog.transact(lambda records: [Change("stream", "L", "", None)])  # catalog lost the stream
-    with pytest.raises(JSSparkError, match="table already exists"):
-        lake.add_stream(name="L", subjects=["l.>"])
+    lake.catalog.transact(lambda records: [Change("stream", "L", "", None)])  # deleted, table left
+    with pytest.raises(StreamNotFoundError):
+        lake.stream_info("L")
+    info = lake.add_stream(name="L", subjects=["l.>"])
+    assert (info.state.messages, info.state.last_seq) == (0, 0)
+    assert lake.publish("l.a", b"y").seq == 1
 
 
 def test_concurrent_writers_on_s3_get_contiguous_sequences(s3: dict[str, str]) -> None:

@@ -11,19 +11,23 @@ Layout under ``location`` (a local path or any URI delta-rs supports):
 
 from __future__ import annotations
 
+import functools
 import shutil
 import time
 import warnings
+from collections.abc import Callable
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
+from deltalake.exceptions import DeltaError
 
 from jsspark.config import (
     ConsumerConfig,
+    DiscardPolicy,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -36,19 +40,48 @@ from jsspark.config.defaults import StreamLookup
 from jsspark.config.timestamps import to_utc_time
 from jsspark.config.validation import check_shared_stream_config
 from jsspark.engine import headers as H
-from jsspark.engine.api import BatchAck, ConsumerInfo, PubAck, RawStreamMsg, StreamInfo
+from jsspark.engine.api import BatchAck, ConsumerInfo, PubAck, RawStreamMsg, StreamInfo, StreamState
 from jsspark.engine.catalog import Catalog, Change, Key, Record
 from jsspark.engine.consumers import Consumer, Consumers, StreamView, purge_signal
 from jsspark.engine.directget import DirectGet, DirectReply
 from jsspark.engine.files import local_root
 from jsspark.engine.partitioning import DEFAULT_PARTITION_KEY
-from jsspark.engine.stream import Incoming, LakeStream, NoRespondersError
+from jsspark.engine.stream import LAST_MSG_ID, Incoming, LakeStream, NoRespondersError
 from jsspark.engine.table import MessageTable
-from jsspark.errors import APIError, JSSparkError, api_error, check_uint64
+from jsspark.errors import APIError, JSSparkError, StreamNotFoundError, api_error, check_uint64
 from jsspark.subjects import subject_matches, subjects_collide, validate_asset_name
 
 STREAM = "stream"
+T = TypeVar("T")
 CONSUMER = "consumer"
+MAX_CREATE_ATTEMPTS = 20
+
+
+class _TableNeeded(Exception):
+    """A creation's plan found no stream of the name: make its table, then plan again."""
+
+
+class _TableLost(Exception):
+    """The table a creation made was replaced by another's before its catalog commit."""
+
+
+def _deleted_is_not_found(method: Callable[..., T]) -> Callable[..., T]:
+    """A stream deleted (its table removed) while an operation on it was under way answers
+    10059, as the server's does, not the storage error its vanished files raised."""
+
+    @functools.wraps(method)
+    def run(self: Lake, name: str, *args: Any, **kwargs: Any) -> T:
+        try:
+            return method(self, name, *args, **kwargs)
+        except (FileNotFoundError, DeltaError) as e:
+            rec = self.catalog.get(STREAM, name)
+            cached = self._streams.get(name)
+            table = None if rec is None else self._table_of(rec)
+            if table is None or (cached is not None and cached[1].table.table_id_or_none() != table.table_id()):
+                raise api_error("JSStreamNotFoundErr") from e
+            raise
+
+    return run
 
 
 def connect(location: str | Path, storage_options: dict[str, str] | None = None) -> Lake:
@@ -83,41 +116,98 @@ class Lake:
 
         The config is checked inside the catalog transaction, against the other streams as
         it reads them (``stream_lookup``): cycles through sources and mirrors, origins' message
-        sizes, external prefixes over their subjects, a mirror's ``mirror_direct``."""
+        sizes, external prefixes over their subjects, a mirror's ``mirror_direct``.
+
+        Atomic as the server's create is: the table is made first, its first commit already at
+        the stream's ``first_seq``, and the catalog record naming that table (``table_id``) is
+        the one commit that makes the stream exist. A table without a record is an unfinished
+        creation (or a deleted stream's leftover): never served, taken over or cleared by the
+        next creation of the name."""
         new = self._coerce_config(config, params)
         made: list[StreamConfig] = []
+        table: list[str] = []  # the table_id of the table this attempt made or took over
 
         def plan(records: dict[Key, Record]) -> list[Change]:
             cfg = check_stream_config(new, lookup=stream_lookup(records))
             refuse_unsupported(cfg)
             name = cfg.name
             made[:] = [cfg]
-            body = {"config": cfg.to_json(), "created_ns": time.time_ns(), "partition_key": DEFAULT_PARTITION_KEY}
             existing = records.get((STREAM, name, ""))
-            if existing is not None:
-                if existing.body["config"] == body["config"]:
+            if existing is not None and self._table_of(existing) is not None:
+                if existing.body["config"] == cfg.to_json():
                     return []
                 raise api_error("JSStreamNameExistErr")
             self._check_overlap(records, cfg)
-            uri = self.stream_uri(name)
-            if MessageTable(uri, self.storage_options).exists():
-                # a table left by a deleted stream would carry its old sequence counter on
-                raise JSSparkError(
-                    f"stream {name}: a table already exists at {uri} with no stream in the catalog "
-                    "(left by a deleted stream?); remove it or use another name"
-                )
-            return [Change(STREAM, name, "", body)]
+            if not table:
+                raise _TableNeeded
+            if MessageTable(self.stream_uri(name), self.storage_options).table_id_or_none() != table[0]:
+                raise _TableLost  # another creation replaced the table this one made
+            body = {"config": cfg.to_json(), "created_ns": time.time_ns(),
+                    "partition_key": DEFAULT_PARTITION_KEY, "table_id": table[0]}
+            return [Change(STREAM, name, "", body)]  # replaces a record whose table is gone
 
-        changes = self.catalog.transact(plan)
-        cfg = made[0]
-        if changes:
-            MessageTable.create(self.stream_uri(cfg.name), self.storage_options, name=cfg.name)
-            if cfg.first_seq:
-                self.stream(cfg.name).start_at(cfg.first_seq)
+        for _ in range(MAX_CREATE_ATTEMPTS):
+            table.clear()
+            try:
+                changes = self.catalog.transact(plan)
+            except _TableNeeded:
+                prepared = self._prepare_table(made[0])
+                if prepared is None:
+                    continue
+                table[:] = [prepared]
+                try:
+                    changes = self.catalog.transact(plan)
+                except _TableLost:
+                    continue
+            cfg = made[0]
+            if not changes:
+                try:
+                    return self.stream_info(cfg.name)
+                except StreamNotFoundError:  # deleted since the plan found it: create it again
+                    continue
             with warnings.catch_warnings():
                 warnings.simplefilter("always")
                 report_ignored_fields(cfg)
-        return self.stream_info(cfg.name)
+            try:
+                return self.stream_info(cfg.name)
+            except StreamNotFoundError:  # deleted again already: the create itself succeeded
+                body = changes[0].body or {}
+                return StreamInfo(cfg, StreamState(consumer_count=0, **_stored_state(LakeStream.initial_state(cfg.first_seq))),
+                                  body.get("created_ns", 0))
+        raise JSSparkError(f"stream {new.name}: gave up after {MAX_CREATE_ATTEMPTS} concurrent creations")
+
+    def _prepare_table(self, cfg: StreamConfig) -> str | None:
+        """The unfinished table a creation of ``cfg`` commits: one already at its path in the
+        state a creation of the same ``first_seq`` leaves (a creation killed before its catalog
+        commit, or a concurrent one: the same bytes either way) is taken over; anything else
+        there (a deleted stream's leftover) is cleared first. Returns its ``table_id``, or None
+        when another creation got in the way (plan again)."""
+        uri = self.stream_uri(cfg.name)
+        start = LakeStream.initial_state(cfg.first_seq)
+        table = MessageTable(uri, self.storage_options)
+        if table.exists():
+            try:
+                snap = table.snapshot()
+                if snap.version == 0 and table.recorded_state(snap) == start:
+                    return table.table_id()
+            except (FileNotFoundError, OSError, DeltaError):
+                pass
+            if self.catalog.get(STREAM, cfg.name) is not None:
+                return None  # a stream of the name owns it now
+            _remove_tree(uri, self.storage_options)
+        try:
+            return MessageTable.create(uri, self.storage_options, name=cfg.name, state=start).table_id()
+        except (FileNotFoundError, OSError, DeltaError):
+            return None  # another creation made one first, or cleared it under this one
+
+    def _table_of(self, rec: Record) -> MessageTable | None:
+        """The table of stream record ``rec``, or None when it is gone (a delete or a creation
+        replaced it): the stream is deleted, whatever a crash left in the catalog."""
+        table = MessageTable(self.stream_uri(rec.stream), self.storage_options)
+        found = table.table_id_or_none()
+        if found is None or rec.body.get("table_id", found) != found:
+            return None
+        return table
 
     def _check_overlap(self, records: dict[Key, Record], cfg: StreamConfig) -> None:
         mine = cfg.subjects or []
@@ -151,26 +241,39 @@ class Lake:
             return [Change(STREAM, name, "", {**existing.body, "config": cfg.to_json()})]
 
         self.catalog.transact(plan)
+        self._stream(name, recover=False)  # the new config; the update applies it below
         if retention[0][0] is not retention[0][1] and retention[0][1] is RetentionPolicy.INTEREST:
             self.consumers.to_interest(name)  # before the store's limits, as on the server
         self.enforce_limits(name)  # lowered limits apply at once, as on the server
         return self.stream_info(name)
 
     def delete_stream(self, name: str) -> bool:
+        """The catalog commit deletes the stream; its table is removed after, unless a new
+        creation of the name already made another there."""
         uri = self.stream_uri(name)
+        gone: list[str | None] = []
 
         def plan(records: dict[Key, Record]) -> list[Change]:
-            if (STREAM, name, "") not in records:
+            rec = records.get((STREAM, name, ""))
+            if rec is None:
                 raise api_error("JSStreamNotFoundErr")
+            gone[:] = [rec.body.get("table_id")]
             return [Change(kind, s, n, None) for (kind, s, n) in records if s == name]
 
         self.catalog.transact(plan)
         self._streams.pop(name, None)
-        _remove_tree(uri, self.storage_options)
+        found = MessageTable(uri, self.storage_options).table_id_or_none()
+        if found is not None and gone[0] in (None, found) and self.catalog.get(STREAM, name) is None:
+            _remove_tree(uri, self.storage_options)
         return True
 
     def stream(self, name: str) -> LakeStream:
         """The engine of one stream, its config refreshed from the catalog."""
+        return self._stream(name, recover=True)
+
+    def _stream(self, name: str, *, recover: bool) -> LakeStream:
+        """``stream``; ``recover=False`` loads a new config without ``_recover`` (the update
+        that made it applies it itself, in the server's order)."""
         rec = self.catalog.get(STREAM, validate_asset_name(name, "stream"))
         if rec is None:
             raise api_error("JSStreamNotFoundErr")
@@ -182,9 +285,12 @@ class Lake:
             engine = cached[1]
             engine.config = cfg
         else:
+            table = self._table_of(rec)
+            if table is None:
+                raise api_error("JSStreamNotFoundErr")
             engine = LakeStream(
                 cfg,
-                MessageTable(self.stream_uri(name), self.storage_options),
+                table,
                 partition_key=rec.body.get("partition_key", DEFAULT_PARTITION_KEY),
                 interest_filters=lambda: self._interest_filters(name),
                 created_ns=rec.body["created_ns"],
@@ -193,7 +299,27 @@ class Lake:
             engine.on_removed = lambda seqs, subjects: self.consumers.on_removed(name, seqs, subjects)
             engine.on_rolled_up = lambda rolled: self.consumers.on_rollups(name, rolled)  # a rollup purges
         self._streams[name] = (rec.rev, engine)
+        if recover:
+            self._recover(name, engine)
         return engine
+
+    def _recover(self, name: str, engine: LakeStream) -> None:
+        """What the server does when it opens a stream's store after a crash, run whenever this
+        process (re)loads the stream's config: a limit an update lowered before the process
+        updating it died is applied (``newFileStoreWithCreatedAndMode`` enforces the config's
+        limits on recovery), and on an interest or work-queue stream the messages an ack left
+        behind go (``checkInterestState`` at startup). Both are decided on the recorded state and
+        the consumers' ack floors, so an open with nothing to do reads no messages."""
+        cfg = engine.config
+        state = engine.state()
+        if cfg.retention is not RetentionPolicy.LIMITS and state.messages:  # before the limits, as an update
+            floors = [c.state.ack_floor.stream_seq for c in self.consumers._all(name)]
+            if floors and state.first_seq <= max(floors) and self.consumers.check_interest(name):
+                state = engine.state()
+        discard_old = cfg.discard is not DiscardPolicy.NEW  # enforceMsgLimit/enforceBytesLimit trim only then
+        max_msgs, max_bytes = int(cfg.max_msgs), int(cfg.max_bytes)
+        if discard_old and ((0 < max_msgs < state.messages) or (0 < max_bytes < state.bytes)):
+            engine.enforce_limits()
 
     def _interest_filters(self, stream: str) -> list[list[str]]:
         out = []
@@ -202,6 +328,7 @@ class Lake:
             out.append(c.get("filter_subjects") or ([c["filter_subject"]] if c.get("filter_subject") else []))
         return out
 
+    @_deleted_is_not_found
     def stream_info(self, name: str, subjects_filter: str | None = None) -> StreamInfo:
         engine = self.stream(name)
         state = engine.state(consumer_count=len(self.catalog.list(CONSUMER, name)))
@@ -214,7 +341,13 @@ class Lake:
         return StreamInfo(engine.config, state, engine.created_ns, sources=sources, mirror=mirror)
 
     def streams_info(self, offset: int = 0) -> list[StreamInfo]:
-        return [self.stream_info(r.stream) for r in self.catalog.list(STREAM)][offset:]
+        out = []
+        for r in self.catalog.list(STREAM):
+            try:
+                out.append(self.stream_info(r.stream))
+            except StreamNotFoundError:  # deleted since the listing, or its table gone
+                continue
+        return out[offset:]
 
     def stream_names(self) -> list[str]:
         return [r.stream for r in self.catalog.list(STREAM)]
@@ -243,9 +376,13 @@ class Lake:
             name = self.find_stream_name_by_subject(subject)
         except APIError:
             raise NoRespondersError(f"no responders: no stream listens on subject {subject!r}") from None
-        ack = self.stream(name).publish_batch(Incoming.one(subject, payload, pairs or None))
-        return ack.acks()[0]
+        return self._publish_one(name, Incoming.one(subject, payload, pairs or None))
 
+    @_deleted_is_not_found
+    def _publish_one(self, name: str, msg: Incoming) -> PubAck:
+        return self.stream(name).publish_batch(msg).acks()[0]
+
+    @_deleted_is_not_found
     def publish_batch(
         self,
         stream: str,
@@ -266,6 +403,7 @@ class Lake:
         self.purge(name, seq=seq, subject=subject, keep=keep)
         return True
 
+    @_deleted_is_not_found
     def purge(self, name: str, seq: int | None = None, subject: str | None = None, keep: int | None = None) -> int:
         """Like ``purge_stream`` but returns ``purged`` as the server's response carries it.
 
@@ -286,6 +424,7 @@ class Lake:
             self.consumers.on_removed(name, before.seqs[gone[:1]], [own], matched_by=reported)
         return purged
 
+    @_deleted_is_not_found
     def delete_msg(self, stream_name: str, seq: int) -> bool:
         """``$JS.API.STREAM.MSG.DELETE``; a consumer that had the message pending takes it as
         acked, as on the server (``Consumers.on_removed``)."""
@@ -293,11 +432,13 @@ class Lake:
         self.stream(stream_name).delete_msg(seq)
         return True
 
+    @_deleted_is_not_found
     def enforce_limits(self, name: str) -> int:
         """Apply ``max_age`` and the other limits now (jobs schedule this); returns removed count.
         Consumers take the removed messages they had pending as acked (``Consumers.on_removed``)."""
         return self.stream(name).enforce_limits()
 
+    @_deleted_is_not_found
     def compact(self, name: str, target_size: int | None = None) -> dict[str, Any]:
         """Merge all of a stream's files below ``target_size`` now (writers' upkeep merges them in tiers as
         they go: ``engine/maintenance.py``)."""
@@ -312,6 +453,7 @@ class Lake:
     def direct(self, name: str) -> DirectGet:
         return DirectGet(self.stream(name))
 
+    @_deleted_is_not_found
     def get_msg(
         self, stream_name: str, seq: int | None = None, subject: str | None = None, direct: bool = False,
         next: bool = False,
@@ -329,6 +471,7 @@ class Lake:
                 raise api_error("JSBadRequestErr")
         return self.direct(stream_name).get_msg(seq=seq, subject=subject, next=next)
 
+    @_deleted_is_not_found
     def direct_get(
         self, name: str, request: dict[str, Any], *, as_of: int | datetime | str | None = None
     ) -> DirectReply:
@@ -346,6 +489,7 @@ class Lake:
     def consumers(self) -> Consumers:
         return Consumers(self)
 
+    @_deleted_is_not_found
     def add_consumer(
         self, stream: str, config: ConsumerConfig | dict[str, Any] | str | None = None, **params: Any
     ) -> ConsumerInfo:
@@ -358,15 +502,19 @@ class Lake:
                 cfg = cfg.model_copy(update=ConsumerConfig.from_kwargs(**params).model_dump(exclude_unset=True))
         return self.consumers.add(stream, cfg)
 
+    @_deleted_is_not_found
     def consumer_info(self, stream: str, consumer: str) -> ConsumerInfo:
         return self.consumers.info(stream, consumer)
 
+    @_deleted_is_not_found
     def consumers_info(self, stream: str, offset: int | None = None) -> list[ConsumerInfo]:
         return self.consumers.infos(stream)[offset or 0 :]
 
+    @_deleted_is_not_found
     def delete_consumer(self, stream: str, consumer: str) -> bool:
         return self.consumers.delete(stream, consumer)
 
+    @_deleted_is_not_found
     def pause_consumer(
         self, stream: str, consumer: str, pause_until: datetime | str | None = None
     ) -> dict[str, Any]:
@@ -376,36 +524,43 @@ class Lake:
         until = None if pause_until is None else to_utc_time(pause_until)
         return self.consumers.pause(stream, consumer, until)
 
+    @_deleted_is_not_found
     def reset_consumer(self, stream: str, consumer: str, seq: int | None = None) -> ConsumerInfo:
         """``$JS.API.CONSUMER.RESET``: the answer carries ``reset_seq``."""
         check_uint64("JSApiConsumerResetRequest", seq=seq)
         return self.consumers.reset(stream, consumer, seq)
 
+    @_deleted_is_not_found
     def start_sequence(self, stream: str, config: ConsumerConfig | dict[str, Any]) -> tuple[int, list[int]]:
         """Where a consumer with ``config`` created now starts: ``(start_seq, skip_list)``."""
         cfg = config if isinstance(config, ConsumerConfig) else ConsumerConfig.from_json(config)
         return self.consumers.start_sequence(stream, cfg)
 
+    @_deleted_is_not_found
     def num_pending(
         self, stream: str, from_seq: int, filters: list[str] | str | None = None, last_per_subject: bool = False
     ) -> int:
         return self.consumers.num_pending(stream, from_seq, filters, last_per_subject)
 
+    @_deleted_is_not_found
     def next_seqs(self, stream: str, consumer: str, limit: int) -> list[int]:
         return self.consumers.next_seqs(stream, consumer, limit)
 
+    @_deleted_is_not_found
     def ack(
         self, stream: str, consumer: str, stream_seq: int, consumer_seq: int | None = None,
         generation: int | None = None,
     ) -> bool:
         return self.consumers.ack(stream, consumer, stream_seq, consumer_seq, generation)
 
+    @_deleted_is_not_found
     def record_delivered(
         self, stream: str, consumer: str, stream_seq: int, consumer_seq: int | None = None,
         generation: int | None = None,
     ) -> bool:
         return self.consumers.record_delivered(stream, consumer, stream_seq, consumer_seq, generation)
 
+    @_deleted_is_not_found
     def check_interest(self, stream: str) -> int:
         return self.consumers.check_interest(stream)
 
@@ -422,6 +577,11 @@ def _check_consumer_limits(old: StreamConfig, cfg: StreamConfig, consumers: list
            or (pending and c.config.max_ack_pending > pending)]
     if bad:
         raise api_error("JSStreamUpdateErrF", err=f"change to limits violates consumers: {', '.join(bad)}")
+
+
+def _stored_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A recorded state as ``StreamState`` takes it."""
+    return {k: v for k, v in state.items() if k != LAST_MSG_ID}
 
 
 def stream_lookup(records: dict[Key, Record]) -> StreamLookup:

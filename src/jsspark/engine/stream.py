@@ -944,15 +944,18 @@ class LakeStream:
             self.mark_purged()
         return removed
 
-    def start_at(self, first_seq: int) -> None:
-        """A new stream's ``first_seq``: its store is purged up to it (the file store's
-        ``purge(cfg.FirstSeq)`` at creation), so the first message gets that seq and the state
-        reads first ``first_seq``, last ``first_seq - 1``. Not a user's purge: ``deny_purge``
-        does not apply."""
-        if first_seq > 1:
-            self._compact(first_seq)
-        elif first_seq == 1:
-            self.mark_purged()
+    @staticmethod
+    def initial_state(first_seq: int) -> dict[str, Any]:
+        """The state a new stream's table records in its first commit: empty, and with a
+        ``first_seq`` its store purged up to it (the file store's ``purge(cfg.FirstSeq)`` at
+        creation: the first message gets that seq, the state reads first ``first_seq``, last
+        ``first_seq - 1``); without one the never-written 0/0."""
+        last_seq = max(first_seq - 1, 0)
+        state = MessageIndex.empty(-1).state_after(_EMPTY_INDEX_ROWS, None, last_seq, 0)
+        if first_seq:
+            state["first_seq"] = first_seq
+        state[LAST_MSG_ID] = ""
+        return state
 
     def mark_purged(self) -> None:
         """A never-written stream reports first_seq 0 until its first purge, then last+1: record it."""

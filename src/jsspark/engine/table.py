@@ -38,7 +38,7 @@ from deltalake import (
     WriterProperties,
     write_deltalake,
 )
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from jsspark.engine.files import local_filesystem, table_filesystem
 from jsspark.engine.limits import SeqRemoval
@@ -89,19 +89,42 @@ class MessageTable:
 
     # -- lifecycle ---------------------------------------------------------------------------
     @classmethod
-    def create(cls, uri: str, storage_options: dict[str, str] | None = None, *, name: str = "") -> MessageTable:
+    def create(
+        cls, uri: str, storage_options: dict[str, str] | None = None, *, name: str = "",
+        state: dict[str, Any] | None = None,
+    ) -> MessageTable:
+        """A new table whose first commit already carries the stream's starting ``state`` (its
+        sequence counter at ``last_seq``: a ``first_seq`` needs no later purge). Fails with
+        ``DeltaError`` when a table exists at ``uri``."""
+        last_seq = int(state["last_seq"]) if state else 0
         DeltaTable.create(
             uri,
             MESSAGE_SCHEMA,
-            mode="ignore",
+            mode="error",
             partition_by=[PARTITION_COLUMN],
             name=name or None,
             description="jsspark lake stream",
             # file statistics for seq, ts_ns, time, subject only: what readers prune on
             configuration={"delta.dataSkippingNumIndexedCols": str(STATS_COLUMNS)},
             storage_options=storage_options,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(SEQ_APP_ID, last_seq)],
+                custom_metadata={STATE_KEY: json.dumps(state)} if state is not None else None,
+            ),
         )
         return cls(uri, storage_options)
+
+    def table_id(self) -> str:
+        """The Delta table's id (its metadata's, new with every creation): which creation of a
+        stream this table is. ``FileNotFoundError`` when there is none."""
+        return str(self.snapshot().table.metadata().id)
+
+    def table_id_or_none(self) -> str | None:
+        """``table_id``, or None when no table is there (or it is being removed)."""
+        try:
+            return self.table_id()
+        except (FileNotFoundError, OSError, DeltaError):
+            return None
 
     def exists(self) -> bool:
         return DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options)

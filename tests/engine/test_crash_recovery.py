@@ -1,0 +1,262 @@
+"""A lake process SIGKILLed between the steps of a stream operation: the next process to open
+the stream finds what a nats-server finds after a crash (its store recovered, the config's limits
+and interest retention applied), and a stream's creation is one commit, never half done.
+
+Each kill is placed by monkeypatching one jsspark function in a child process; the server side
+of each comparison runs the same requests, uninterrupted (a server applies them atomically, and
+applies them again when it recovers a store)."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import jsspark
+from jsspark.engine.stream import NoRespondersError
+from jsspark.errors import MessageNotFoundError, StreamNotFoundError
+from jsspark.nats_server import NatsServer
+from tests.engine.backends import ServerBackend
+
+KILL = "import os, signal\ndef die(*a, **k):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+
+
+def run_killed(location: str, body: str) -> None:
+    """Run ``body`` in a child process with ``location`` as ``loc``; it must die by SIGKILL."""
+    code = "import sys, jsspark\nloc = sys.argv[1]\n" + KILL + textwrap.dedent(body)
+    proc = subprocess.run([sys.executable, "-c", code, location], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr
+
+
+@pytest.fixture
+def srv(nats_server: NatsServer) -> Iterator[ServerBackend]:
+    backend = ServerBackend(nats_server.url)
+    yield backend
+    backend.close()
+
+
+def state_of(info: Any) -> dict[str, int]:
+    s = info.state
+    return {"messages": s.messages, "first_seq": s.first_seq, "last_seq": s.last_seq}
+
+
+def server_state(srv: ServerBackend, name: str) -> dict[str, int]:
+    s = srv.state(name)
+    return {k: s[k] for k in ("messages", "first_seq", "last_seq")}
+
+
+# -- limits lowered by an update ---------------------------------------------------------------
+
+
+def test_update_killed_before_its_limits_are_applied_on_the_next_open(tmp_path: Path, srv: ServerBackend) -> None:
+    """``update_stream`` commits the lowered ``max_msgs`` and dies before enforcing it: the next
+    open enforces it, as the file store does in ``UpdateConfig`` and again on recovery."""
+    loc = str(tmp_path)
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="UK", subjects=["uk.>"])
+    lake.publish_batch("UK", pa.table({"subject": [f"uk.{i % 7}" for i in range(400)], "data": [b"x"] * 400}))
+    run_killed(loc, """
+        from jsspark.engine import stream
+        stream.LakeStream.enforce_limits = die
+        jsspark.connect(loc).update_stream(name="UK", subjects=["uk.>"], max_msgs=50)
+    """)
+    srv.delete_stream("UK")
+    srv.add_stream({"name": "UK", "subjects": ["uk.>"]})
+    for i in range(400):
+        srv.publish(f"uk.{i % 7}", b"x")
+    srv._req("$JS.API.STREAM.UPDATE.UK", {"name": "UK", "subjects": ["uk.>"], "max_msgs": 50})
+
+    reopened = jsspark.connect(loc)
+    info = reopened.stream_info("UK")
+    assert info.config.max_msgs == 50  # the update's commit happened
+    assert state_of(info) == server_state(srv, "UK") == {"messages": 50, "first_seq": 351, "last_seq": 400}
+    with pytest.raises(MessageNotFoundError):
+        reopened.get_msg("UK", seq=1)
+    assert srv.msg_get("UK", seq=1)["error"]["err_code"] == 10037
+
+
+# -- work queue: an ack whose removal a crash interrupted ---------------------------------------
+
+
+def test_work_queue_ack_killed_before_the_removal_is_finished_on_the_next_open(
+    tmp_path: Path, srv: ServerBackend
+) -> None:
+    """The ack's catalog commit lands, the removal does not: the next open removes the acked
+    message (``checkInterestState`` at startup) and a new consumer never gets it again."""
+    loc = str(tmp_path)
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="WK", subjects=["wk.>"], retention="workqueue")
+    lake.add_consumer("WK", durable_name="W", ack_policy="explicit")
+    for i in range(5):
+        lake.publish("wk.a", b"job%d" % i)
+    run_killed(loc, """
+        from jsspark.engine import consumers
+        consumers.Consumers._after_ack = die
+        lake = jsspark.connect(loc)
+        seqs = lake.next_seqs("WK", "W", 3)
+        lake.record_delivered("WK", "W", seqs[-1])
+        lake.ack("WK", "W", seqs[0])
+    """)
+    srv.delete_stream("WK")
+    srv.add_stream({"name": "WK", "subjects": ["wk.>"], "retention": "workqueue"})
+    srv.add_consumer("WK", {"durable_name": "W", "ack_policy": "explicit"})
+    for i in range(5):
+        srv.publish("wk.a", b"job%d" % i)
+    got = srv.fetch("WK", "W", 3)
+    srv.ack("WK", "W", got[0][0], got[0][1])
+
+    reopened = jsspark.connect(loc)
+    assert reopened.consumer_info("WK", "W").ack_floor.stream_seq == 1
+    assert state_of(reopened.stream_info("WK")) == server_state(srv, "WK") == {
+        "messages": 4, "first_seq": 2, "last_seq": 5}
+    reopened.delete_consumer("WK", "W")
+    reopened.add_consumer("WK", durable_name="W2", ack_policy="explicit")
+    srv.consumer_delete("WK", "W")
+    srv.add_consumer("WK", {"durable_name": "W2", "ack_policy": "explicit"})
+    assert reopened.next_seqs("WK", "W2", 10) == [s for s, _, _ in srv.fetch("WK", "W2", 10)] == [2, 3, 4, 5]
+
+
+# -- creation and deletion are one commit each ---------------------------------------------------
+
+CREATE = 'jsspark.connect(loc).add_stream(name="S", subjects=["s.>"], first_seq=100)\n'
+
+
+@pytest.mark.parametrize(
+    "kill",
+    [
+        # entering the table's creation
+        "from jsspark.engine import table\ntable.MessageTable.create = classmethod(die)\n",
+        # with the table made
+        "from jsspark.engine import table\norig = table.MessageTable.create.__func__\n"
+        "table.MessageTable.create = classmethod(lambda cls, *a, **k: (orig(cls, *a, **k), die()))\n",
+        # right after the stream's catalog commit
+        "from jsspark.engine import catalog\norig = catalog.Catalog.transact\n"
+        "catalog.Catalog.transact = lambda self, plan: (orig(self, plan), die())\n",
+    ],
+    ids=["entering-table-create", "table-made", "after-catalog-commit"],
+)
+def test_add_stream_killed_anywhere_leaves_no_half_made_stream(
+    tmp_path: Path, srv: ServerBackend, kill: str
+) -> None:
+    """Killed at any step, the stream either exists whole (its first message at ``first_seq``)
+    or not at all (10059, not listed, and creating it again works), as the server's atomic create."""
+    loc = str(tmp_path)
+    jsspark.connect(loc).add_stream(name="OTHER", subjects=["o"])
+    run_killed(loc, kill + CREATE)
+    lake = jsspark.connect(loc)
+    try:
+        lake.stream_info("S")
+    except StreamNotFoundError:
+        assert [i.config.name for i in lake.streams_info()] == ["OTHER"]
+        with pytest.raises(NoRespondersError):
+            lake.publish("s.a", b"x")
+    info = lake.add_stream(name="S", subjects=["s.>"], first_seq=100)
+    assert state_of(info) == {"messages": 0, "first_seq": 100, "last_seq": 99}
+    srv.delete_stream("S")
+    srv.add_stream({"name": "S", "subjects": ["s.>"], "first_seq": 100})
+    assert lake.publish("s.a", b"x").seq == srv.publish("s.a", b"x")["seq"] == 100
+    assert lake.stream_info("S").config.first_seq == 100
+
+
+def test_delete_killed_before_removing_the_table_leaves_the_name_free(tmp_path: Path) -> None:
+    """The delete's catalog commit is the delete: a table it left is no stream, and a new
+    stream of the name starts at seq 1 (the server's new stream after a delete)."""
+    loc = str(tmp_path)
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="D", subjects=["d.>"])
+    for _ in range(3):
+        lake.publish("d.a", b"x")
+    run_killed(loc, 'from jsspark.engine import lake as L\nL._remove_tree = die\njsspark.connect(loc).delete_stream("D")\n')
+    lake = jsspark.connect(loc)
+    with pytest.raises(StreamNotFoundError):
+        lake.stream_info("D")
+    assert state_of(lake.add_stream(name="D", subjects=["d.>"])) == {"messages": 0, "first_seq": 0, "last_seq": 0}
+    assert lake.publish("d.a", b"y").seq == 1
+
+
+CREATOR_PAUSED = """
+import os, sys, time, jsspark
+from jsspark.engine import table
+orig = table.MessageTable.create.__func__
+def paused(cls, *a, **k):
+    made = orig(cls, *a, **k)
+    print("created", flush=True)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return made
+table.MessageTable.create = classmethod(paused)
+jsspark.connect(sys.argv[1]).add_stream(name="S", subjects=["s.>"], first_seq=100)
+print("done", flush=True)
+"""
+
+
+def test_nothing_is_acked_inside_a_creation_that_is_not_committed(tmp_path: Path) -> None:
+    """Another process publishing while a creation is under way gets no responders (the stream
+    does not exist yet) rather than an ack for a message the creation's ``first_seq`` then
+    purges; the first message after it gets seq 100 and stays."""
+    loc, go = str(tmp_path / "lake"), tmp_path / "go"
+    creator = subprocess.Popen([sys.executable, "-c", CREATOR_PAUSED, loc, str(go)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert creator.stdout is not None
+        assert creator.stdout.readline().strip() == "created"
+        lake = jsspark.connect(loc)
+        acked = []
+        with contextlib.suppress(NoRespondersError):
+            acked.append(lake.publish("s.a", b"inside").seq)
+        with pytest.raises(StreamNotFoundError):
+            lake.stream_info("S")
+        go.touch()
+        assert creator.stdout.readline().strip() == "done"
+        assert creator.wait(timeout=60) == 0
+    finally:
+        go.touch()
+        creator.kill()
+    acked.append(lake.publish("s.a", b"after").seq)
+    assert acked == [100]
+    assert [lake.get_msg("S", seq=s).seq for s in acked] == acked
+
+
+RACER = """
+import sys, collections, jsspark
+from jsspark.errors import APIError
+from jsspark.engine.stream import NoRespondersError
+lake = jsspark.connect(sys.argv[1]); odd = collections.Counter()
+for _ in range(int(sys.argv[2])):
+    for step in ("add", "pub", "del"):
+        try:
+            if step == "add": lake.add_stream(name="S", subjects=["s.>"])
+            elif step == "pub": lake.publish("s.x", b"x")
+            else: lake.delete_stream("S")
+        except APIError as e:
+            if e.err_code not in (10058, 10059):
+                odd[f"{step} {e.err_code}"] += 1
+        except NoRespondersError:
+            pass
+        except Exception as e:
+            odd[f"{step} {type(e).__name__}: {str(e)[:80]}"] += 1
+print(dict(odd))
+"""
+
+
+def test_racing_creates_and_deletes_answer_only_with_jetstream_errors(tmp_path: Path) -> None:
+    """Two processes creating, publishing to and deleting one stream in loops: every failure
+    is 10058 / 10059 / no responders, as on the server, and the stream ends usable."""
+    loc = str(tmp_path)
+    jsspark.connect(loc).add_stream(name="OTHER", subjects=["o"])
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, loc, "40"], stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=600)[0].strip() for p in procs]
+    assert outs == ["{}", "{}"]
+    lake = jsspark.connect(loc)
+    if "S" not in lake.stream_names():
+        lake.add_stream(name="S", subjects=["s.>"])
+    last = lake.stream_info("S").state.last_seq
+    assert lake.publish("s.x", b"y").seq == last + 1

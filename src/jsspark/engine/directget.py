@@ -21,7 +21,8 @@ from jsspark.engine import headers as H
 from jsspark.engine.api import RawStreamMsg, rfc3339nano
 from jsspark.engine.index import MessageIndex
 from jsspark.engine.stream import LakeStream
-from jsspark.errors import DirectGetError, api_error
+from jsspark.engine.table import Snapshot
+from jsspark.errors import DirectGetError, JSSparkError, api_error
 from jsspark.subjects import is_literal, match_filter
 
 MAX_MULTI_RESULTS = 1024
@@ -30,6 +31,14 @@ DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # the server's max_pending default
 
 _KNOWN = {"seq", "last_by_subj", "next_by_subj", "batch", "max_bytes", "start_time", "multi_last",
           "up_to_seq", "up_to_time", "no_hdr"}
+
+
+Pin = tuple[Snapshot, MessageIndex]  # a table version and the index built on it
+_READ_ATTEMPTS = 5
+
+
+class _Stale(Exception):
+    """The pinned version's rows could not be read (its files vacuumed): answer again."""
 
 
 @dataclass
@@ -96,15 +105,36 @@ class DirectGet:
             raise DirectGetError(408, "Bad Request")
         no_hdr = bool(req.get("no_hdr"))
         max_bytes = int(req.get("max_bytes") or 0)
-        # One table version for the selection and the stream's last seq, which outlives its
-        # last message (a delete or purge of the tail keeps it).
-        snap, index = self.stream._load()
+        # The server answers under the stream's read lock (getDirectRequest): from one state,
+        # never an error for a concurrent write. Here that state is one pinned table version:
+        # the selection and the read of its rows. Only when that version's files are gone
+        # (vacuumed underneath) is the request answered again on the newest version.
+        for attempt in range(_READ_ATTEMPTS):
+            pin = self.stream._load()
+            try:
+                return self._answer(pin, seq, last, nxt, batch, multi, start_time, up_to_seq, up_to_time,
+                                    no_hdr, max_bytes)
+            except _Stale as e:
+                if attempt == _READ_ATTEMPTS - 1:
+                    raise JSSparkError(
+                        f"stream {self.stream.name}: direct get {req!r} found its messages' files gone "
+                        f"{_READ_ATTEMPTS} times (vacuumed while being read)"
+                    ) from e
+        raise AssertionError("unreachable")
+
+    def _answer(
+        self, pin: Pin, seq: int, last: str, nxt: str, batch: int, multi: list[str], start_time: Any,
+        up_to_seq: int, up_to_time: Any, no_hdr: bool, max_bytes: int,
+    ) -> DirectReply:
+        # The stream's last seq comes with the version: it outlives its last message (a
+        # delete or purge of the tail keeps it).
+        snap, index = pin
         if multi:  # the server's multi-last reply ignores no_hdr
-            return self._multi(index, snap.last_seq, multi, seq, batch, up_to_seq, up_to_time, max_bytes)
+            return self._multi(pin, multi, seq, batch, up_to_seq, up_to_time, max_bytes)
         if start_time:
             seq = self._seq_from_time(index, _time_ns(start_time), snap.last_seq)
         if batch:  # a negative batch is a batch too: it sends nothing but the end of batch
-            return self._batch(index, seq or 1, nxt or ">", batch, max_bytes, no_hdr)
+            return self._batch(pin, seq or 1, nxt or ">", batch, max_bytes, no_hdr)
         if last:
             found = self._last_by(index, last, snap.last_seq)
         elif nxt:
@@ -113,7 +143,7 @@ class DirectGet:
             found = seq if index.has(seq) else 0
         if not found:
             raise DirectGetError(404, "Message Not Found")
-        msg = self._load([found], no_hdr)[0]
+        msg = self._load(pin, [found], no_hdr)[0]
         return DirectReply([msg], None, [{} if no_hdr else self._headers(msg)])
 
     # -- selection on the index ----------------------------------------------------------------
@@ -147,8 +177,9 @@ class DirectGet:
         hit = hit.filter(pc.greater_equal(hit["seq"], start))
         return int(hit["seq"][0].as_py()) if hit.num_rows else 0
 
-    def _batch(self, index: MessageIndex, start: int, subject: str, batch: int, max_bytes: int,
+    def _batch(self, pin: Pin, start: int, subject: str, batch: int, max_bytes: int,
                no_hdr: bool) -> DirectReply:
+        index = pin[1]
         hit = self._matching(index, subject)
         hit = hit.filter(pc.greater_equal(hit["seq"], start))
         total = hit.num_rows
@@ -156,7 +187,7 @@ class DirectGet:
             return DirectReply([], {"Nats-Num-Pending": str(total), "Nats-Last-Sequence": "0"}, [])
         if not total:
             raise DirectGetError(404, "Message Not Found")
-        reply = self._emit(hit["seq"].to_numpy()[:batch], total, max_bytes, no_hdr)
+        reply = self._emit(pin, hit["seq"].to_numpy()[:batch], total, max_bytes, no_hdr)
         prev = reply.messages[-1].seq if reply.messages else 0
         # Without headers the server never counts pending down (its np-- is in the header branch).
         pending = total if no_hdr else total - len(reply.messages)
@@ -165,8 +196,7 @@ class DirectGet:
 
     def _multi(
         self,
-        index: MessageIndex,
-        last_seq: int,
+        pin: Pin,
         subjects: list[str],
         min_seq: int,
         batch: int,
@@ -176,6 +206,7 @@ class DirectGet:
     ) -> DirectReply:
         """Each subject's last message up to ``up_to_seq``/``up_to_time`` (default: the stream's
         ``last_seq``), those below ``min_seq`` skipped."""
+        last_seq, index = pin[0].last_seq, pin[1]
         if up_to_seq > last_seq:  # the file store finds no block holding it
             raise DirectGetError(404, "No Results")
         upto = up_to_seq or last_seq
@@ -193,7 +224,7 @@ class DirectGet:
             raise DirectGetError(413, "Too Many Results")
         # Skipped seqs still count down pending, as in the server's MultiLastMsgs.
         seqs = seqs[np.searchsorted(seqs, min_seq) :]
-        reply = self._emit(seqs[:batch] if batch > 0 else seqs, len(seqs), max_bytes, no_hdr=False)
+        reply = self._emit(pin, seqs[:batch] if batch > 0 else seqs, len(seqs), max_bytes, no_hdr=False)
         reply.eob = {
             "Nats-Num-Pending": str(len(seqs) - len(reply.messages)),
             "Nats-Last-Sequence": str(reply.messages[-1].seq if reply.messages else 0),
@@ -201,11 +232,11 @@ class DirectGet:
         }
         return reply
 
-    def _emit(self, seqs: np.ndarray, total: int, max_bytes: int, no_hdr: bool) -> DirectReply:
+    def _emit(self, pin: Pin, seqs: np.ndarray, total: int, max_bytes: int, no_hdr: bool) -> DirectReply:
         """Load ``seqs`` and stamp each with the batch headers (none with ``no_hdr``); ``total`` is
         how many are pending before the first. Stops after the message that brings the bytes to
         ``max_bytes``, counted as the server does: subject, stored headers (sent or not), payload."""
-        msgs = self._load(list(seqs), no_hdr=False)
+        msgs = self._load(pin, list(seqs), no_hdr=False)
         limit = max_bytes or DEFAULT_MAX_BYTES
         reply = DirectReply([], None, [])
         sent_bytes, prev = 0, 0
@@ -226,18 +257,24 @@ class DirectGet:
         return reply
 
     # -- loading -------------------------------------------------------------------------------
-    def _load(self, seqs: list[int], no_hdr: bool) -> list[RawStreamMsg]:
+    def _load(self, pin: Pin, seqs: list[int], no_hdr: bool) -> list[RawStreamMsg]:
+        """The rows of ``seqs`` from the pinned version the index that chose them was built on."""
         if not seqs:
             return []
+        snap, index = pin
         cols = ["seq", "ts_ns", "subject", "data"] + ([] if no_hdr else ["headers"])
         flt = ds.field("seq") == int(seqs[0]) if len(seqs) == 1 else ds.field("seq").isin([int(s) for s in seqs])
         # The index knows each message's subject, so its partition: prune to those files.
-        index = self.stream.index()
         pos = index.positions_of(np.asarray(seqs, dtype=np.int64))
         subjects = index.rows["subject"].take(pa.array(pos[pos >= 0]))
         parts = pc.unique(self.stream.partition.of(subjects)).to_pylist()
         flt = flt & (ds.field("part") == parts[0] if len(parts) == 1 else ds.field("part").isin(parts))
-        table = self.stream.read(filter=flt, columns=cols).sort_by("seq")
+        try:
+            table = self.stream.table.read(snap, filter=flt, columns=cols).sort_by("seq")
+        except FileNotFoundError as e:  # a vacuum removed this version's files
+            raise _Stale from e
+        if table.num_rows != len(seqs):  # not the version the index was built on
+            raise _Stale
         name = self.stream.name
         out = []
         for r in table.to_pylist():

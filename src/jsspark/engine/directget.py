@@ -17,9 +17,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from jsspark.config.timestamps import UTCTime
 from jsspark.engine import headers as H
 from jsspark.engine.api import RawStreamMsg, rfc3339nano
 from jsspark.engine.index import MessageIndex
+from jsspark.engine.schema import MAX_SEQ
 from jsspark.engine.stream import LakeStream
 from jsspark.engine.table import Snapshot
 from jsspark.errors import DirectGetError, JSSparkError, api_error
@@ -29,9 +31,53 @@ MAX_MULTI_RESULTS = 1024
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # the server's max_pending default
 
-_KNOWN = {"seq", "last_by_subj", "next_by_subj", "batch", "max_bytes", "start_time", "multi_last",
-          "up_to_seq", "up_to_time", "no_hdr"}
+# JSApiMsgGetRequest's fields and their Go types (jetstream_api.go).
+_UINT64, _INT, _STRING, _STRINGS, _TIME, _BOOL = "uint64", "int", "string", "[]string", "*time.Time", "bool"
+_FIELDS = {
+    "seq": _UINT64, "last_by_subj": _STRING, "next_by_subj": _STRING, "batch": _INT, "max_bytes": _INT,
+    "start_time": _TIME, "multi_last": _STRINGS, "up_to_seq": _UINT64, "up_to_time": _TIME, "no_hdr": _BOOL,
+}  # fmt: skip
+_FOLDED = {k.casefold(): k for k in _FIELDS}
 
+
+def _decodes_as(kind: str, value: Any) -> bool:
+    """Whether Go's decoder puts ``value`` into a field of Go type ``kind`` (a JSON number with
+    a fraction or out of range fails an integer; a string fails a number; a number a bool)."""
+    if kind in (_UINT64, _INT):
+        if not isinstance(value, int) or isinstance(value, bool):
+            return False
+        return 0 <= value < 2**64 if kind == _UINT64 else -(2**63) <= value < 2**63
+    if kind == _STRING:
+        return isinstance(value, str)
+    if kind == _STRINGS:
+        return isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+    if kind == _BOOL:
+        return isinstance(value, bool)
+    if isinstance(value, datetime):  # *time.Time: a Python caller's time, as JSON's RFC3339 string
+        return True
+    if not isinstance(value, str):
+        return False
+    try:
+        UTCTime.parse(value)
+    except ValueError:
+        return False
+    return True
+
+
+def decode_request(req: dict[str, Any]) -> dict[str, Any]:
+    """A direct-get request as ``json.Unmarshal`` into ``JSApiMsgGetRequest`` reads it: keys
+    matched case-insensitively (an exact match first), fields it does not know ignored, a null
+    left at the zero value, a later key overriding an earlier one; a value of the wrong type is
+    the server's ``408 Malformed Request`` (processDirectGetRequest)."""
+    out: dict[str, Any] = {}
+    for key, value in req.items():
+        name = key if key in _FIELDS else _FOLDED.get(str(key).casefold())
+        if name is None or value is None:
+            continue
+        if not _decodes_as(_FIELDS[name], value):
+            raise DirectGetError(408, "Malformed Request")
+        out[name] = value
+    return out
 
 Pin = tuple[Snapshot, MessageIndex]  # a table version and the index built on it
 _READ_ATTEMPTS = 5
@@ -52,10 +98,6 @@ class DirectReply:
 
 def _time_ns(value: Any) -> int:
     """Nanoseconds since the epoch of an int, a datetime or an RFC3339(Nano) string, exactly."""
-    if isinstance(value, int):
-        return value
-    from jsspark.config.timestamps import UTCTime
-
     t = value if isinstance(value, datetime) else UTCTime.parse(str(value))
     micros = (t - _EPOCH) // timedelta(microseconds=1)
     return micros * 1000 + getattr(t, "nanosecond", 0)
@@ -82,18 +124,16 @@ class DirectGet:
 
     # -- the full request ----------------------------------------------------------------------
     def request(self, req: dict[str, Any] | None) -> DirectReply:
-        req = dict(req or {})
         if not req:
             raise DirectGetError(408, "Empty Request")
-        if set(req) - _KNOWN or any(int(req.get(k) or 0) < 0 for k in ("seq", "up_to_seq")):
-            raise DirectGetError(408, "Malformed Request")  # unknown fields; uint64s that do not decode
-        seq = int(req.get("seq") or 0)
-        last = req.get("last_by_subj") or ""
-        nxt = req.get("next_by_subj") or ""
-        batch = int(req.get("batch") or 0)
-        multi = req.get("multi_last") or []
+        req = decode_request(req)
+        seq = req.get("seq", 0)
+        last = req.get("last_by_subj", "")
+        nxt = req.get("next_by_subj", "")
+        batch = req.get("batch", 0)
+        multi = list(req.get("multi_last", []))
         start_time = req.get("start_time")
-        up_to_seq = int(req.get("up_to_seq") or 0)
+        up_to_seq = req.get("up_to_seq", 0)
         up_to_time = req.get("up_to_time")
         if not (seq or last or nxt or multi or start_time):
             raise DirectGetError(408, "Empty Request")
@@ -103,8 +143,8 @@ class DirectGet:
         ]
         if any(conflicts):
             raise DirectGetError(408, "Bad Request")
-        no_hdr = bool(req.get("no_hdr"))
-        max_bytes = int(req.get("max_bytes") or 0)
+        no_hdr = req.get("no_hdr", False)
+        max_bytes = req.get("max_bytes", 0)
         # The server answers under the stream's read lock (getDirectRequest): from one state,
         # never an error for a concurrent write. Here that state is one pinned table version:
         # the selection and the read of its rows. Only when that version's files are gone
@@ -172,16 +212,19 @@ class DirectGet:
         hit = stats["last_seq"].filter(match_filter(stats["subject"], subject))
         return int(pc.max(hit).as_py()) if len(hit) else 0
 
+    @classmethod
+    def _from(cls, index: MessageIndex, subject: str, start: int) -> pa.Table:
+        """The rows on ``subject`` at or after ``start``, a uint64: past ``MAX_SEQ``, none."""
+        hit = cls._matching(index, subject)
+        return hit.filter(pc.greater_equal(hit["seq"], start)) if start <= MAX_SEQ else hit.slice(0, 0)
+
     def _next_by(self, index: MessageIndex, subject: str, start: int) -> int:
-        hit = self._matching(index, subject)
-        hit = hit.filter(pc.greater_equal(hit["seq"], start))
+        hit = self._from(index, subject, start)
         return int(hit["seq"][0].as_py()) if hit.num_rows else 0
 
     def _batch(self, pin: Pin, start: int, subject: str, batch: int, max_bytes: int,
                no_hdr: bool) -> DirectReply:
-        index = pin[1]
-        hit = self._matching(index, subject)
-        hit = hit.filter(pc.greater_equal(hit["seq"], start))
+        hit = self._from(pin[1], subject, start)
         total = hit.num_rows
         if batch < 0:
             return DirectReply([], {"Nats-Num-Pending": str(total), "Nats-Last-Sequence": "0"}, [])
@@ -223,7 +266,7 @@ class DirectGet:
         if len(seqs) > MAX_MULTI_RESULTS:
             raise DirectGetError(413, "Too Many Results")
         # Skipped seqs still count down pending, as in the server's MultiLastMsgs.
-        seqs = seqs[np.searchsorted(seqs, min_seq) :]
+        seqs = seqs[np.searchsorted(seqs, min_seq) if min_seq <= MAX_SEQ else len(seqs) :]
         reply = self._emit(pin, seqs[:batch] if batch > 0 else seqs, len(seqs), max_bytes, no_hdr=False)
         reply.eob = {
             "Nats-Num-Pending": str(len(seqs) - len(reply.messages)),

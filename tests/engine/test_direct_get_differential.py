@@ -223,3 +223,22 @@ def test_request_decodes_as_go_json_unmarshal(pair: Pair) -> None:
         {"seq": 1, "up_to_seq": -1},
     ]:
         assert_same_replies(pair, s, _with_prefix(s, form))
+
+
+def test_a_stream_without_allow_direct_has_no_direct_get_responders(pair: Pair) -> None:
+    """The server subscribes ``$JS.API.DIRECT.GET.<stream>`` only with ``allow_direct``: nats-py's
+    ``get_msg(direct=True)`` fails with no responders; the message get API still answers."""
+    import nats.errors
+
+    from jsspark.engine.stream import NoRespondersError
+
+    s = pair.stream()
+    pair.publish(subj(s, "a"), b"v")
+    js = pair.server.nc.jetstream()
+    with pytest.raises(nats.errors.NoRespondersError):
+        pair.server.loop.run_until_complete(js.get_msg(s, 1, direct=True))
+    with pytest.raises(NoRespondersError, match=f"stream {s} does not answer direct gets"):
+        pair.lake.lake.get_msg(s, 1, direct=True)
+    with pytest.raises(NoRespondersError, match="allow_direct"):
+        pair.lake.lake.direct_get(s, {"seq": 1})
+    assert pair.msg_get(s, seq=1) == {"seq": 1, "subject": subj(s, "a")}

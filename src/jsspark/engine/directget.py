@@ -79,6 +79,7 @@ def decode_request(req: dict[str, Any]) -> dict[str, Any]:
         out[name] = value
     return out
 
+
 Pin = tuple[Snapshot, MessageIndex]  # a table version and the index built on it
 _READ_ATTEMPTS = 5
 
@@ -97,7 +98,7 @@ class DirectReply:
 
 
 def _time_ns(value: Any) -> int:
-    """Nanoseconds since the epoch of an int, a datetime or an RFC3339(Nano) string, exactly."""
+    """Nanoseconds since the epoch of a datetime or an RFC3339(Nano) string, exactly."""
     t = value if isinstance(value, datetime) else UTCTime.parse(str(value))
     micros = (t - _EPOCH) // timedelta(microseconds=1)
     return micros * 1000 + getattr(t, "nanosecond", 0)
@@ -149,18 +150,17 @@ class DirectGet:
         # never an error for a concurrent write. Here that state is one pinned table version:
         # the selection and the read of its rows. Only when that version's files are gone
         # (vacuumed underneath) is the request answered again on the newest version.
-        for attempt in range(_READ_ATTEMPTS):
-            pin = self.stream._load()
+        stale: _Stale | None = None
+        for _ in range(_READ_ATTEMPTS):
             try:
-                return self._answer(pin, seq, last, nxt, batch, multi, start_time, up_to_seq, up_to_time,
-                                    no_hdr, max_bytes)
+                return self._answer(self.stream._load(), seq, last, nxt, batch, multi, start_time, up_to_seq,
+                                    up_to_time, no_hdr, max_bytes)
             except _Stale as e:
-                if attempt == _READ_ATTEMPTS - 1:
-                    raise JSSparkError(
-                        f"stream {self.stream.name}: direct get {req!r} found its messages' files gone "
-                        f"{_READ_ATTEMPTS} times (vacuumed while being read)"
-                    ) from e
-        raise AssertionError("unreachable")
+                stale = e
+        raise JSSparkError(
+            f"stream {self.stream.name}: direct get {req!r} found its messages' files gone "
+            f"{_READ_ATTEMPTS} times (vacuumed while being read)"
+        ) from stale
 
     def _answer(
         self, pin: Pin, seq: int, last: str, nxt: str, batch: int, multi: list[str], start_time: Any,

@@ -195,9 +195,10 @@ def api_error(name: str, **fields: Any) -> APIError:
 
 def check_uint64(request: str, **fields: int | None) -> None:
     """A request field the server decodes as Go's ``uint64`` (a sequence, a count to keep): a
-    negative number fails to decode, with the decoder's text naming the request's struct."""
+    negative number or one of 2**64 or more fails to decode, with the decoder's text naming the
+    request's struct."""
     for field, value in fields.items():
-        if value is not None and value < 0:
+        if value is not None and not 0 <= value < 2**64:
             raise api_error(
                 "JSInvalidJSONErr",
                 err=f"json: cannot unmarshal number {value} into Go struct field {request}.{field} of type uint64",

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
         say("4/9", "durable sourcing: server ORDERS (WorkQueue) -> lake stream ORDERS_LAKE")
         secs = run_and_wait({
-            "stream": {"name": "ORDERS_LAKE", "sources": [{"name": "ORDERS"}]},
+            "stream": {"name": "ORDERS_LAKE", "sources": [{"name": "ORDERS"}], "allow_direct": True},
             "target": {"location": location}, "origins": {"ORDERS": server}, "trigger": "available_now",
         }, spark, "4/9", "ORDERS_LAKE", lake)
         landed = lake.stream_info("ORDERS_LAKE").state.messages

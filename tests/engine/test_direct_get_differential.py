@@ -193,3 +193,52 @@ def test_the_full_wildcard_reads_the_message_at_the_last_seq(pair: Pair, tail: s
         pair.publish(subj(s, "a"), b"3", headers=[("Nats-Expected-Last-Subject-Sequence", expected),
                                                  ("Nats-Expected-Last-Subject-Sequence-Subject", ">")])
     pair.check(s)
+
+
+def test_request_decodes_as_go_json_unmarshal(pair: Pair) -> None:
+    """``json.Unmarshal`` into ``JSApiMsgGetRequest``: unknown fields ignored, keys matched
+    case-insensitively, a null left at the zero value, a later key overriding an earlier one;
+    a value of the wrong Go type fails the whole request (408 Malformed Request)."""
+    s = pair.stream(allow_direct=True)
+    _publish_mixed(pair, s)
+    for form in [
+        {"seq": 1, "foo": 1},
+        {"seq": 1, "no_headers": True},
+        {"Seq": 2},
+        {"SEQ": 2, "seq": 3},
+        {"Last_By_Subj": "SUBJ.a"},
+        {"seq": 1, "batch": None},
+        {"seq": "1"},
+        {"seq": 1.0},
+        {"seq": True},
+        {"seq": 1, "batch": 1.5},
+        {"seq": 1, "batch": "2"},
+        {"seq": 1, "no_hdr": 1},
+        {"seq": 1, "no_hdr": "true"},
+        {"multi_last": "SUBJ.a"},
+        {"multi_last": ["SUBJ.a", 1]},
+        {"last_by_subj": 5},
+        {"start_time": 5},
+        {"start_time": "yesterday"},
+        {"seq": 1, "up_to_seq": -1},
+    ]:
+        assert_same_replies(pair, s, _with_prefix(s, form))
+
+
+def test_a_stream_without_allow_direct_has_no_direct_get_responders(pair: Pair) -> None:
+    """The server subscribes ``$JS.API.DIRECT.GET.<stream>`` only with ``allow_direct``: nats-py's
+    ``get_msg(direct=True)`` fails with no responders; the message get API still answers."""
+    import nats.errors
+
+    from jsspark.engine.stream import NoRespondersError
+
+    s = pair.stream()
+    pair.publish(subj(s, "a"), b"v")
+    js = pair.server.nc.jetstream()
+    with pytest.raises(nats.errors.NoRespondersError):
+        pair.server.loop.run_until_complete(js.get_msg(s, 1, direct=True))
+    with pytest.raises(NoRespondersError, match=f"stream {s} does not answer direct gets"):
+        pair.lake.lake.get_msg(s, 1, direct=True)
+    with pytest.raises(NoRespondersError, match="allow_direct"):
+        pair.lake.lake.direct_get(s, {"seq": 1})
+    assert pair.msg_get(s, seq=1) == {"seq": 1, "subject": subj(s, "a")}

@@ -17,6 +17,8 @@ from jsspark.config.enums import StorageType
 from jsspark.config.stream import StreamConfig
 from jsspark.errors import ConfigIgnoredWarning, UnsupportedConfigError
 
+LAKE_MAX_SEQ = 2**63 - 1  # the last seq a lake stream's int64 seq column holds (engine.schema.MAX_SEQ)
+
 _reported: set[tuple[str, str]] = set()
 _lock = threading.Lock()
 
@@ -42,13 +44,19 @@ UNSUPPORTED = {
 
 
 def refuse_unsupported(cfg: StreamConfig) -> None:
-    """Raise ``UnsupportedConfigError`` naming the first enabled feature a lake stream lacks."""
+    """Raise ``UnsupportedConfigError`` naming the first enabled feature a lake stream lacks,
+    or a ``first_seq`` past its int64 sequences (the server's are uint64)."""
     for key, feature in UNSUPPORTED.items():
         if getattr(cfg, key):
             raise UnsupportedConfigError(
                 f"stream {cfg.name!r}: {key} is not supported by a lake stream ({feature} are not "
                 "implemented); create the lake stream without it, or keep this stream on a nats-server"
             )
+    if cfg.first_seq > LAKE_MAX_SEQ:
+        raise UnsupportedConfigError(
+            f"stream {cfg.name!r}: first_seq {cfg.first_seq} is past a lake stream's last sequence "
+            f"{LAKE_MAX_SEQ} (its seq column is int64)"
+        )
 
 
 def report_ignored_fields(cfg: StreamConfig) -> dict[str, object]:

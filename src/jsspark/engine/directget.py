@@ -17,19 +17,75 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from jsspark.config.timestamps import UTCTime
 from jsspark.engine import headers as H
 from jsspark.engine.api import RawStreamMsg, rfc3339nano
 from jsspark.engine.index import MessageIndex
+from jsspark.engine.schema import MAX_SEQ
 from jsspark.engine.stream import LakeStream
-from jsspark.errors import DirectGetError, api_error
+from jsspark.engine.table import Snapshot
+from jsspark.errors import DirectGetError, JSSparkError, api_error
 from jsspark.subjects import is_literal, match_filter
 
 MAX_MULTI_RESULTS = 1024
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # the server's max_pending default
 
-_KNOWN = {"seq", "last_by_subj", "next_by_subj", "batch", "max_bytes", "start_time", "multi_last",
-          "up_to_seq", "up_to_time", "no_hdr"}
+# JSApiMsgGetRequest's fields and their Go types (jetstream_api.go).
+_UINT64, _INT, _STRING, _STRINGS, _TIME, _BOOL = "uint64", "int", "string", "[]string", "*time.Time", "bool"
+_FIELDS = {
+    "seq": _UINT64, "last_by_subj": _STRING, "next_by_subj": _STRING, "batch": _INT, "max_bytes": _INT,
+    "start_time": _TIME, "multi_last": _STRINGS, "up_to_seq": _UINT64, "up_to_time": _TIME, "no_hdr": _BOOL,
+}  # fmt: skip
+_FOLDED = {k.casefold(): k for k in _FIELDS}
+
+
+def _decodes_as(kind: str, value: Any) -> bool:
+    """Whether Go's decoder puts ``value`` into a field of Go type ``kind`` (a JSON number with
+    a fraction or out of range fails an integer; a string fails a number; a number a bool)."""
+    if kind in (_UINT64, _INT):
+        if not isinstance(value, int) or isinstance(value, bool):
+            return False
+        return 0 <= value < 2**64 if kind == _UINT64 else -(2**63) <= value < 2**63
+    if kind == _STRING:
+        return isinstance(value, str)
+    if kind == _STRINGS:
+        return isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+    if kind == _BOOL:
+        return isinstance(value, bool)
+    if isinstance(value, datetime):  # *time.Time: a Python caller's time, as JSON's RFC3339 string
+        return True
+    if not isinstance(value, str):
+        return False
+    try:
+        UTCTime.parse(value)
+    except ValueError:
+        return False
+    return True
+
+
+def decode_request(req: dict[str, Any]) -> dict[str, Any]:
+    """A direct-get request as ``json.Unmarshal`` into ``JSApiMsgGetRequest`` reads it: keys
+    matched case-insensitively (an exact match first), fields it does not know ignored, a null
+    left at the zero value, a later key overriding an earlier one; a value of the wrong type is
+    the server's ``408 Malformed Request`` (processDirectGetRequest)."""
+    out: dict[str, Any] = {}
+    for key, value in req.items():
+        name = key if key in _FIELDS else _FOLDED.get(str(key).casefold())
+        if name is None or value is None:
+            continue
+        if not _decodes_as(_FIELDS[name], value):
+            raise DirectGetError(408, "Malformed Request")
+        out[name] = value
+    return out
+
+
+Pin = tuple[Snapshot, MessageIndex]  # a table version and the index built on it
+_READ_ATTEMPTS = 5
+
+
+class _Stale(Exception):
+    """The pinned version's rows could not be read (its files vacuumed): answer again."""
 
 
 @dataclass
@@ -42,11 +98,7 @@ class DirectReply:
 
 
 def _time_ns(value: Any) -> int:
-    """Nanoseconds since the epoch of an int, a datetime or an RFC3339(Nano) string, exactly."""
-    if isinstance(value, int):
-        return value
-    from jsspark.config.timestamps import UTCTime
-
+    """Nanoseconds since the epoch of a datetime or an RFC3339(Nano) string, exactly."""
     t = value if isinstance(value, datetime) else UTCTime.parse(str(value))
     micros = (t - _EPOCH) // timedelta(microseconds=1)
     return micros * 1000 + getattr(t, "nanosecond", 0)
@@ -73,18 +125,16 @@ class DirectGet:
 
     # -- the full request ----------------------------------------------------------------------
     def request(self, req: dict[str, Any] | None) -> DirectReply:
-        req = dict(req or {})
         if not req:
             raise DirectGetError(408, "Empty Request")
-        if set(req) - _KNOWN or any(int(req.get(k) or 0) < 0 for k in ("seq", "up_to_seq")):
-            raise DirectGetError(408, "Malformed Request")  # unknown fields; uint64s that do not decode
-        seq = int(req.get("seq") or 0)
-        last = req.get("last_by_subj") or ""
-        nxt = req.get("next_by_subj") or ""
-        batch = int(req.get("batch") or 0)
-        multi = req.get("multi_last") or []
+        req = decode_request(req)
+        seq = req.get("seq", 0)
+        last = req.get("last_by_subj", "")
+        nxt = req.get("next_by_subj", "")
+        batch = req.get("batch", 0)
+        multi = list(req.get("multi_last", []))
         start_time = req.get("start_time")
-        up_to_seq = int(req.get("up_to_seq") or 0)
+        up_to_seq = req.get("up_to_seq", 0)
         up_to_time = req.get("up_to_time")
         if not (seq or last or nxt or multi or start_time):
             raise DirectGetError(408, "Empty Request")
@@ -94,17 +144,37 @@ class DirectGet:
         ]
         if any(conflicts):
             raise DirectGetError(408, "Bad Request")
-        no_hdr = bool(req.get("no_hdr"))
-        max_bytes = int(req.get("max_bytes") or 0)
-        # One table version for the selection and the stream's last seq, which outlives its
-        # last message (a delete or purge of the tail keeps it).
-        snap, index = self.stream._load()
+        no_hdr = req.get("no_hdr", False)
+        max_bytes = req.get("max_bytes", 0)
+        # The server answers under the stream's read lock (getDirectRequest): from one state,
+        # never an error for a concurrent write. Here that state is one pinned table version:
+        # the selection and the read of its rows. Only when that version's files are gone
+        # (vacuumed underneath) is the request answered again on the newest version.
+        stale: _Stale | None = None
+        for _ in range(_READ_ATTEMPTS):
+            try:
+                return self._answer(self.stream._load(), seq, last, nxt, batch, multi, start_time, up_to_seq,
+                                    up_to_time, no_hdr, max_bytes)
+            except _Stale as e:
+                stale = e
+        raise JSSparkError(
+            f"stream {self.stream.name}: direct get {req!r} found its messages' files gone "
+            f"{_READ_ATTEMPTS} times (vacuumed while being read)"
+        ) from stale
+
+    def _answer(
+        self, pin: Pin, seq: int, last: str, nxt: str, batch: int, multi: list[str], start_time: Any,
+        up_to_seq: int, up_to_time: Any, no_hdr: bool, max_bytes: int,
+    ) -> DirectReply:
+        # The stream's last seq comes with the version: it outlives its last message (a
+        # delete or purge of the tail keeps it).
+        snap, index = pin
         if multi:  # the server's multi-last reply ignores no_hdr
-            return self._multi(index, snap.last_seq, multi, seq, batch, up_to_seq, up_to_time, max_bytes)
+            return self._multi(pin, multi, seq, batch, up_to_seq, up_to_time, max_bytes)
         if start_time:
             seq = self._seq_from_time(index, _time_ns(start_time), snap.last_seq)
         if batch:  # a negative batch is a batch too: it sends nothing but the end of batch
-            return self._batch(index, seq or 1, nxt or ">", batch, max_bytes, no_hdr)
+            return self._batch(pin, seq or 1, nxt or ">", batch, max_bytes, no_hdr)
         if last:
             found = self._last_by(index, last, snap.last_seq)
         elif nxt:
@@ -113,7 +183,7 @@ class DirectGet:
             found = seq if index.has(seq) else 0
         if not found:
             raise DirectGetError(404, "Message Not Found")
-        msg = self._load([found], no_hdr)[0]
+        msg = self._load(pin, [found], no_hdr)[0]
         return DirectReply([msg], None, [{} if no_hdr else self._headers(msg)])
 
     # -- selection on the index ----------------------------------------------------------------
@@ -142,21 +212,25 @@ class DirectGet:
         hit = stats["last_seq"].filter(match_filter(stats["subject"], subject))
         return int(pc.max(hit).as_py()) if len(hit) else 0
 
+    @classmethod
+    def _from(cls, index: MessageIndex, subject: str, start: int) -> pa.Table:
+        """The rows on ``subject`` at or after ``start``, a uint64: past ``MAX_SEQ``, none."""
+        hit = cls._matching(index, subject)
+        return hit.filter(pc.greater_equal(hit["seq"], start)) if start <= MAX_SEQ else hit.slice(0, 0)
+
     def _next_by(self, index: MessageIndex, subject: str, start: int) -> int:
-        hit = self._matching(index, subject)
-        hit = hit.filter(pc.greater_equal(hit["seq"], start))
+        hit = self._from(index, subject, start)
         return int(hit["seq"][0].as_py()) if hit.num_rows else 0
 
-    def _batch(self, index: MessageIndex, start: int, subject: str, batch: int, max_bytes: int,
+    def _batch(self, pin: Pin, start: int, subject: str, batch: int, max_bytes: int,
                no_hdr: bool) -> DirectReply:
-        hit = self._matching(index, subject)
-        hit = hit.filter(pc.greater_equal(hit["seq"], start))
+        hit = self._from(pin[1], subject, start)
         total = hit.num_rows
         if batch < 0:
             return DirectReply([], {"Nats-Num-Pending": str(total), "Nats-Last-Sequence": "0"}, [])
         if not total:
             raise DirectGetError(404, "Message Not Found")
-        reply = self._emit(hit["seq"].to_numpy()[:batch], total, max_bytes, no_hdr)
+        reply = self._emit(pin, hit["seq"].to_numpy()[:batch], total, max_bytes, no_hdr)
         prev = reply.messages[-1].seq if reply.messages else 0
         # Without headers the server never counts pending down (its np-- is in the header branch).
         pending = total if no_hdr else total - len(reply.messages)
@@ -165,8 +239,7 @@ class DirectGet:
 
     def _multi(
         self,
-        index: MessageIndex,
-        last_seq: int,
+        pin: Pin,
         subjects: list[str],
         min_seq: int,
         batch: int,
@@ -176,6 +249,7 @@ class DirectGet:
     ) -> DirectReply:
         """Each subject's last message up to ``up_to_seq``/``up_to_time`` (default: the stream's
         ``last_seq``), those below ``min_seq`` skipped."""
+        last_seq, index = pin[0].last_seq, pin[1]
         if up_to_seq > last_seq:  # the file store finds no block holding it
             raise DirectGetError(404, "No Results")
         upto = up_to_seq or last_seq
@@ -192,8 +266,8 @@ class DirectGet:
         if len(seqs) > MAX_MULTI_RESULTS:
             raise DirectGetError(413, "Too Many Results")
         # Skipped seqs still count down pending, as in the server's MultiLastMsgs.
-        seqs = seqs[np.searchsorted(seqs, min_seq) :]
-        reply = self._emit(seqs[:batch] if batch > 0 else seqs, len(seqs), max_bytes, no_hdr=False)
+        seqs = seqs[np.searchsorted(seqs, min_seq) if min_seq <= MAX_SEQ else len(seqs) :]
+        reply = self._emit(pin, seqs[:batch] if batch > 0 else seqs, len(seqs), max_bytes, no_hdr=False)
         reply.eob = {
             "Nats-Num-Pending": str(len(seqs) - len(reply.messages)),
             "Nats-Last-Sequence": str(reply.messages[-1].seq if reply.messages else 0),
@@ -201,11 +275,11 @@ class DirectGet:
         }
         return reply
 
-    def _emit(self, seqs: np.ndarray, total: int, max_bytes: int, no_hdr: bool) -> DirectReply:
+    def _emit(self, pin: Pin, seqs: np.ndarray, total: int, max_bytes: int, no_hdr: bool) -> DirectReply:
         """Load ``seqs`` and stamp each with the batch headers (none with ``no_hdr``); ``total`` is
         how many are pending before the first. Stops after the message that brings the bytes to
         ``max_bytes``, counted as the server does: subject, stored headers (sent or not), payload."""
-        msgs = self._load(list(seqs), no_hdr=False)
+        msgs = self._load(pin, list(seqs), no_hdr=False)
         limit = max_bytes or DEFAULT_MAX_BYTES
         reply = DirectReply([], None, [])
         sent_bytes, prev = 0, 0
@@ -226,18 +300,24 @@ class DirectGet:
         return reply
 
     # -- loading -------------------------------------------------------------------------------
-    def _load(self, seqs: list[int], no_hdr: bool) -> list[RawStreamMsg]:
+    def _load(self, pin: Pin, seqs: list[int], no_hdr: bool) -> list[RawStreamMsg]:
+        """The rows of ``seqs`` from the pinned version the index that chose them was built on."""
         if not seqs:
             return []
+        snap, index = pin
         cols = ["seq", "ts_ns", "subject", "data"] + ([] if no_hdr else ["headers"])
         flt = ds.field("seq") == int(seqs[0]) if len(seqs) == 1 else ds.field("seq").isin([int(s) for s in seqs])
         # The index knows each message's subject, so its partition: prune to those files.
-        index = self.stream.index()
         pos = index.positions_of(np.asarray(seqs, dtype=np.int64))
         subjects = index.rows["subject"].take(pa.array(pos[pos >= 0]))
         parts = pc.unique(self.stream.partition.of(subjects)).to_pylist()
         flt = flt & (ds.field("part") == parts[0] if len(parts) == 1 else ds.field("part").isin(parts))
-        table = self.stream.read(filter=flt, columns=cols).sort_by("seq")
+        try:
+            table = self.stream.table.read(snap, filter=flt, columns=cols).sort_by("seq")
+        except FileNotFoundError as e:  # a vacuum removed this version's files
+            raise _Stale from e
+        if table.num_rows != len(seqs):  # not the version the index was built on
+            raise _Stale
         name = self.stream.name
         out = []
         for r in table.to_pylist():

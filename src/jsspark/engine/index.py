@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jsspark.engine.arrays import drop_rows, take_rows
-from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA
+from jsspark.engine.schema import INDEX_COLUMNS, MAX_SEQ, MESSAGE_SCHEMA
 from jsspark.engine.subject_stats import SubjectGroups, SubjectStats
 
 INDEX_SCHEMA = pa.schema([MESSAGE_SCHEMA.field(c) for c in INDEX_COLUMNS])
@@ -192,6 +192,8 @@ class MessageIndex:
         return np.where(found, pos, -1)
 
     def has(self, seq: int) -> bool:
+        if not 0 < seq <= MAX_SEQ:  # a uint64 past the int64 column is never stored
+            return False
         return bool(self.positions_of(np.array([seq]))[0] >= 0)
 
 

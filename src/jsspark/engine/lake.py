@@ -453,6 +453,15 @@ class Lake:
     def direct(self, name: str) -> DirectGet:
         return DirectGet(self.stream(name))
 
+    def _direct_only(self, name: str) -> LakeStream:
+        """A stream that answers direct gets: the server subscribes ``$JS.API.DIRECT.GET.<name>``
+        only with ``allow_direct`` (stream.go subscribeToDirect), so without it a direct get has
+        no responders, as nats-py's ``get_msg(direct=True)`` then raises."""
+        stream = self.stream(name)
+        if not stream.config.allow_direct:
+            raise NoRespondersError(f"no responders: stream {name} does not answer direct gets (allow_direct is not set)")
+        return stream
+
     @_deleted_is_not_found
     def get_msg(
         self, stream_name: str, seq: int | None = None, subject: str | None = None, direct: bool = False,
@@ -462,14 +471,16 @@ class Lake:
 
         Without ``direct`` it answers as ``$JS.API.STREAM.MSG.GET`` does, whose request checks
         come before the stream is looked up: a sequence and a last-by-subject together, or
-        neither a sequence nor a subject, is a bad request (10003)."""
+        neither a sequence nor a subject, is a bad request (10003). With ``direct`` it is a direct
+        get, which a stream without ``allow_direct`` does not answer (``NoRespondersError``)."""
         if not direct:
             check_uint64("JSApiMsgGetRequest", seq=seq)
             subject = subject or None  # an empty subject is no subject in the server's request
             last_for = subject is not None and not next
             if (seq and last_for) or not (seq or subject is not None):
                 raise api_error("JSBadRequestErr")
-        return self.direct(stream_name).get_msg(seq=seq, subject=subject, next=next)
+            return self.direct(stream_name).get_msg(seq=seq, subject=subject, next=next)
+        return DirectGet(self._direct_only(stream_name)).get_msg(seq=seq, subject=subject, next=next)
 
     @_deleted_is_not_found
     def direct_get(
@@ -479,9 +490,10 @@ class Lake:
         ``max_bytes``, ``start_time``, ``multi_last``, ``up_to_seq``, ``up_to_time``).
 
         ``as_of`` (a table version or a time) answers from the stream as it was then, including
-        messages limits or purges have since removed.
+        messages limits or purges have since removed. A stream without ``allow_direct`` does not
+        answer (``NoRespondersError``), as on the server.
         """
-        stream = self.stream(name)
+        stream = self._direct_only(name)
         return DirectGet(stream.as_of(as_of) if as_of is not None else stream).request(request)
 
     # -- consumers -----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jsspark.config.ignored import LAKE_MAX_SEQ
 from jsspark.engine.arrays import one_chunk
 from jsspark.engine.headers import HEADER_TYPE, column_encoded_len
 
@@ -31,6 +32,9 @@ MESSAGE_SCHEMA = pa.schema(
     ]
 )
 PARTITION_COLUMN = "part"
+# The highest seq the int64 column holds. The server's seqs are uint64: a request's bound at or
+# past 2**63 is past every stored seq, compared as such (never cast to the column's type).
+MAX_SEQ = LAKE_MAX_SEQ
 
 # The index the engine keeps in memory: everything but payloads and headers.
 INDEX_COLUMNS = ["seq", "ts_ns", "subject", "msg_id", "size"]

@@ -43,6 +43,7 @@ from jsspark.engine.rollups import NEVER, RolledUp, Rollup, purged_by, pushed_ou
 from jsspark.engine.rollups import SUBJECT as ROLLUP_SUBJECT
 from jsspark.engine.schema import (
     INDEX_COLUMNS,
+    MAX_SEQ,
     MESSAGE_SCHEMA,
     arrow_backed,
     sequence,
@@ -932,7 +933,7 @@ class LakeStream:
         def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
             rows = index.rows
             mask = match_filter(rows["subject"], subject) if subject else pa.array(np.ones(rows.num_rows, dtype=bool))
-            if seq is not None and seq > 0:
+            if seq is not None and 0 < seq <= MAX_SEQ:  # a larger bound is past every stored seq
                 mask = pc.and_(mask, pc.less(rows["seq"], seq))
             chosen = rows["seq"].filter(mask).to_numpy()
             if keep:
@@ -971,7 +972,15 @@ class LakeStream:
         self._optimistic("marking the purge", attempt)
 
     def _compact(self, seq: int) -> int:
-        """Purge everything below ``seq``; past the last seq, the next seq becomes ``seq``."""
+        """Purge everything below ``seq``; past the last seq, the next seq becomes ``seq``.
+
+        The server's next seq may be any uint64; a lake's seq column is int64, so a next seq past
+        ``MAX_SEQ`` is refused before anything is removed."""
+        if seq > MAX_SEQ:
+            raise JSSparkError(
+                f"stream {self.name}: cannot purge up to sequence {seq}: the next message would get "
+                f"sequence {seq}, and a lake stream's sequences end at {MAX_SEQ} (int64)"
+            )
 
         def attempt(snap: Snapshot, index: MessageIndex) -> int:
             mask = index.seq_array() < seq

@@ -157,7 +157,10 @@ class MessageTable:
         on ``part`` and ``seq`` skip whole files before any is opened.
         """
         if self._dataset is None or self._dataset[0] != snap.version:
-            self._dataset = (snap.version, snap.table.to_pyarrow_dataset(filesystem=local_filesystem(self.uri)))
+            # ``snapshot()`` refreshes one DeltaTable in place: a snapshot pinned before a newer
+            # one was taken must read its own version's files, not the newer ones.
+            dt = snap.table if snap.table.version() == snap.version else self.at_version(snap.version).table
+            self._dataset = (snap.version, dt.to_pyarrow_dataset(filesystem=local_filesystem(self.uri)))
         return self._dataset[1]
 
     def read(

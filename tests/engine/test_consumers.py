@@ -682,3 +682,22 @@ def test_the_pause_api_pauses_and_resumes_a_consumer(pair: Pair) -> None:
     assert "paused" not in info and "pause_until" not in info["config"]
     assert pair.consumer_pause(s, "NOPE", until)["error"]["err_code"] == 10014
     assert pair.consumer_pause("NOSTREAM", "C", until)["error"]["err_code"] == 10059
+
+
+def test_a_paused_consumer_delivers_nothing_until_resumed(pair: Pair) -> None:
+    """``loopAndGatherMsgs`` waits while ``pause_until`` lies ahead: a pull gets nothing (the
+    server's expires) and the position stays, whether paused at create or by the pause API;
+    once resumed it delivers as before."""
+    s = pair.stream()
+    pair.consumer_create(s, {"durable_name": "AT", "ack_policy": "explicit", "pause_until": _in_an_hour()})
+    pair.consumer_create(s, {"durable_name": "API", "ack_policy": "explicit"})
+    pair.consumer_pause(s, "API", _in_an_hour())
+    for t in "abc":
+        pair.publish(subj(s, t), b"x")
+    for name in ("AT", "API"):
+        assert pair.fetch(s, name, 3, expires=0.3) == []
+        info = pair.consumer_info(s, name)
+        assert info["delivered"]["stream_seq"] == 0 and info["num_ack_pending"] == 0
+    pair.consumer_pause(s, "API")
+    assert [m[0] for m in pair.fetch(s, "API", 3)] == [1, 2, 3]
+    pair.consumer_info(s, "API")

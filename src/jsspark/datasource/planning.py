@@ -31,6 +31,7 @@ not acked: no batch of this query delivered what lies below it.
 ``max_ack_pending`` (ack policies all/explicit): the server stops delivering when that many
 messages are delivered and not acked; a planned batch is delivered and unacked until it
 commits, so it holds at most that many wanted messages above the ack floor (``ack_window``).
+A paused durable (``pause_until`` ahead) gets empty batches until the pause ends.
 """
 
 from __future__ import annotations
@@ -548,10 +549,18 @@ class Planner:
         acked) reaches ``max_ack_pending`` (``getNextMsg``). A batch is delivered and not acked
         until it commits, so a batch may hold at most ``max_ack_pending`` minus what is pending
         already; the ack of the previous batch (``on_planning``) normally leaves nothing pending.
-        Messages pending before the cursor (delivered by another client, not acked) count."""
+        Messages pending before the cursor (delivered by another client, not acked) count.
+
+        A paused durable (``pause_until`` ahead, any ack policy) has no room at all: the server
+        delivers nothing while paused (``loopAndGatherMsgs``), so the query plans empty
+        batches until the pause ends or the consumer is resumed."""
+        from jsspark.engine.consumers import pause_left
+
         if self.durable is None:
             return None
         c = self._consumer()
+        if pause_left(c.config):
+            return cur.seq, 0
         maxp = int(c.config.max_ack_pending)
         if c.config.ack_policy is AckPolicy.NONE or maxp <= 0:
             return None

@@ -101,6 +101,14 @@ def _pause_remaining(until_ns: int, now_ns: int) -> int:
     return min(max(until_ns - now_ns, 0), 2**63 - 1)
 
 
+def pause_left(cfg: ConsumerConfig, now_ns: int | None = None) -> int:
+    """What is left of the consumer's pause now (0: not paused): while ``pause_until`` lies
+    ahead the server delivers nothing (``loopAndGatherMsgs`` waits, ``isPaused``)."""
+    if cfg.pause_until is None:
+        return 0
+    return _pause_remaining(_unix_ns(cfg.pause_until), time.time_ns() if now_ns is None else now_ns)
+
+
 def filters_of(cfg: ConsumerConfig | dict[str, Any]) -> list[str]:
     """The server's ``gatherSubjectFilters``: ``filter_subjects`` plus ``filter_subject``."""
     if isinstance(cfg, ConsumerConfig):
@@ -458,7 +466,6 @@ class Consumers:
             pending = min(int((deliverable & (view.seqs >= nxt)).sum()), len(view.seqs), view.last - nxt + 1)
         ack_pending = len(view.pending(c.filters, st)) if c.config.ack_policy is not AckPolicy.NONE else 0
         now = time.time_ns()
-        until = _unix_ns(c.config.pause_until) if c.config.pause_until is not None else 0
         return ConsumerInfo(
             stream_name=c.stream,
             name=c.name,
@@ -469,7 +476,7 @@ class Consumers:
             num_ack_pending=ack_pending,
             num_pending=pending,
             ts_ns=now,
-            pause_remaining_ns=_pause_remaining(until, now),
+            pause_remaining_ns=pause_left(c.config, now),
             reset_generation=st.reset_generation,
             reset_seq=reset_seq,
         )
@@ -655,9 +662,12 @@ class Consumers:
 
         Fewer where ``max_ack_pending`` stops it: a consumer that acks delivers nothing more
         while that many are pending (``getNextMsg``; a pull request then waits), so at most
-        ``max_ack_pending`` minus its pending acks."""
+        ``max_ack_pending`` minus its pending acks. None while the consumer is paused
+        (``pause_until`` ahead): the server's ``loopAndGatherMsgs`` delivers nothing then."""
         engine = self.lake.stream(stream)
         c = self._get(self.catalog.records(), stream, name)
+        if pause_left(c.config):
+            return []
         view = StreamView.of(engine)
         maxp = int(c.config.max_ack_pending)
         if maxp > 0 and c.config.ack_policy is not AckPolicy.NONE:
@@ -1267,4 +1277,4 @@ def _random_name() -> str:
     return "".join(secrets.choice(_NAME_CHARS) for _ in range(8))
 
 
-__all__ = ["ConsumerState", "Consumers", "StreamView", "filters_of", "is_filtered", "select_starting_seq"]
+__all__ = ["ConsumerState", "Consumers", "StreamView", "filters_of", "is_filtered", "pause_left", "select_starting_seq"]

@@ -42,6 +42,7 @@ import json
 import logging
 import math
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -319,7 +320,9 @@ class Planner:
             raise OptionError(RATE_LIMIT_DURABLE)
         lake.add_consumer(self.opts.stream, cfg)
         self._recover_retention()
-        return replace(self._cursor_of(self._consumer()), bound=True)
+        c = self._consumer()
+        self._touch(c)
+        return replace(self._cursor_of(c), bound=True)
 
     def _recover_retention(self) -> None:
         """Once per process, before this query's first ack: remove what an interest or work-queue
@@ -339,9 +342,19 @@ class Planner:
         if rec is None:
             raise OptionError(
                 f"durable consumer {name!r} on stream {self.opts.stream} was deleted while the query used it; "
-                "restart the query to create it again"
+                "restart the query to create it again where its checkpoint stands (a durable with an "
+                "inactive_threshold is also deleted when no batch is planned within it: use a longer one, or 0)"
             )
         return Consumer.of(rec)
+
+    def _touch(self, c: Any) -> None:
+        """Planning a batch is the query's pull: activity that keeps a durable with an
+        ``inactive_threshold`` from being removed (``Consumers.touch``). Recorded once the
+        stored activity is older than a tenth of the threshold (at most 1 s), not at every
+        planning of an idle query."""
+        thr = int(c.config.inactive_threshold)
+        if thr > 0 and time.time_ns() - c.last_active_ns > min(thr // 10, 1_000_000_000):
+            self.lake().consumers.touch(self.opts.stream, c.name)
 
     def _cursor_of(self, c: Any) -> Cursor:
         """A cursor at the consumer's delivered position, in its current reset generation.
@@ -399,7 +412,9 @@ class Planner:
             self._restore(start)
         self._planned = True
         self._recover_retention()
+        self.lake().consumers.expire(self.opts.stream)  # gone if inactive too long before this pull
         c = self._consumer()
+        self._touch(c)
         gen = c.state.reset_generation
         if start.gen is None:  # an offset from before generations were recorded: adopt the current one
             start = replace(start, gen=gen, durable=self.durable)
@@ -423,6 +438,7 @@ class Planner:
         from jsspark.engine.consumers import CONSUMER, ConsumerState, Position
 
         cfg = self.opts.consumer
+        self.lake().consumers.expire(self.opts.stream)  # one inactive too long while stopped is gone too
         if self.lake().catalog.get(CONSUMER, self.opts.stream, cfg.durable_name) is not None:
             return
         if cfg.rate_limit_bps:

@@ -2,7 +2,8 @@
 consumer semantics (``consumer.go``) computed from the stream's index.
 
 A consumer is the catalog record ``("consumer", stream, name)`` with body
-``{"config": <server JSON>, "state": {...}, "created_ns": ...}``. The state is what the server's
+``{"config": <server JSON>, "state": {...}, "created_ns": ..., ["active_ns": ...]}`` (``active_ns``:
+the last activity of a consumer with an ``inactive_threshold``, see ``inactive``). The state is what the server's
 consumer store keeps, with the per-message pending map (``o.pending``) mostly derived instead of
 stored: a lake reader delivers in stream order and acks cumulatively, so what it has pending
 is its filter's messages above the ack floor up to the delivered position, numbered back from
@@ -64,6 +65,7 @@ from jsspark.config import (
 )
 from jsspark.config.defaults import SERVER_LEVEL_KEY, SERVER_VERSION_KEY, set_static_consumer_metadata
 from jsspark.config.timestamps import UTCTime
+from jsspark.engine import inactive
 from jsspark.engine.api import GO_ZERO_TIME, ConsumerInfo, SequenceInfo
 from jsspark.engine.arrays import take_rows
 from jsspark.engine.catalog import Change, Key, Record
@@ -195,16 +197,27 @@ class Consumer:
     config: ConsumerConfig
     state: ConsumerState
     created_ns: int
+    active_ns: int = 0  # last activity (pull, delivery, ack) of a consumer with an inactive threshold
 
     @classmethod
     def of(cls, rec: Record) -> Consumer:
         return cls(
             rec.stream, rec.name, ConsumerConfig.from_stored(rec.body["config"]),
-            ConsumerState.from_json(rec.body["state"]), int(rec.body["created_ns"]),
+            ConsumerState.from_json(rec.body["state"]), int(rec.body["created_ns"]), int(rec.body.get("active_ns", 0)),
         )
 
-    def body(self, state: ConsumerState | None = None) -> dict[str, Any]:
-        return {"config": self.config.to_json(), "state": (state or self.state).to_json(), "created_ns": self.created_ns}
+    def body(self, state: ConsumerState | None = None, active_ns: int | None = None) -> dict[str, Any]:
+        """The record; ``active_ns`` stamps activity (kept only while the consumer tracks it)."""
+        out = {"config": self.config.to_json(), "state": (state or self.state).to_json(), "created_ns": self.created_ns}
+        active = self.active_ns if active_ns is None else active_ns
+        if active and inactive.tracked(self.config):
+            out["active_ns"] = max(active, self.active_ns)
+        return out
+
+    @property
+    def last_active_ns(self) -> int:
+        """Its creation or last activity, whichever is later (the server's timer starts at creation)."""
+        return max(self.created_ns, self.active_ns)
 
     @property
     def filters(self) -> list[str]:
@@ -483,11 +496,13 @@ class Consumers:
 
     def info(self, stream: str, name: str) -> ConsumerInfo:
         engine = self.lake.stream(stream)
+        self.expire(stream)
         c = self._get(self.catalog.records(), stream, name)
         return self.info_of(c, StreamView.of(engine))
 
     def infos(self, stream: str) -> list[ConsumerInfo]:
         engine = self.lake.stream(stream)
+        self.expire(stream)
         view = StreamView.of(engine)
         return [self.info_of(c, view) for c in self._all(stream)]
 
@@ -503,6 +518,7 @@ class Consumers:
         stands); an existing consumer keeps its own."""
         check_decodable(cfg)  # the request is decoded before the stream is looked up
         engine = self.lake.stream(stream)
+        self.expire(stream)
         scfg = engine.config
         deferred: APIError | None = None
         try:
@@ -592,7 +608,9 @@ class Consumers:
             return []
         if (err := _update_error(existing.config, cfg)) is not None:
             raise err
-        updated = Consumer(existing.stream, existing.name, cfg, existing.state, existing.created_ns)
+        # ``updateConfig`` restarts the delete timer when the threshold changes: activity
+        active = time.time_ns() if cfg.inactive_threshold != existing.config.inactive_threshold else None
+        updated = replace(existing, config=cfg, active_ns=active or existing.active_ns)
         result["filters_changed"] = filters_of(cfg) != existing.filters
         if result["filters_changed"]:
             kept = _settled(updated, existing.state, view, view.pending(existing.filters, existing.state))
@@ -608,6 +626,7 @@ class Consumers:
         Answers the server's reply: ``paused``, ``pause_until`` (Go's zero time when resumed),
         ``pause_remaining`` (ns) while paused."""
         self.lake.stream(stream)  # the stream is looked up first (10059)
+        self.expire(stream)
         if until is not None and until == UTCTime.parse(GO_ZERO_TIME):
             until = None
 
@@ -632,20 +651,68 @@ class Consumers:
     def delete(self, stream: str, name: str) -> bool:
         """Delete; on an interest stream messages nobody needs any more go with it, all of
         them when it was the last consumer (``cleanupNoInterestMessages``)."""
+        self.expire(stream)
+        return self._delete(stream, name)
+
+    def _delete(self, stream: str, name: str, only_if: Callable[[Consumer], bool] | None = None) -> bool:
+        """``delete``; with ``only_if``, only when the consumer (as the catalog holds it at the
+        commit) still passes it, and a missing one is no error. Returns whether it went."""
         engine = self.lake.stream(stream)
         gone: dict[str, Consumer] = {}
 
         def plan(records: dict[Key, Record]) -> list[Change]:
+            gone.clear()
+            if only_if is not None:
+                rec = records.get((CONSUMER, stream, name))
+                if rec is None or not only_if(Consumer.of(rec)):
+                    return []
             gone["c"] = self._get(records, stream, name)
             return [Change(CONSUMER, stream, name, None)]
 
         self.catalog.transact(plan)
+        if not gone:
+            return False
         if engine.config.retention is RetentionPolicy.INTEREST:
             floor = gone["c"].state.ack_floor.stream_seq
             self._remove_unneeded(engine, lambda v, cs: v.seqs >= floor if cs else np.ones(len(v.seqs), bool))
             if not self._all(stream):  # the server purges: a never-written stream then starts at 1
                 engine.mark_purged()
         return True
+
+    # -- inactivity ------------------------------------------------------------------------
+    def expire(self, stream: str) -> list[str]:
+        """Delete, as ``delete`` does, the consumers of ``stream`` whose inactive threshold has
+        passed (``inactive.deadline``): what the server's delete timer did by now. Called first
+        by every operation that reads or changes the stream's consumers or retention. Returns
+        the names removed; reads nothing more than the catalog while none is due."""
+        now = time.time_ns()
+        due = [
+            Consumer.of(r) for (kind, s, _), r in self.catalog.records().items()
+            if kind == CONSUMER and s == stream and int(r.body["config"].get("inactive_threshold") or 0) > 0
+        ]
+        due = [c for c in due if (d := inactive.deadline(c, lambda: 0)) is not None and d <= now]  # at the earliest
+        if not due:
+            return []
+        view = StreamView.of(self.lake.stream(stream))
+
+        def expired(c: Consumer) -> bool:
+            d = inactive.deadline(c, lambda: len(view.pending(c.filters, c.state)))
+            return d is not None and d <= now
+
+        return [c.name for c in due if self._delete(stream, c.name, only_if=expired)]
+
+    def touch(self, stream: str, name: str) -> None:
+        """Record activity (a pull) of a consumer with an inactive threshold; nothing for
+        one without (the server tracks ``waiting.last`` only when ``dthresh > 0``)."""
+        now = time.time_ns()
+
+        def plan(records: dict[Key, Record]) -> list[Change]:
+            c = self._get(records, stream, name)
+            if not inactive.tracked(c.config) or c.active_ns >= now:
+                return []
+            return [Change(CONSUMER, stream, name, c.body(active_ns=now))]
+
+        self.catalog.transact(plan)
 
     # -- positions -------------------------------------------------------------------------
     def start_sequence(self, stream: str, cfg: ConsumerConfig) -> tuple[int, list[int]]:
@@ -665,7 +732,10 @@ class Consumers:
         ``max_ack_pending`` minus its pending acks. None while the consumer is paused
         (``pause_until`` ahead): the server's ``loopAndGatherMsgs`` delivers nothing then."""
         engine = self.lake.stream(stream)
+        self.expire(stream)
         c = self._get(self.catalog.records(), stream, name)
+        if inactive.tracked(c.config):  # a pull request is activity, paused or not
+            self.touch(stream, name)
         if pause_left(c.config):
             return []
         view = StreamView.of(engine)
@@ -688,6 +758,7 @@ class Consumers:
         on delivery, and on interest/work-queue streams those messages may go.
         """
         engine = self.lake.stream(stream)
+        self.expire(stream)
         view = StreamView.of(engine)
         now = time.time_ns()
         acked: list[np.ndarray] = []
@@ -717,7 +788,7 @@ class Consumers:
                 new.ack_floor = Position(dseq, stream_seq, now)
                 covered = mask & (view.seqs > st.ack_floor.stream_seq) & (view.seqs <= stream_seq)
                 acked.append(np.append(view.seqs[covered], stream_seq))
-            return [Change(CONSUMER, stream, name, c.body(new))]
+            return [Change(CONSUMER, stream, name, c.body(new, active_ns=now))]  # a delivery is activity
 
         changed = bool(self.catalog.transact(plan))
         if acked:
@@ -738,6 +809,7 @@ class Consumers:
         ``stream_seq``: its pending entry's, else counted from the delivered position.
         """
         engine = self.lake.stream(stream)
+        self.expire(stream)
         view = StreamView.of(engine)
         now = time.time_ns()
         acked: list[np.ndarray] = []
@@ -745,6 +817,12 @@ class Consumers:
         def plan(records: dict[Key, Record]) -> list[Change]:
             acked.clear()
             c = self._get(records, stream, name)
+            moves = floor_moves(c)
+            if moves or not inactive.tracked(c.config):
+                return moves
+            return [Change(CONSUMER, stream, name, c.body(active_ns=now))]  # any ack is activity (suppressDeletion)
+
+        def floor_moves(c: Consumer) -> list[Change]:
             st = c.state
             if generation is not None and generation < st.reset_generation:
                 return []
@@ -786,10 +864,11 @@ class Consumers:
                 )
             acked.append(np.append(pending.seqs[covered], stream_seq))
             return [
-                Change(CONSUMER, stream, name, c.body(_settled(c, replace(st, ack_floor=floor), view, rest)))
+                Change(CONSUMER, stream, name, c.body(_settled(c, replace(st, ack_floor=floor), view, rest), now))
             ]
 
-        changed = bool(self.catalog.transact(plan))
+        self.catalog.transact(plan)
+        changed = bool(acked)
         if acked:
             self._after_ack(engine, acked[0])
         return changed
@@ -798,6 +877,7 @@ class Consumers:
         """``$JS.API.CONSUMER.RESET`` (``resetStartingSeqLocked``): restart delivery at ``seq``
         (none or 0: just above the ack floor) with ``dseq=1`` and both floors at ``seq-1``."""
         engine = self.lake.stream(stream)
+        self.expire(stream)
         view = StreamView.of(engine)
         result: dict[str, Any] = {}
 
@@ -820,7 +900,7 @@ class Consumers:
             target = max(target, 1)
             # the skip list is kept, as the server keeps ``o.lss``
             new = ConsumerState.starting_at(target, st.resume, st.skipped_to, st.reset_generation + 1)
-            updated = Consumer(c.stream, c.name, cfg, new, c.created_ns)
+            updated = replace(c, state=new)
             result.update(c=updated, seq=target)
             return [Change(CONSUMER, stream, name, updated.body())]
 
@@ -1015,6 +1095,7 @@ class Consumers:
         """Remove every message at or below some consumer's ack floor, on its filter, that no
         consumer needs (``checkInterestState``); finishes removals a crash interrupted."""
         engine = self.lake.stream(stream)
+        self.expire(stream)
         if engine.config.retention is RetentionPolicy.LIMITS:
             return 0
 

@@ -784,3 +784,52 @@ def test_pulls_and_acks_keep_a_consumer_and_an_abandoned_one_frees_its_work_queu
     assert pair.consumer_info(s, "B")["delivered"]["stream_seq"] > 1
     assert "error" not in pair.consumer_create(s, worker)
     assert pair.state(s)["consumer_count"] == 2
+
+
+def _stamps(pair: Pair, s: str, names: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per consumer, the ``last_active`` of ``delivered`` and ``ack_floor`` (None: absent) on the
+    server and on the lake, from the raw infos (the backends' views drop the times)."""
+    def of(info: dict[str, Any]) -> dict[str, Any]:
+        return {k: info[k].get("last_active") for k in ("delivered", "ack_floor")}
+
+    srv = {n: of(pair.server._req(f"$JS.API.CONSUMER.INFO.{s}.{n}")) for n in names}
+    lake = {n: of(pair.lake.lake.consumer_info(s, n).to_json()) for n in names}
+    return srv, lake
+
+
+def _same_stamps(pair: Pair, s: str, names: list[str], before: tuple[dict[str, Any], dict[str, Any]] | None = None,
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Server and lake stamp the same positions, and (since ``before``) restamp the same ones."""
+    now = _stamps(pair, s, names)
+    shown = [{n: {k: v is not None for k, v in side[n].items()} for n in names} for side in now]
+    assert shown[0] == shown[1]
+    if before is not None:
+        moved = [{n: {k: side[n][k] != was[n][k] for k in side[n]} for n in names} for side, was in zip(now, before, strict=True)]
+        assert moved[0] == moved[1]
+    return now
+
+
+def test_last_active_is_stamped_as_on_the_server(pair: Pair) -> None:
+    """``delivered.last_active`` moves with deliveries, ``ack_floor.last_active`` with
+    ``updateAcks``: never for ack policy none (``deliverMsg`` sets its floors directly), on every
+    explicit ack of a delivered message, also a repeated one (``processAckMsg``), and on a purge
+    only when it drops pending acks (``consumer.purge``), which never stamps ``delivered``."""
+    s = pair.stream()
+    names = [n + ack for ack in ("explicit", "all", "none") for n in "AB"]
+    for name in names:
+        pair.consumer_create(s, {"durable_name": name, "ack_policy": name[1:]})
+    for t in "aaaa":
+        pair.publish(subj(s, t), b"x")
+    for ack in ("explicit", "all", "none"):
+        pair.fetch(s, "A" + ack, 2)
+    was = _same_stamps(pair, s, names)
+    for ack in ("explicit", "all"):
+        pair.ack(s, "A" + ack, 1, 1)
+    was = _same_stamps(pair, s, names, was)
+    for ack in ("explicit", "all"):
+        pair.ack(s, "A" + ack, 1, 1)  # again: the explicit one restamps its floor
+    was = _same_stamps(pair, s, names, was)
+    pair.purge(s, seq=3)
+    was = _same_stamps(pair, s, names, was)
+    pair.purge(s)
+    _same_stamps(pair, s, names, was)

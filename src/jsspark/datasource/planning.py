@@ -468,8 +468,12 @@ class Planner:
 
     def record_delivered(self, end: Cursor) -> None:
         """Spark's ``commit(end)``: the batch ending at ``end`` is committed; ack it (usually
-        already acked by the next ``latestOffset``, then this changes nothing)."""
-        self.settle(end)
+        already acked by the sink or the next ``latestOffset``: then nothing is sent, as a repeated
+        explicit ack would stamp the ack floor's ``last_active`` again)."""
+        from jsspark.engine.consumers import CONSUMER, Consumer
+
+        rec = self.lake().catalog.get(CONSUMER, end.durable.stream, end.durable.name) if end.durable else None
+        self.settle(end, Consumer.of(rec) if rec is not None else None)
 
     def _fallback_start(self, policy: DeliverPolicy, opt_start_seq: int) -> tuple[int, list[int]]:
         """``all`` and ``by_start_sequence`` without the engine's consumer start positions."""

@@ -784,8 +784,8 @@ class Consumers:
                     skipped_to = handed[-1]
             new = replace(st, delivered=Position(dseq, stream_seq, now), resume=resume, skipped_to=skipped_to,
                           skipped_below=skipped_below)
-            if none:  # acked on delivery
-                new.ack_floor = Position(dseq, stream_seq, now)
+            if none:  # acked on delivery: ``deliverMsg`` sets the floors without ``updateAcks`` (no last_active)
+                new.ack_floor = Position(dseq, stream_seq, st.ack_floor.last_active_ns)
                 covered = mask & (view.seqs > st.ack_floor.stream_seq) & (view.seqs <= stream_seq)
                 acked.append(np.append(view.seqs[covered], stream_seq))
             return [Change(CONSUMER, stream, name, c.body(new, active_ns=now))]  # a delivery is activity
@@ -818,9 +818,23 @@ class Consumers:
             acked.clear()
             c = self._get(records, stream, name)
             moves = floor_moves(c)
-            if moves or not inactive.tracked(c.config):
+            if moves:
                 return moves
-            return [Change(CONSUMER, stream, name, c.body(active_ns=now))]  # any ack is activity (suppressDeletion)
+            st = c.state
+            if refreshes(c):  # an explicit ack of a delivered message: ``updateAcks`` stamps the floor's activity
+                again = replace(st, ack_floor=replace(st.ack_floor, last_active_ns=now))
+                return [Change(CONSUMER, stream, name, c.body(again, now))]
+            if inactive.tracked(c.config):
+                return [Change(CONSUMER, stream, name, c.body(active_ns=now))]  # any ack is activity (suppressDeletion)
+            return []
+
+        def refreshes(c: Consumer) -> bool:
+            st = c.state
+            return (
+                c.config.ack_policy is AckPolicy.EXPLICIT
+                and (generation is None or generation >= st.reset_generation)
+                and (stream_seq <= st.delivered.stream_seq or c.config.flow_control)
+            )
 
         def floor_moves(c: Consumer) -> list[Change]:
             st = c.state
@@ -1128,16 +1142,18 @@ def _purged(
     """``consumer.purge(start, last, wider)`` on state ``st`` with its ``pending`` acks: the
     position moves up to ``start``; if the ack floor lies below it, pending messages below it
     go, and for a wider consumer those no longer stored (``alive`` says which are). Returns
-    the new state and what stays pending."""
+    the new state and what stays pending. Activity times move only with acks: ``ack_floor``'s
+    when pending entries are dropped (``updateAcks``), ``delivered``'s never."""
     if start == 0 and not wider:
         start = last + 1
     delivered, floor = st.delivered, st.ack_floor
     if delivered.stream_seq + 1 < start:
-        delivered = Position(delivered.consumer_seq, start - 1, now)
+        delivered = Position(delivered.consumer_seq, start - 1, delivered.last_active_ns)
     if not len(pending):  # nothing pending: the floor is the position
         if (delivered.consumer_seq, delivered.stream_seq) == (floor.consumer_seq, floor.stream_seq):
             return (st if delivered is st.delivered else replace(st, delivered=delivered, ack_floor=floor)), pending
-        return replace(st, delivered=delivered, ack_floor=Position(delivered.consumer_seq, delivered.stream_seq, now)), pending
+        moved = Position(delivered.consumer_seq, delivered.stream_seq, floor.last_active_ns)
+        return replace(st, delivered=delivered, ack_floor=moved), pending
     drop = np.zeros(len(pending), dtype=bool)
     if floor.stream_seq < start:  # pending is looked at only when the floor moves
         drop = pending.seqs < start
@@ -1155,7 +1171,7 @@ def _purged(
         if wider and acks_all and not alive(np.array([p], np.int64))[0]:
             floor_sseq = max(floor_sseq, p)
     if (floor_dseq, floor_sseq) != (floor.consumer_seq, floor.stream_seq):
-        floor = Position(floor_dseq, floor_sseq, now)
+        floor = Position(floor_dseq, floor_sseq, now if len(dropped) else floor.last_active_ns)
     if len(dropped) == len(pending):  # nothing stays pending
         floor = Position(delivered.consumer_seq, delivered.stream_seq, now)
     if (delivered, floor) == (st.delivered, st.ack_floor):

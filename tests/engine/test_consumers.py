@@ -745,8 +745,11 @@ def test_an_inactive_consumer_goes_and_interest_retention_follows(pair: Pair) ->
     """``deleteNotActive``: a pull consumer with no activity for its ``inactive_threshold`` is
     deleted, and its interest with it (the next publish, info and state see it gone). One with
     acks pending waits for their ack wait first, then the threshold again; the last consumer
-    going purges the interest stream."""
+    going purges the interest stream. A push consumer (no subscriber on a lake) goes after the
+    threshold, without jitter."""
     s = pair.stream(retention="interest")
+    pair.consumer_create(s, {"durable_name": "H", "ack_policy": "explicit", "inactive_threshold": SECOND,
+                             "deliver_subject": "push.h", "filter_subject": subj(s, "h")})
     pair.consumer_create(s, {"durable_name": "D", "ack_policy": "explicit", "inactive_threshold": SECOND})
     pair.consumer_create(s, {"durable_name": "P", "ack_policy": "explicit", "inactive_threshold": SECOND,
                              "ack_wait": 2 * SECOND, "filter_subject": subj(s, "p")})
@@ -757,6 +760,7 @@ def test_an_inactive_consumer_goes_and_interest_retention_follows(pair: Pair) ->
     pair.publish(subj(s, "a"), b"x")  # no interest left in it
     pair.state(s)
     assert pair.consumer_info(s, "D")["error"]["err_code"] == 10014
+    assert pair.consumer_info(s, "H")["error"]["err_code"] == 10014  # created first, no jitter
     assert pair.consumer_info(s, "P")["num_ack_pending"] == 1  # its ack wait has not passed
     _expired(pair, s, "P")
     assert pair.state(s)["consumer_count"] == 0

@@ -708,7 +708,7 @@ class Consumers:
 
         def plan(records: dict[Key, Record]) -> list[Change]:
             c = self._get(records, stream, name)
-            if not inactive.tracked(c.config) or c.active_ns >= now:
+            if not inactive.counts_pulls(c.config) or c.active_ns >= now:
                 return []
             return [Change(CONSUMER, stream, name, c.body(active_ns=now))]
 
@@ -734,7 +734,7 @@ class Consumers:
         engine = self.lake.stream(stream)
         self.expire(stream)
         c = self._get(self.catalog.records(), stream, name)
-        if inactive.tracked(c.config):  # a pull request is activity, paused or not
+        if inactive.counts_pulls(c.config):  # a pull request is activity, paused or not
             self.touch(stream, name)
         if pause_left(c.config):
             return []
@@ -788,7 +788,8 @@ class Consumers:
                 new.ack_floor = Position(dseq, stream_seq, st.ack_floor.last_active_ns)
                 covered = mask & (view.seqs > st.ack_floor.stream_seq) & (view.seqs <= stream_seq)
                 acked.append(np.append(view.seqs[covered], stream_seq))
-            return [Change(CONSUMER, stream, name, c.body(new, active_ns=now))]  # a delivery is activity
+            active = now if inactive.counts_pulls(c.config) else None  # a pull consumer's delivery is activity
+            return [Change(CONSUMER, stream, name, c.body(new, active_ns=active))]
 
         changed = bool(self.catalog.transact(plan))
         if acked:

@@ -42,6 +42,12 @@ def tracked(cfg: ConsumerConfig) -> bool:
     return dthresh(cfg) > 0
 
 
+def counts_pulls(cfg: ConsumerConfig) -> bool:
+    """Whether pulls and deliveries are activity: for a tracked pull consumer (``waiting.last``);
+    a push consumer's timer looks only at interest in its deliver subject (and acks)."""
+    return tracked(cfg) and not cfg.deliver_subject
+
+
 def deadline(c: Consumer, num_pending: Callable[[], int]) -> int | None:
     """When ``c`` goes (ns since the epoch), or None: never. A pull consumer with acks pending
     waits for the last delivery's ack wait to pass and then the threshold again (the server

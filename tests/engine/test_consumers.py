@@ -8,12 +8,15 @@ on streams with gaps and several subjects, the reset rules, interest and work-qu
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from jsspark.config import ConsumerConfig
+from jsspark.engine import inactive
+from jsspark.engine.consumers import Consumer, StreamView
 from jsspark.engine.lake import connect
 from jsspark.errors import ConsumerNotFoundError
 from tests.engine.test_differential import Pair, pair, subj
@@ -682,3 +685,155 @@ def test_the_pause_api_pauses_and_resumes_a_consumer(pair: Pair) -> None:
     assert "paused" not in info and "pause_until" not in info["config"]
     assert pair.consumer_pause(s, "NOPE", until)["error"]["err_code"] == 10014
     assert pair.consumer_pause("NOSTREAM", "C", until)["error"]["err_code"] == 10059
+
+
+def test_a_paused_consumer_delivers_nothing_until_resumed(pair: Pair) -> None:
+    """``loopAndGatherMsgs`` waits while ``pause_until`` lies ahead: a pull gets nothing (the
+    server's expires) and the position stays, whether paused at create or by the pause API;
+    once resumed it delivers as before."""
+    s = pair.stream()
+    pair.consumer_create(s, {"durable_name": "AT", "ack_policy": "explicit", "pause_until": _in_an_hour()})
+    pair.consumer_create(s, {"durable_name": "API", "ack_policy": "explicit"})
+    pair.consumer_pause(s, "API", _in_an_hour())
+    for t in "abc":
+        pair.publish(subj(s, t), b"x")
+    for name in ("AT", "API"):
+        assert pair.fetch(s, name, 3, expires=0.3) == []
+        info = pair.consumer_info(s, name)
+        assert info["delivered"]["stream_seq"] == 0 and info["num_ack_pending"] == 0
+    pair.consumer_pause(s, "API")
+    assert [m[0] for m in pair.fetch(s, "API", 3)] == [1, 2, 3]
+    pair.consumer_info(s, "API")
+
+
+SECOND = 1_000_000_000
+
+
+def _until(cond: Any, timeout: float, what: str, between: Any = None) -> None:
+    """Poll ``cond`` (running ``between`` before each retry) for at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
+        if between is not None:
+            between()
+        time.sleep(0.05)  # polling, bounded by the deadline
+
+
+def _gone_on_server(pair: Pair, s: str, name: str) -> bool:
+    return "error" in pair.server.consumer_info(s, name)
+
+
+def _due_on_lake(pair: Pair, s: str, name: str) -> bool:
+    """The lake consumer's inactivity deadline has passed (read without sweeping)."""
+    lake = pair.lake.lake
+    rec = lake.catalog.get("consumer", s, name)
+    if rec is None:
+        return True
+    c = Consumer.of(rec)
+    view = StreamView.of(lake.stream(s))
+    d = inactive.deadline(c, lambda: len(view.pending(c.filters, c.state)))
+    return d is not None and d <= time.time_ns()
+
+
+def _expired(pair: Pair, s: str, name: str) -> None:
+    """Wait until the server's delete timer removed ``name`` and the lake's deadline passed."""
+    _until(lambda: _gone_on_server(pair, s, name), 10, f"server removes {name}")
+    _until(lambda: _due_on_lake(pair, s, name), 2, f"lake deadline of {name}")
+
+
+def test_an_inactive_consumer_goes_and_interest_retention_follows(pair: Pair) -> None:
+    """``deleteNotActive``: a pull consumer with no activity for its ``inactive_threshold`` is
+    deleted, and its interest with it (the next publish, info and state see it gone). One with
+    acks pending waits for their ack wait first, then the threshold again; the last consumer
+    going purges the interest stream. A push consumer (no subscriber on a lake) goes after the
+    threshold, without jitter."""
+    s = pair.stream(retention="interest")
+    pair.consumer_create(s, {"durable_name": "H", "ack_policy": "explicit", "inactive_threshold": SECOND,
+                             "deliver_subject": "push.h", "filter_subject": subj(s, "h")})
+    pair.consumer_create(s, {"durable_name": "D", "ack_policy": "explicit", "inactive_threshold": SECOND})
+    pair.consumer_create(s, {"durable_name": "P", "ack_policy": "explicit", "inactive_threshold": SECOND,
+                             "ack_wait": 2 * SECOND, "filter_subject": subj(s, "p")})
+    for t in "aap":
+        pair.publish(subj(s, t), b"x")
+    assert [m[0] for m in pair.fetch(s, "P", 1)] == [3]  # pending, not acked
+    _expired(pair, s, "D")
+    pair.publish(subj(s, "a"), b"x")  # no interest left in it
+    pair.state(s)
+    assert pair.consumer_info(s, "D")["error"]["err_code"] == 10014
+    assert pair.consumer_info(s, "H")["error"]["err_code"] == 10014  # created first, no jitter
+    assert pair.consumer_info(s, "P")["num_ack_pending"] == 1  # its ack wait has not passed
+    _expired(pair, s, "P")
+    assert pair.state(s)["consumer_count"] == 0
+    assert pair.consumer_info(s, "P")["error"]["err_code"] == 10014
+
+
+def test_pulls_and_acks_keep_a_consumer_and_an_abandoned_one_frees_its_work_queue_subject(pair: Pair) -> None:
+    """An ephemeral nobody pulls goes after its threshold, and a new consumer on its filter is
+    no longer refused (10100); another one pulled and acked meanwhile stays."""
+    s = pair.stream(retention="workqueue")
+    eph = {"ack_policy": "explicit", "inactive_threshold": SECOND, "filter_subject": subj(s, "a")}
+    names = [b.consumer_create(s, eph)["name"] for b in (pair.server, pair.lake)]
+    pair.consumer_create(s, {"durable_name": "B", "ack_policy": "explicit", "inactive_threshold": SECOND,
+                             "filter_subject": subj(s, "b")})
+    worker = {"durable_name": "A", "ack_policy": "explicit", "filter_subject": subj(s, "a")}
+    assert pair.consumer_create(s, worker)["error"]["err_code"] == 10100
+
+    def work() -> None:
+        pair.publish(subj(s, "b"), b"x")
+        (got,) = pair.fetch(s, "B", 1)
+        pair.ack(s, "B", *got[:2])
+
+    _until(lambda: _gone_on_server(pair, s, names[0]), 10, "server removes the ephemeral", between=work)
+    _until(lambda: _due_on_lake(pair, s, names[1]), 2, "lake deadline of the ephemeral")
+    assert pair.consumer_info(s, "B")["delivered"]["stream_seq"] > 1
+    assert "error" not in pair.consumer_create(s, worker)
+    assert pair.state(s)["consumer_count"] == 2
+
+
+def _stamps(pair: Pair, s: str, names: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per consumer, the ``last_active`` of ``delivered`` and ``ack_floor`` (None: absent) on the
+    server and on the lake, from the raw infos (the backends' views drop the times)."""
+    def of(info: dict[str, Any]) -> dict[str, Any]:
+        return {k: info[k].get("last_active") for k in ("delivered", "ack_floor")}
+
+    srv = {n: of(pair.server._req(f"$JS.API.CONSUMER.INFO.{s}.{n}")) for n in names}
+    lake = {n: of(pair.lake.lake.consumer_info(s, n).to_json()) for n in names}
+    return srv, lake
+
+
+def _same_stamps(pair: Pair, s: str, names: list[str], before: tuple[dict[str, Any], dict[str, Any]] | None = None,
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Server and lake stamp the same positions, and (since ``before``) restamp the same ones."""
+    now = _stamps(pair, s, names)
+    shown = [{n: {k: v is not None for k, v in side[n].items()} for n in names} for side in now]
+    assert shown[0] == shown[1]
+    if before is not None:
+        moved = [{n: {k: side[n][k] != was[n][k] for k in side[n]} for n in names} for side, was in zip(now, before, strict=True)]
+        assert moved[0] == moved[1]
+    return now
+
+
+def test_last_active_is_stamped_as_on_the_server(pair: Pair) -> None:
+    """``delivered.last_active`` moves with deliveries, ``ack_floor.last_active`` with
+    ``updateAcks``: never for ack policy none (``deliverMsg`` sets its floors directly), on every
+    explicit ack of a delivered message, also a repeated one (``processAckMsg``), and on a purge
+    only when it drops pending acks (``consumer.purge``), which never stamps ``delivered``."""
+    s = pair.stream()
+    names = [n + ack for ack in ("explicit", "all", "none") for n in "AB"]
+    for name in names:
+        pair.consumer_create(s, {"durable_name": name, "ack_policy": name[1:]})
+    for t in "aaaa":
+        pair.publish(subj(s, t), b"x")
+    for ack in ("explicit", "all", "none"):
+        pair.fetch(s, "A" + ack, 2)
+    was = _same_stamps(pair, s, names)
+    for ack in ("explicit", "all"):
+        pair.ack(s, "A" + ack, 1, 1)
+    was = _same_stamps(pair, s, names, was)
+    for ack in ("explicit", "all"):
+        pair.ack(s, "A" + ack, 1, 1)  # again: the explicit one restamps its floor
+    was = _same_stamps(pair, s, names, was)
+    pair.purge(s, seq=3)
+    was = _same_stamps(pair, s, names, was)
+    pair.purge(s)
+    _same_stamps(pair, s, names, was)

@@ -371,3 +371,29 @@ def test_a_stream_stream_join_into_the_sink_loses_no_late_match(spark: Any, tmp_
     assert _target(lake) == [b"m1", b"m0"]
     run()  # nothing new: nothing twice
     assert _target(lake) == [b"m1", b"m0"]
+
+
+def test_a_paused_durable_reads_nothing_until_resumed(spark: Any, tmp_path: Path) -> None:
+    """A paused consumer delivers nothing (the server's ``loopAndGatherMsgs``): the query keeps
+    running with empty batches, leaves the durable where it was, and copies everything once
+    the pause is lifted."""
+    from datetime import UTC, datetime, timedelta
+
+    loc, lake = _lake(tmp_path)
+    lake.add_consumer("SRC", durable_name="MIRROR", ack_policy="explicit")
+    lake.pause_consumer("SRC", "MIRROR", datetime.now(UTC) + timedelta(hours=1))
+    _publish(lake, 0, 5)
+    assert _run(spark, loc, tmp_path / "ck", ack_policy="explicit") == []
+    assert _target(lake) == []
+    assert lake.consumer_info("SRC", "MIRROR").delivered.stream_seq == 0
+    q = _copy(spark, loc, tmp_path / "ck", ack_policy="explicit").trigger(processingTime="0 seconds").start(loc)
+    try:
+        q.processAllAvailable()
+        assert _target(lake) == []
+        lake.pause_consumer("SRC", "MIRROR", None)
+        q.processAllAvailable()
+        assert _target(lake) == _m(*range(5))
+    finally:
+        q.stop()
+    info = lake.consumer_info("SRC", "MIRROR")
+    assert (info.delivered.stream_seq, info.ack_floor.stream_seq) == (5, 5)

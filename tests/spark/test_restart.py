@@ -129,3 +129,54 @@ def test_restart_creates_a_deleted_durable_again_at_the_checkpoint(tmp_path: Pat
     _publish(lake, 1, "c")
     reader = _reader(loc, **opts)
     assert _batch(reader, nxt)[1] == [11]
+
+
+def test_a_durable_kept_by_planning_and_deleted_when_no_batch_is_planned_within_its_inactive_threshold(
+    tmp_path: Path,
+) -> None:
+    """Planning a batch is the query's pull: a durable with an ``inactive_threshold`` (here the
+    stream's ``consumer_limits`` default) stays while
+    the query plans, and goes once no batch is planned within it (the server's delete timer).
+    The next planning then fails saying a restart creates it again, and the restart does, at
+    the checkpoint: nothing read twice, nothing lost."""
+    import time
+
+    from jsspark.engine import inactive
+    from jsspark.engine.consumers import Consumer
+
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    lake.add_stream({"name": "S", "subjects": ["s.>"], "consumer_limits": {"inactive_threshold": 1_000_000_000}})
+    _publish(lake, 3, "a")
+    opts = {"durable_name": "D", "ack_policy": "explicit"}
+    reader = _reader(loc, **opts)
+    end, seqs = _batch(reader, reader.initialOffset())
+    assert seqs == [1, 2, 3]
+    began = time.monotonic()
+    while time.monotonic() - began < 2.5:  # an idle query planning for more than twice the threshold
+        assert _batch(reader, end) == (end, [])
+        time.sleep(0.05)  # pacing the plannings
+    assert lake.consumer_info("S", "D").ack_floor.stream_seq == 3
+
+    def due() -> bool:
+        c = Consumer.of(lake.catalog.get("consumer", "S", "D"))
+        return inactive.deadline(c, lambda: 0) <= time.time_ns()
+
+    def idle() -> None:  # no planning (a trigger interval longer than the threshold, or the query stopped)
+        deadline = time.monotonic() + 5
+        while not due():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+    idle()
+    _publish(lake, 2, "b")
+    with pytest.raises(Exception, match="deleted while the query used it; restart the query to create it again"):
+        reader.latestOffset(end, reader.getDefaultReadLimit())
+    assert lake.consumers_info("S") == []
+    reader = _reader(loc, **opts)  # the restart
+    end, seqs = _batch(reader, end)
+    assert seqs == [4, 5]
+    assert lake.consumer_info("S", "D").delivered.stream_seq == 3  # acked up to the checkpoint, 4..5 planned
+    idle()  # stopped longer than the threshold, nothing swept meanwhile: the restart creates it again
+    _publish(lake, 1, "c")
+    assert _batch(_reader(loc, **opts), end)[1] == [6]

@@ -31,6 +31,7 @@ not acked: no batch of this query delivered what lies below it.
 ``max_ack_pending`` (ack policies all/explicit): the server stops delivering when that many
 messages are delivered and not acked; a planned batch is delivered and unacked until it
 commits, so it holds at most that many wanted messages above the ack floor (``ack_window``).
+A paused durable (``pause_until`` ahead) gets empty batches until the pause ends.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import json
 import logging
 import math
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -318,7 +320,9 @@ class Planner:
             raise OptionError(RATE_LIMIT_DURABLE)
         lake.add_consumer(self.opts.stream, cfg)
         self._recover_retention()
-        return replace(self._cursor_of(self._consumer()), bound=True)
+        c = self._consumer()
+        self._touch(c)
+        return replace(self._cursor_of(c), bound=True)
 
     def _recover_retention(self) -> None:
         """Once per process, before this query's first ack: remove what an interest or work-queue
@@ -338,9 +342,19 @@ class Planner:
         if rec is None:
             raise OptionError(
                 f"durable consumer {name!r} on stream {self.opts.stream} was deleted while the query used it; "
-                "restart the query to create it again"
+                "restart the query to create it again where its checkpoint stands (a durable with an "
+                "inactive_threshold is also deleted when no batch is planned within it: use a longer one, or 0)"
             )
         return Consumer.of(rec)
+
+    def _touch(self, c: Any) -> None:
+        """Planning a batch is the query's pull: activity that keeps a durable with an
+        ``inactive_threshold`` from being removed (``Consumers.touch``). Recorded once the
+        stored activity is older than a tenth of the threshold (at most 1 s), not at every
+        planning of an idle query."""
+        thr = int(c.config.inactive_threshold)
+        if thr > 0 and time.time_ns() - c.last_active_ns > min(thr // 10, 1_000_000_000):
+            self.lake().consumers.touch(self.opts.stream, c.name)
 
     def _cursor_of(self, c: Any) -> Cursor:
         """A cursor at the consumer's delivered position, in its current reset generation.
@@ -398,7 +412,9 @@ class Planner:
             self._restore(start)
         self._planned = True
         self._recover_retention()
+        self.lake().consumers.expire(self.opts.stream)  # gone if inactive too long before this pull
         c = self._consumer()
+        self._touch(c)
         gen = c.state.reset_generation
         if start.gen is None:  # an offset from before generations were recorded: adopt the current one
             start = replace(start, gen=gen, durable=self.durable)
@@ -422,6 +438,7 @@ class Planner:
         from jsspark.engine.consumers import CONSUMER, ConsumerState, Position
 
         cfg = self.opts.consumer
+        self.lake().consumers.expire(self.opts.stream)  # one inactive too long while stopped is gone too
         if self.lake().catalog.get(CONSUMER, self.opts.stream, cfg.durable_name) is not None:
             return
         if cfg.rate_limit_bps:
@@ -451,8 +468,12 @@ class Planner:
 
     def record_delivered(self, end: Cursor) -> None:
         """Spark's ``commit(end)``: the batch ending at ``end`` is committed; ack it (usually
-        already acked by the next ``latestOffset``, then this changes nothing)."""
-        self.settle(end)
+        already acked by the sink or the next ``latestOffset``: then nothing is sent, as a repeated
+        explicit ack would stamp the ack floor's ``last_active`` again)."""
+        from jsspark.engine.consumers import CONSUMER, Consumer
+
+        rec = self.lake().catalog.get(CONSUMER, end.durable.stream, end.durable.name) if end.durable else None
+        self.settle(end, Consumer.of(rec) if rec is not None else None)
 
     def _fallback_start(self, policy: DeliverPolicy, opt_start_seq: int) -> tuple[int, list[int]]:
         """``all`` and ``by_start_sequence`` without the engine's consumer start positions."""
@@ -548,10 +569,18 @@ class Planner:
         acked) reaches ``max_ack_pending`` (``getNextMsg``). A batch is delivered and not acked
         until it commits, so a batch may hold at most ``max_ack_pending`` minus what is pending
         already; the ack of the previous batch (``on_planning``) normally leaves nothing pending.
-        Messages pending before the cursor (delivered by another client, not acked) count."""
+        Messages pending before the cursor (delivered by another client, not acked) count.
+
+        A paused durable (``pause_until`` ahead, any ack policy) has no room at all: the server
+        delivers nothing while paused (``loopAndGatherMsgs``), so the query plans empty
+        batches until the pause ends or the consumer is resumed."""
+        from jsspark.engine.consumers import pause_left
+
         if self.durable is None:
             return None
         c = self._consumer()
+        if pause_left(c.config):
+            return cur.seq, 0
         maxp = int(c.config.max_ack_pending)
         if c.config.ack_policy is AckPolicy.NONE or maxp <= 0:
             return None

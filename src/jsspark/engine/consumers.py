@@ -2,7 +2,8 @@
 consumer semantics (``consumer.go``) computed from the stream's index.
 
 A consumer is the catalog record ``("consumer", stream, name)`` with body
-``{"config": <server JSON>, "state": {...}, "created_ns": ...}``. The state is what the server's
+``{"config": <server JSON>, "state": {...}, "created_ns": ..., ["active_ns": ...]}`` (``active_ns``:
+the last activity of a consumer with an ``inactive_threshold``, see ``inactive``). The state is what the server's
 consumer store keeps, with the per-message pending map (``o.pending``) mostly derived instead of
 stored: a lake reader delivers in stream order and acks cumulatively, so what it has pending
 is its filter's messages above the ack floor up to the delivered position, numbered back from
@@ -64,6 +65,7 @@ from jsspark.config import (
 )
 from jsspark.config.defaults import SERVER_LEVEL_KEY, SERVER_VERSION_KEY, set_static_consumer_metadata
 from jsspark.config.timestamps import UTCTime
+from jsspark.engine import inactive
 from jsspark.engine.api import GO_ZERO_TIME, ConsumerInfo, SequenceInfo
 from jsspark.engine.arrays import take_rows
 from jsspark.engine.catalog import Change, Key, Record
@@ -99,6 +101,14 @@ def _unix_ns(t: UTCTime) -> int:
 def _pause_remaining(until_ns: int, now_ns: int) -> int:
     """What is left of a pause (0: not paused), saturating as Go's ``time.Until`` does."""
     return min(max(until_ns - now_ns, 0), 2**63 - 1)
+
+
+def pause_left(cfg: ConsumerConfig, now_ns: int | None = None) -> int:
+    """What is left of the consumer's pause now (0: not paused): while ``pause_until`` lies
+    ahead the server delivers nothing (``loopAndGatherMsgs`` waits, ``isPaused``)."""
+    if cfg.pause_until is None:
+        return 0
+    return _pause_remaining(_unix_ns(cfg.pause_until), time.time_ns() if now_ns is None else now_ns)
 
 
 def filters_of(cfg: ConsumerConfig | dict[str, Any]) -> list[str]:
@@ -187,16 +197,27 @@ class Consumer:
     config: ConsumerConfig
     state: ConsumerState
     created_ns: int
+    active_ns: int = 0  # last activity (pull, delivery, ack) of a consumer with an inactive threshold
 
     @classmethod
     def of(cls, rec: Record) -> Consumer:
         return cls(
             rec.stream, rec.name, ConsumerConfig.from_stored(rec.body["config"]),
-            ConsumerState.from_json(rec.body["state"]), int(rec.body["created_ns"]),
+            ConsumerState.from_json(rec.body["state"]), int(rec.body["created_ns"]), int(rec.body.get("active_ns", 0)),
         )
 
-    def body(self, state: ConsumerState | None = None) -> dict[str, Any]:
-        return {"config": self.config.to_json(), "state": (state or self.state).to_json(), "created_ns": self.created_ns}
+    def body(self, state: ConsumerState | None = None, active_ns: int | None = None) -> dict[str, Any]:
+        """The record; ``active_ns`` stamps activity (kept only while the consumer tracks it)."""
+        out = {"config": self.config.to_json(), "state": (state or self.state).to_json(), "created_ns": self.created_ns}
+        active = self.active_ns if active_ns is None else active_ns
+        if active and inactive.tracked(self.config):
+            out["active_ns"] = max(active, self.active_ns)
+        return out
+
+    @property
+    def last_active_ns(self) -> int:
+        """Its creation or last activity, whichever is later (the server's timer starts at creation)."""
+        return max(self.created_ns, self.active_ns)
 
     @property
     def filters(self) -> list[str]:
@@ -458,7 +479,6 @@ class Consumers:
             pending = min(int((deliverable & (view.seqs >= nxt)).sum()), len(view.seqs), view.last - nxt + 1)
         ack_pending = len(view.pending(c.filters, st)) if c.config.ack_policy is not AckPolicy.NONE else 0
         now = time.time_ns()
-        until = _unix_ns(c.config.pause_until) if c.config.pause_until is not None else 0
         return ConsumerInfo(
             stream_name=c.stream,
             name=c.name,
@@ -469,18 +489,20 @@ class Consumers:
             num_ack_pending=ack_pending,
             num_pending=pending,
             ts_ns=now,
-            pause_remaining_ns=_pause_remaining(until, now),
+            pause_remaining_ns=pause_left(c.config, now),
             reset_generation=st.reset_generation,
             reset_seq=reset_seq,
         )
 
     def info(self, stream: str, name: str) -> ConsumerInfo:
         engine = self.lake.stream(stream)
+        self.expire(stream)
         c = self._get(self.catalog.records(), stream, name)
         return self.info_of(c, StreamView.of(engine))
 
     def infos(self, stream: str) -> list[ConsumerInfo]:
         engine = self.lake.stream(stream)
+        self.expire(stream)
         view = StreamView.of(engine)
         return [self.info_of(c, view) for c in self._all(stream)]
 
@@ -496,6 +518,7 @@ class Consumers:
         stands); an existing consumer keeps its own."""
         check_decodable(cfg)  # the request is decoded before the stream is looked up
         engine = self.lake.stream(stream)
+        self.expire(stream)
         scfg = engine.config
         deferred: APIError | None = None
         try:
@@ -585,7 +608,9 @@ class Consumers:
             return []
         if (err := _update_error(existing.config, cfg)) is not None:
             raise err
-        updated = Consumer(existing.stream, existing.name, cfg, existing.state, existing.created_ns)
+        # ``updateConfig`` restarts the delete timer when the threshold changes: activity
+        active = time.time_ns() if cfg.inactive_threshold != existing.config.inactive_threshold else None
+        updated = replace(existing, config=cfg, active_ns=active or existing.active_ns)
         result["filters_changed"] = filters_of(cfg) != existing.filters
         if result["filters_changed"]:
             kept = _settled(updated, existing.state, view, view.pending(existing.filters, existing.state))
@@ -601,6 +626,7 @@ class Consumers:
         Answers the server's reply: ``paused``, ``pause_until`` (Go's zero time when resumed),
         ``pause_remaining`` (ns) while paused."""
         self.lake.stream(stream)  # the stream is looked up first (10059)
+        self.expire(stream)
         if until is not None and until == UTCTime.parse(GO_ZERO_TIME):
             until = None
 
@@ -625,20 +651,68 @@ class Consumers:
     def delete(self, stream: str, name: str) -> bool:
         """Delete; on an interest stream messages nobody needs any more go with it, all of
         them when it was the last consumer (``cleanupNoInterestMessages``)."""
+        self.expire(stream)
+        return self._delete(stream, name)
+
+    def _delete(self, stream: str, name: str, only_if: Callable[[Consumer], bool] | None = None) -> bool:
+        """``delete``; with ``only_if``, only when the consumer (as the catalog holds it at the
+        commit) still passes it, and a missing one is no error. Returns whether it went."""
         engine = self.lake.stream(stream)
         gone: dict[str, Consumer] = {}
 
         def plan(records: dict[Key, Record]) -> list[Change]:
+            gone.clear()
+            if only_if is not None:
+                rec = records.get((CONSUMER, stream, name))
+                if rec is None or not only_if(Consumer.of(rec)):
+                    return []
             gone["c"] = self._get(records, stream, name)
             return [Change(CONSUMER, stream, name, None)]
 
         self.catalog.transact(plan)
+        if not gone:
+            return False
         if engine.config.retention is RetentionPolicy.INTEREST:
             floor = gone["c"].state.ack_floor.stream_seq
             self._remove_unneeded(engine, lambda v, cs: v.seqs >= floor if cs else np.ones(len(v.seqs), bool))
             if not self._all(stream):  # the server purges: a never-written stream then starts at 1
                 engine.mark_purged()
         return True
+
+    # -- inactivity ------------------------------------------------------------------------
+    def expire(self, stream: str) -> list[str]:
+        """Delete, as ``delete`` does, the consumers of ``stream`` whose inactive threshold has
+        passed (``inactive.deadline``): what the server's delete timer did by now. Called first
+        by every operation that reads or changes the stream's consumers or retention. Returns
+        the names removed; reads nothing more than the catalog while none is due."""
+        now = time.time_ns()
+        due = [
+            Consumer.of(r) for (kind, s, _), r in self.catalog.records().items()
+            if kind == CONSUMER and s == stream and int(r.body["config"].get("inactive_threshold") or 0) > 0
+        ]
+        due = [c for c in due if (d := inactive.deadline(c, lambda: 0)) is not None and d <= now]  # at the earliest
+        if not due:
+            return []
+        view = StreamView.of(self.lake.stream(stream))
+
+        def expired(c: Consumer) -> bool:
+            d = inactive.deadline(c, lambda: len(view.pending(c.filters, c.state)))
+            return d is not None and d <= now
+
+        return [c.name for c in due if self._delete(stream, c.name, only_if=expired)]
+
+    def touch(self, stream: str, name: str) -> None:
+        """Record activity (a pull) of a consumer with an inactive threshold; nothing for
+        one without (the server tracks ``waiting.last`` only when ``dthresh > 0``)."""
+        now = time.time_ns()
+
+        def plan(records: dict[Key, Record]) -> list[Change]:
+            c = self._get(records, stream, name)
+            if not inactive.counts_pulls(c.config) or c.active_ns >= now:
+                return []
+            return [Change(CONSUMER, stream, name, c.body(active_ns=now))]
+
+        self.catalog.transact(plan)
 
     # -- positions -------------------------------------------------------------------------
     def start_sequence(self, stream: str, cfg: ConsumerConfig) -> tuple[int, list[int]]:
@@ -655,9 +729,15 @@ class Consumers:
 
         Fewer where ``max_ack_pending`` stops it: a consumer that acks delivers nothing more
         while that many are pending (``getNextMsg``; a pull request then waits), so at most
-        ``max_ack_pending`` minus its pending acks."""
+        ``max_ack_pending`` minus its pending acks. None while the consumer is paused
+        (``pause_until`` ahead): the server's ``loopAndGatherMsgs`` delivers nothing then."""
         engine = self.lake.stream(stream)
+        self.expire(stream)
         c = self._get(self.catalog.records(), stream, name)
+        if inactive.counts_pulls(c.config):  # a pull request is activity, paused or not
+            self.touch(stream, name)
+        if pause_left(c.config):
+            return []
         view = StreamView.of(engine)
         maxp = int(c.config.max_ack_pending)
         if maxp > 0 and c.config.ack_policy is not AckPolicy.NONE:
@@ -678,6 +758,7 @@ class Consumers:
         on delivery, and on interest/work-queue streams those messages may go.
         """
         engine = self.lake.stream(stream)
+        self.expire(stream)
         view = StreamView.of(engine)
         now = time.time_ns()
         acked: list[np.ndarray] = []
@@ -703,11 +784,12 @@ class Consumers:
                     skipped_to = handed[-1]
             new = replace(st, delivered=Position(dseq, stream_seq, now), resume=resume, skipped_to=skipped_to,
                           skipped_below=skipped_below)
-            if none:  # acked on delivery
-                new.ack_floor = Position(dseq, stream_seq, now)
+            if none:  # acked on delivery: ``deliverMsg`` sets the floors without ``updateAcks`` (no last_active)
+                new.ack_floor = Position(dseq, stream_seq, st.ack_floor.last_active_ns)
                 covered = mask & (view.seqs > st.ack_floor.stream_seq) & (view.seqs <= stream_seq)
                 acked.append(np.append(view.seqs[covered], stream_seq))
-            return [Change(CONSUMER, stream, name, c.body(new))]
+            active = now if inactive.counts_pulls(c.config) else None  # a pull consumer's delivery is activity
+            return [Change(CONSUMER, stream, name, c.body(new, active_ns=active))]
 
         changed = bool(self.catalog.transact(plan))
         if acked:
@@ -728,6 +810,7 @@ class Consumers:
         ``stream_seq``: its pending entry's, else counted from the delivered position.
         """
         engine = self.lake.stream(stream)
+        self.expire(stream)
         view = StreamView.of(engine)
         now = time.time_ns()
         acked: list[np.ndarray] = []
@@ -735,6 +818,26 @@ class Consumers:
         def plan(records: dict[Key, Record]) -> list[Change]:
             acked.clear()
             c = self._get(records, stream, name)
+            moves = floor_moves(c)
+            if moves:
+                return moves
+            st = c.state
+            if refreshes(c):  # an explicit ack of a delivered message: ``updateAcks`` stamps the floor's activity
+                again = replace(st, ack_floor=replace(st.ack_floor, last_active_ns=now))
+                return [Change(CONSUMER, stream, name, c.body(again, now))]
+            if inactive.tracked(c.config):
+                return [Change(CONSUMER, stream, name, c.body(active_ns=now))]  # any ack is activity (suppressDeletion)
+            return []
+
+        def refreshes(c: Consumer) -> bool:
+            st = c.state
+            return (
+                c.config.ack_policy is AckPolicy.EXPLICIT
+                and (generation is None or generation >= st.reset_generation)
+                and (stream_seq <= st.delivered.stream_seq or c.config.flow_control)
+            )
+
+        def floor_moves(c: Consumer) -> list[Change]:
             st = c.state
             if generation is not None and generation < st.reset_generation:
                 return []
@@ -776,10 +879,11 @@ class Consumers:
                 )
             acked.append(np.append(pending.seqs[covered], stream_seq))
             return [
-                Change(CONSUMER, stream, name, c.body(_settled(c, replace(st, ack_floor=floor), view, rest)))
+                Change(CONSUMER, stream, name, c.body(_settled(c, replace(st, ack_floor=floor), view, rest), now))
             ]
 
-        changed = bool(self.catalog.transact(plan))
+        self.catalog.transact(plan)
+        changed = bool(acked)
         if acked:
             self._after_ack(engine, acked[0])
         return changed
@@ -788,6 +892,7 @@ class Consumers:
         """``$JS.API.CONSUMER.RESET`` (``resetStartingSeqLocked``): restart delivery at ``seq``
         (none or 0: just above the ack floor) with ``dseq=1`` and both floors at ``seq-1``."""
         engine = self.lake.stream(stream)
+        self.expire(stream)
         view = StreamView.of(engine)
         result: dict[str, Any] = {}
 
@@ -810,7 +915,7 @@ class Consumers:
             target = max(target, 1)
             # the skip list is kept, as the server keeps ``o.lss``
             new = ConsumerState.starting_at(target, st.resume, st.skipped_to, st.reset_generation + 1)
-            updated = Consumer(c.stream, c.name, cfg, new, c.created_ns)
+            updated = replace(c, state=new)
             result.update(c=updated, seq=target)
             return [Change(CONSUMER, stream, name, updated.body())]
 
@@ -1005,6 +1110,7 @@ class Consumers:
         """Remove every message at or below some consumer's ack floor, on its filter, that no
         consumer needs (``checkInterestState``); finishes removals a crash interrupted."""
         engine = self.lake.stream(stream)
+        self.expire(stream)
         if engine.config.retention is RetentionPolicy.LIMITS:
             return 0
 
@@ -1037,16 +1143,18 @@ def _purged(
     """``consumer.purge(start, last, wider)`` on state ``st`` with its ``pending`` acks: the
     position moves up to ``start``; if the ack floor lies below it, pending messages below it
     go, and for a wider consumer those no longer stored (``alive`` says which are). Returns
-    the new state and what stays pending."""
+    the new state and what stays pending. Activity times move only with acks: ``ack_floor``'s
+    when pending entries are dropped (``updateAcks``), ``delivered``'s never."""
     if start == 0 and not wider:
         start = last + 1
     delivered, floor = st.delivered, st.ack_floor
     if delivered.stream_seq + 1 < start:
-        delivered = Position(delivered.consumer_seq, start - 1, now)
+        delivered = Position(delivered.consumer_seq, start - 1, delivered.last_active_ns)
     if not len(pending):  # nothing pending: the floor is the position
         if (delivered.consumer_seq, delivered.stream_seq) == (floor.consumer_seq, floor.stream_seq):
             return (st if delivered is st.delivered else replace(st, delivered=delivered, ack_floor=floor)), pending
-        return replace(st, delivered=delivered, ack_floor=Position(delivered.consumer_seq, delivered.stream_seq, now)), pending
+        moved = Position(delivered.consumer_seq, delivered.stream_seq, floor.last_active_ns)
+        return replace(st, delivered=delivered, ack_floor=moved), pending
     drop = np.zeros(len(pending), dtype=bool)
     if floor.stream_seq < start:  # pending is looked at only when the floor moves
         drop = pending.seqs < start
@@ -1064,7 +1172,7 @@ def _purged(
         if wider and acks_all and not alive(np.array([p], np.int64))[0]:
             floor_sseq = max(floor_sseq, p)
     if (floor_dseq, floor_sseq) != (floor.consumer_seq, floor.stream_seq):
-        floor = Position(floor_dseq, floor_sseq, now)
+        floor = Position(floor_dseq, floor_sseq, now if len(dropped) else floor.last_active_ns)
     if len(dropped) == len(pending):  # nothing stays pending
         floor = Position(delivered.consumer_seq, delivered.stream_seq, now)
     if (delivered, floor) == (st.delivered, st.ack_floor):
@@ -1267,4 +1375,4 @@ def _random_name() -> str:
     return "".join(secrets.choice(_NAME_CHARS) for _ in range(8))
 
 
-__all__ = ["ConsumerState", "Consumers", "StreamView", "filters_of", "is_filtered", "select_starting_seq"]
+__all__ = ["ConsumerState", "Consumers", "StreamView", "filters_of", "is_filtered", "pause_left", "select_starting_seq"]

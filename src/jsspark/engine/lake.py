@@ -224,6 +224,8 @@ class Lake:
         cannot slip past a rule."""
         new = self._coerce_config(config, params)
         name = new.name
+        if self.catalog.get(STREAM, name) is not None:
+            self.consumers.expire(name)  # the consumer limits and the retention change see the live ones
         retention: list[tuple[RetentionPolicy, RetentionPolicy]] = []
 
         def plan(records: dict[Key, Record]) -> list[Change]:
@@ -331,6 +333,7 @@ class Lake:
     @_deleted_is_not_found
     def stream_info(self, name: str, subjects_filter: str | None = None) -> StreamInfo:
         engine = self.stream(name)
+        self.consumers.expire(name)  # consumer_count, and what interest retention removed with them
         state = engine.state(consumer_count=len(self.catalog.list(CONSUMER, name)))
         if subjects_filter:
             stats = engine.index().subject_stats().to_pylist()
@@ -380,7 +383,7 @@ class Lake:
 
     @_deleted_is_not_found
     def _publish_one(self, name: str, msg: Incoming) -> PubAck:
-        return self.stream(name).publish_batch(msg).acks()[0]
+        return self._live(name).publish_batch(msg).acks()[0]
 
     @_deleted_is_not_found
     def publish_batch(
@@ -396,7 +399,16 @@ class Lake:
         """
         if isinstance(batch, list):
             batch = pa.Table.from_batches(batch)
-        return self.stream(stream).publish_batch(Incoming.from_table(batch), txn=txn)
+        return self._live(stream).publish_batch(Incoming.from_table(batch), txn=txn)
+
+    def _live(self, name: str) -> LakeStream:
+        """The stream's engine, after removing the consumers whose inactive threshold passed
+        (``Consumers.expire``) when its retention depends on them: an interest stream stores
+        only what a live consumer is interested in."""
+        engine = self.stream(name)
+        if engine.config.retention is not RetentionPolicy.LIMITS:
+            self.consumers.expire(name)
+        return engine
 
     # -- maintenance ---------------------------------------------------------------------------
     def purge_stream(self, name: str, seq: int | None = None, subject: str | None = None, keep: int | None = None) -> bool:
@@ -413,6 +425,7 @@ class Lake:
         """
         check_uint64("JSApiStreamPurgeRequest", seq=seq, keep=keep)
         engine = self.stream(name)
+        self.consumers.expire(name)
         before = StreamView(engine.index().rows, engine.state().last_seq, engine.config)
         purged = engine.purge(subject=subject, seq=seq, keep=keep)
         filtered = subject if subject and subject != ">" else None
@@ -429,14 +442,14 @@ class Lake:
         """``$JS.API.STREAM.MSG.DELETE``; a consumer that had the message pending takes it as
         acked, as on the server (``Consumers.on_removed``)."""
         check_uint64("JSApiMsgDeleteRequest", seq=seq)
-        self.stream(stream_name).delete_msg(seq)
+        self._live(stream_name).delete_msg(seq)
         return True
 
     @_deleted_is_not_found
     def enforce_limits(self, name: str) -> int:
         """Apply ``max_age`` and the other limits now (jobs schedule this); returns removed count.
         Consumers take the removed messages they had pending as acked (``Consumers.on_removed``)."""
-        return self.stream(name).enforce_limits()
+        return self._live(name).enforce_limits()
 
     @_deleted_is_not_found
     def compact(self, name: str, target_size: int | None = None) -> dict[str, Any]:

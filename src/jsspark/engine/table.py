@@ -150,7 +150,11 @@ class MessageTable:
             same = False
         if not same:
             self._dataset = None
-            self._open()
+            try:
+                self._open()
+            except DeltaError as e:  # deleted, and the new table's log not yet written
+                raise FileNotFoundError(f"no lake stream table at {self.uri} (the one read before was "
+                                        f"deleted): {e}") from e
         elif self._dt.version() != held[0]:
             self._mark = self._commit_mark(self._dt.version())
 

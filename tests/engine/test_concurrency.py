@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pyarrow.compute as pc
+import pytest
 
 import jsspark
 
@@ -85,3 +86,35 @@ def test_a_kept_lake_sees_a_stream_deleted_and_created_again_by_another(tmp_path
     ack = kept.publish("s.c", b"after")
     assert ack.seq == expected.last_seq + 1
     assert kept.get_msg("S", 1).data == b"new"
+
+
+@pytest.mark.parametrize("new_commits", [1, 3, 6])
+def test_a_held_table_reloads_a_stream_deleted_and_created_again(tmp_path: Path, new_commits: int) -> None:
+    """A ``MessageTable`` kept across snapshots (a streaming query's planner) while its stream is
+    deleted and created again by another process, whose new table has fewer, as many or more
+    Delta versions than the held one: the next snapshot is the new table, never the new log's
+    later versions laid over the old snapshot (delta-rs's ``update_incremental``) nor its
+    "newest version in the log is older than the existing snapshot" error."""
+    from jsspark.engine.table import MessageTable
+
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="S", subjects=["s.>"])
+    for i in range(3):
+        lake.publish("s.a", b"old%d" % i)
+    held = MessageTable(lake.stream_uri("S"))
+    old = held.snapshot()
+    assert (old.version, old.last_seq) == (3, 3)
+    old_id = old.table_id
+
+    lake.delete_stream("S")
+    lake.add_stream(name="S", subjects=["s.>"])
+    for i in range(new_commits):
+        lake.publish("s.a", b"new%d" % i)
+
+    snap = held.snapshot()
+    assert snap.table_id != old_id
+    assert (snap.version, snap.last_seq) == (new_commits, new_commits)
+    rows = held.read(snap, columns=["seq", "data"]).sort_by("seq")
+    assert rows["data"].to_pylist() == [b"new%d" % i for i in range(new_commits)]
+    lake.publish("s.a", b"more")  # and it goes on refreshing incrementally
+    assert held.snapshot().last_seq == new_commits + 1

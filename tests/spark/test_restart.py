@@ -1,16 +1,20 @@
 """A streaming query restarted from its checkpoint, driven as Spark's driver calls the reader
-(a new reader per run, offsets from the previous run): the stream deleted and created again,
-the durable consumer deleted, a durable used by a second query."""
+(a new reader per run, offsets from the previous run): the stream deleted and created again
+(also while the query runs: the same reader plans on), the durable consumer deleted, a
+checkpoint reused by a query with another source config."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.datasource import InputPartition
 
 import jsspark
+from jsspark.datasource.options import OptionError
 from jsspark.datasource.planning import Cursor, DataLossError
 from jsspark.datasource.schema import spark_schema
 from jsspark.datasource.source import JetStreamDataSource
@@ -180,3 +184,116 @@ def test_a_durable_kept_by_planning_and_deleted_when_no_batch_is_planned_within_
     idle()  # stopped longer than the threshold, nothing swept meanwhile: the restart creates it again
     _publish(lake, 1, "c")
     assert _batch(_reader(loc, **opts), end)[1] == [6]
+
+
+@pytest.mark.parametrize("new_count", [3, 20])
+def test_running_query_sees_the_stream_created_again(tmp_path: Path, new_count: int) -> None:
+    """The same reader plans on after its stream is deleted and created again: with fewer Delta
+    versions than the old table (delta-rs's "older than the existing snapshot" error before) or
+    more (new messages read as the old stream's sequences 6.. before, the first five skipped).
+    It fails naming both tables, as on a restart; the batch planned before the deletion fails
+    too, in planning and in a task already holding its partition, rather than read the new
+    table's rows at those sequences."""
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="S", subjects=["s.>"])
+    _publish(lake, 5, "old")
+    reader = _reader(loc)
+    end, seqs = _batch(reader, reader.initialOffset())
+    assert seqs == [1, 2, 3, 4, 5]
+    _publish(lake, 5, "old")
+    planned = reader.latestOffset(end, reader.getDefaultReadLimit())
+    tasks = reader.partitions(end, planned)
+    old = reader.planner.origin.table_id
+    lake.delete_stream("S")
+    with pytest.raises(DataLossError, match="stream S was deleted while this query read it"):
+        reader.latestOffset(planned, reader.getDefaultReadLimit())
+    lake.add_stream(name="S", subjects=["s.>"])
+    _publish(lake, new_count, "new")
+    new = jsspark.connect(loc).stream("S").table.snapshot().table_id
+    values = [t.value for t in tasks]
+    for value in [*values, *(replace(v, files=(), table_schema=None) for v in values)]:  # files direct, or the log
+        with pytest.raises(DataLossError, match="deleted and created again") as e:
+            list(reader.read(InputPartition(value)))
+        assert old in str(e.value) and new in str(e.value)
+    with pytest.raises(DataLossError, match="deleted and created again") as e:
+        reader.partitions(end, planned)
+    assert old in str(e.value) and new in str(e.value)
+    with pytest.raises(DataLossError, match="deleted and created again") as e:
+        reader.latestOffset(planned, reader.getDefaultReadLimit())
+    assert old in str(e.value) and new in str(e.value) and "failOnDataLoss=false" in str(e.value)
+
+
+def test_running_query_reads_the_stream_created_again_from_its_start(tmp_path: Path) -> None:
+    """failOnDataLoss=false: the running query skips the old stream's lost batch and reads every
+    message of the new one, from sequence 1 (new0..), none as an old sequence."""
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="S", subjects=["s.>"])
+    _publish(lake, 10, "old")
+    reader = _reader(loc, failOnDataLoss="false")
+    end, seqs = _batch(reader, reader.initialOffset())
+    assert seqs == list(range(1, 11))
+    lake.delete_stream("S")
+    assert reader.latestOffset(end, reader.getDefaultReadLimit()) == end  # no stream now: no batch
+    lake.add_stream(name="S", subjects=["s.>"])
+    _publish(lake, 20, "new")
+    nxt, seqs = _batch(reader, end)
+    assert seqs == list(range(1, 21))
+    data = [d for p in reader.partitions(end, nxt) for b in reader.read(p) for d in b.column("data").to_pylist()]
+    assert data == [f"new{i}".encode() for i in range(20)]
+    assert _batch(reader, nxt) == (nxt, [])
+
+
+def test_checkpoint_of_another_stream_is_refused_as_such(tmp_path: Path) -> None:
+    """A checkpoint written by a query on stream A reused by one on stream B: B was never deleted,
+    so not data loss; the error names both streams and a new checkpointLocation, whatever
+    failOnDataLoss says (Spark's Kafka source ties a checkpoint to its topics too)."""
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    for name in ("A", "B"):
+        lake.add_stream(name=name, subjects=[name.lower() + ".>"])
+    lake.publish("a.x", b"1")
+    lake.publish("b.x", b"1")
+    reader = JetStreamDataSource({"path": loc, "stream": "A"}).streamReader(spark_schema())
+    end, seqs = _batch(reader, reader.initialOffset())
+    assert seqs == [1]
+    for opts in ({}, {"failOnDataLoss": "false"}):
+        other = JetStreamDataSource({"path": loc, "stream": "B", **opts}).streamReader(spark_schema())
+        with pytest.raises(OptionError, match="checkpoint") as planning:
+            other.latestOffset(end, other.getDefaultReadLimit())
+        with pytest.raises(OptionError, match="checkpoint") as replay:  # a restart replays the last batch
+            other.partitions(reader.initialOffset(), end)
+        for msg in (str(planning.value), str(replay.value)):
+            assert "stream B" in msg and "stream A" in msg and "new checkpointLocation" in msg
+            assert "deleted" not in msg
+
+
+@pytest.mark.parametrize("before", [{}, {"durable_name": "other"}, {"durable_name": "D"}])
+def test_restart_with_a_durable_says_where_the_checkpoint_came_from(
+    tmp_path: Path, before: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint written without ``durable_name`` (or with another one) restarted with
+    ``durable_name=D``: D is created at the checkpoint's position and the log says so, not that
+    D "was deleted while the query was stopped" (only true when the offsets name D)."""
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="S", subjects=["s.>"])
+    _publish(lake, 5, "a")
+    reader = _reader(loc, **before)
+    end, _ = _batch(reader, reader.initialOffset())
+    if before.get("durable_name") == "D":
+        lake.delete_consumer("S", "D")
+    _publish(lake, 2, "b")
+    reader = _reader(loc, durable_name="D")
+    with caplog.at_level(logging.WARNING, logger="jsspark.datasource.planning"):
+        _, seqs = _batch(reader, end)
+    assert seqs == [6, 7]
+    assert lake.consumer_info("S", "D").ack_floor.stream_seq == 5
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "stream sequence 5" in said
+    if before.get("durable_name") == "D":
+        assert "'D' on stream S was deleted while the query was stopped" in said
+    else:
+        assert "deleted" not in said
+        assert ("without a durable consumer" if not before else "durable consumer 'other'") in said

@@ -70,3 +70,6 @@ class ReadPartition:
     # (min seq, max seq) of each of ``files`` from the Delta log's stats (empty: unknown): a
     # task filters rows by sequence only in the files not wholly inside ``(lo, hi]``.
     file_seqs: tuple[tuple[int, int], ...] = ()
+    # the Delta table id ``version`` is of: a task never reads another table at that version
+    # (the stream deleted and created again since planning); empty: not checked
+    table_id: str = ""

@@ -249,7 +249,7 @@ class Planner:
     opts: ReadOptions
     _table: MessageTable | None = None
     _lake: Any = None
-    _scanned: tuple[tuple[int, int], pa.Table] | None = None
+    _scanned: tuple[tuple[str, int, int], pa.Table] | None = None
     _retention_checked: bool = False
     _lost: tuple[tuple[Any, ...], np.ndarray | None] | None = None
     _origin: Origin | None = None
@@ -272,10 +272,11 @@ class Planner:
 
     @property
     def origin(self) -> Origin:
-        """This query's ``Origin`` (stamped on every offset it plans)."""
+        """This query's ``Origin`` (stamped on every offset it plans) on the stream's table as
+        the newest snapshot found it: another one once the stream is deleted and created again."""
         if self._origin is None:
-            table_id = self.table().snapshot().table.metadata().id
-            self._origin = Origin.of(self.opts.stream, table_id, self.opts.consumer_name, self.opts.filters)
+            self.snapshot()
+        assert self._origin is not None
         return self._origin
 
     @property
@@ -284,7 +285,10 @@ class Planner:
         return Durable(self.opts.location, self.opts.stream, name) if name else None
 
     def snapshot(self) -> Snapshot:
-        return self.table().snapshot()
+        snap = self.table().snapshot()
+        if self._origin is None or self._origin.table_id != snap.table_id:
+            self._origin = Origin.of(self.opts.stream, snap.table_id, self.opts.consumer_name, self.opts.filters)
+        return snap
 
     def first_seq(self, snap: Snapshot) -> int:
         """The stream's first sequence at ``snap`` (from the commit's recorded state)."""
@@ -376,18 +380,47 @@ class Planner:
             seq, st.delivered.consumer_seq, skip, st.resume if skip else 0, st.reset_generation, self.durable
         )
 
+    def _check_stream(self, cur: Cursor) -> None:
+        """An offset of another stream: the checkpoint was written by a query reading that one
+        (``checkpointLocation`` reused with another ``stream``). As Spark's Kafka source ties a
+        checkpoint to its topics, it cannot go on here; not data loss, so ``failOnDataLoss``
+        does not change it."""
+        if cur.origin is not None and cur.origin.stream != self.opts.stream:
+            raise OptionError(
+                f"jetstream source: this query reads stream {self.opts.stream} but its checkpoint's offsets are "
+                f"on stream {cur.origin.stream}: the checkpointLocation belongs to a query on stream "
+                f"{cur.origin.stream}. Start this query with a new checkpointLocation (or read stream "
+                f"{cur.origin.stream} from this one)."
+            )
+
     def recreated(self, start: Cursor) -> Cursor | None:
-        """A restart's start offset that belongs to an earlier stream of this name (its origin
-        names another Delta table: the stream was deleted and created again since): with
-        ``failOnDataLoss`` a ``DataLossError``, else the new stream's start for this query (for
-        a durable, bound as ``initialOffset`` binds it), with a warning. ``None`` when ``start``
-        is on this stream, or carries no origin (offsets written before origins were)."""
-        if start.origin is None or start.origin.table_id == self.origin.table_id:
+        """A start offset that belongs to an earlier stream of this name (its origin names
+        another Delta table: the stream was deleted and created again since the batch ending
+        there was planned, while the query ran or was stopped): with ``failOnDataLoss`` a
+        ``DataLossError``, else the new stream's start for this query (for a durable, bound as
+        ``initialOffset`` binds it), with a warning. ``None`` when ``start`` is on this stream,
+        or carries no origin (offsets written before origins were). Checked at every planning.
+
+        While the stream is not there (deleted; maybe being created again) a ``DataLossError``,
+        as Spark's Kafka source reports a deleted topic's partitions; with
+        ``failOnDataLoss=false`` ``start`` itself: no batch until a stream of this name is."""
+        self._check_stream(start)
+        try:
+            new = self.snapshot().table_id  # the stream as it is now (also moves ``origin`` to it)
+        except FileNotFoundError as e:
+            what = (f"jetstream source: stream {self.opts.stream} was deleted while this query read it "
+                    f"(what it held after sequence {start.seq} is lost)")
+            if self.opts.fail_on_data_loss:
+                raise DataLossError(f"{what}: {e}. Start the query with a new checkpoint once the stream exists, "
+                                    "or set failOnDataLoss=false to wait for it and read it from its start.") from e
+            log.warning("%s; failOnDataLoss=false: waiting for a stream of this name", what)
+            return start
+        if start.origin is None or start.origin.table_id == new:
             return None
-        old, new = start.origin.table_id, self.origin.table_id
+        old = start.origin.table_id
         what = (
-            f"jetstream source: stream {self.opts.stream} was deleted and created again since this query's "
-            f"checkpoint was written (its offsets are on table {old}, the stream is now table {new})"
+            f"jetstream source: stream {self.opts.stream} was deleted and created again since this query "
+            f"planned its last batch (its offsets are on table {old}, the stream is now table {new})"
         )
         if self.opts.fail_on_data_loss:
             raise DataLossError(
@@ -427,8 +460,11 @@ class Planner:
         return start, None
 
     def _restore(self, start: Cursor) -> None:
-        """A restart (this process's first planning) whose durable was deleted while the query
-        was stopped creates it again, as ``_bind`` creates it, but where the checkpoint stands:
+        """A restart (this process's first planning) whose durable does not exist creates it, as
+        ``_bind`` creates it, but where the checkpoint stands: deleted while the query was
+        stopped when ``start`` was written by a query on this durable (its offsets name it), else
+        the checkpoint was written without it (no ``durable_name``, another one, or an older
+        jsspark whose offsets named none) and it is created there for the first time. So:
         delivered and acked up to ``start`` (committed, as every start ``latestOffset`` gets),
         in ``start``'s reset generation, with what is left of a skip list. The query then
         delivers nothing twice, and ``_recover_retention`` removes from a work-queue or
@@ -450,11 +486,19 @@ class Planner:
             reset_generation=start.gen or 0,
         )
         self.lake().consumers.add(self.opts.stream, cfg, at=at)
-        log.warning(
-            "jetstream source: durable consumer %r on stream %s was deleted while the query was stopped; "
-            "created it again at the checkpoint's position (stream sequence %d)", cfg.durable_name,
-            self.opts.stream, start.seq,
-        )
+        name, stream = cfg.durable_name, self.opts.stream
+        wrote = start.durable.name if start.durable is not None else start.origin.consumer if start.origin else None
+        if wrote == name:
+            what = f"durable consumer {name!r} on stream {stream} was deleted while the query was stopped; created it again"
+        elif wrote is not None:
+            what = (f"the checkpoint was written by a query on durable consumer {wrote!r}, not {name!r}; created "
+                    f"durable consumer {name!r} on stream {stream}")
+        elif start.origin is not None:
+            what = f"the checkpoint was written by a query without a durable consumer; created durable consumer {name!r} on stream {stream}"
+        else:
+            what = (f"the checkpoint names no durable consumer (written without durable_name, or by an older "
+                    f"jsspark); created durable consumer {name!r} on stream {stream}")
+        log.warning("jetstream source: %s at the checkpoint's position (stream sequence %d)", what, start.seq)
 
     def settle(self, cur: Cursor, consumer: Any = None) -> None:
         """Record delivery and ack everything up to ``cur``: only ever called once the batch
@@ -493,10 +537,10 @@ class Planner:
         """``seq``, ``size`` (and ``subject`` when filtering) of stored messages after ``after``,
         in sequence order. The scan of everything after ``after`` is kept for the version: a
         batch's ``latestOffset`` and ``partitions`` start from the same cursor and read it once."""
-        key = (snap.version, after)
+        key = (snap.table_id, snap.version, after)
         if self._scanned is None or self._scanned[0] != key:
             cols = ["seq", "size", *(["subject"] if self.opts.filters else [])]
-            index = self.lake().stream(self.opts.stream).index_at(snap.version)
+            index = self.lake().stream(self.opts.stream).index_at(snap.version, snap.table_id)
             if index is not None:  # the engine's index (persisted, seq-ordered): a slice, no file read
                 seqs = index.seq_array()
                 rows = index.rows.select(cols).slice(int(np.searchsorted(seqs, after, side="right")))
@@ -549,7 +593,7 @@ class Planner:
         """Sequences in ``(cur.seq, upto]`` (all removed) that the query would have delivered;
         ``None`` when their subjects cannot be read back. Kept per range: a batch's
         ``latestOffset`` and ``partitions`` ask for the same one."""
-        key = (snap.version, cur.seq, upto, cur.skip, cur.resume)
+        key = (snap.table_id, snap.version, cur.seq, upto, cur.skip, cur.resume)
         if self._lost is None or self._lost[0] != key:
             rows = self.table().stored_since(snap, cur.seq, upto, ["seq", "subject"])
             lost = None
@@ -601,6 +645,8 @@ class Planner:
         durable never more than its ``max_ack_pending`` allows (``ack_window``). The end carries
         the matching messages stored after it now (``Cursor.pending``), for ``num_pending``."""
         snap = self.snapshot()
+        if cur.origin is not None and cur.origin.table_id != snap.table_id:
+            return cur  # the stream was deleted and created again just now: the next planning says so
         last = snap.last_seq if target is None else min(snap.last_seq, target)
         if last <= cur.seq:
             return cur
@@ -650,6 +696,8 @@ class Planner:
         if end is not None and end.base is not None:
             start = end.base  # the first batch after a reset starts where the reset put the consumer
         snap = self.snapshot()
+        if end is not None and end.origin is not None and self._gone(end, snap):
+            return []
         upto = snap.last_seq if end is None else end.seq
         if upto <= start.seq:
             return []
@@ -694,6 +742,7 @@ class Planner:
         base = ReadPartition(
             uri=self.table().uri,
             version=snap.version,
+            table_id=snap.table_id,
             stream=self.opts.stream,
             consumer=self.opts.consumer_name,
             lo=0,
@@ -726,6 +775,29 @@ class Planner:
                 )
             )
         return out
+
+    def _gone(self, end: Cursor, snap: Snapshot) -> bool:
+        """The batch ending at ``end`` was planned on a table the stream no longer is (deleted
+        and created again since; a replay after a restart, or a running query's batch): its
+        rows are not the new table's at the same sequences. With ``failOnDataLoss`` a
+        ``DataLossError``; else the batch is empty and the next planning moves to the new
+        stream (``recreated``). Offsets of another stream fail (``_check_stream``)."""
+        assert end.origin is not None
+        self._check_stream(end)
+        if end.origin.table_id == snap.table_id:
+            return False
+        what = (
+            f"jetstream source: stream {self.opts.stream} was deleted and created again after the batch up to "
+            f"sequence {end.seq} was planned on table {end.origin.table_id} (the stream is now table "
+            f"{snap.table_id}): the batch's messages are lost"
+        )
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(
+                f"{what}. Start the query with a new checkpoint, or set failOnDataLoss=false to skip them and read "
+                "the new stream from its start."
+            )
+        log.warning("%s; failOnDataLoss=false: the batch is empty", what)
+        return True
 
     def _settled(self, end: Cursor | None) -> int:
         """How far the durable is acked in ``end``'s generation. A batch replayed after a crash

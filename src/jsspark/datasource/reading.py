@@ -22,7 +22,7 @@ from jsspark.datasource.partition import DataLossError, ReadPartition, delivery_
 from jsspark.datasource.schema import ARROW_SCHEMA, HEADERS_ARROW
 from jsspark.engine import headers as H
 from jsspark.engine.arrays import one_chunk
-from jsspark.engine.schema import stored_size
+from jsspark.engine.schema import MESSAGE_SCHEMA, stored_size
 
 MAX_BATCH_ROWS = 10_000  # paced reads: rows released at once at most
 # Unpaced reads take, convert and hand Spark the wanted rows this many at a time, as one Arrow
@@ -54,10 +54,18 @@ def _dataset(p: ReadPartition) -> tuple[ds.Dataset, bool]:
         frags = [fmt.make_fragment(f, filesystem=fs) for f in p.files]
         return ds.FileSystemDataset(frags, p.table_schema, fmt, fs), True
     from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
 
     from jsspark.engine.files import local_filesystem
 
-    table = DeltaTable(p.uri, version=p.version, storage_options=p.storage_options)
+    try:
+        table = DeltaTable(p.uri, version=p.version, storage_options=p.storage_options)
+    except DeltaError:  # no such version: the log may be another table's now
+        if not _recreated(p):
+            raise
+        return ds.InMemoryDataset(MESSAGE_SCHEMA.empty_table()), True  # failOnDataLoss=false: skipped
+    if _recreated(p, str(table.metadata().id)):
+        return ds.InMemoryDataset(MESSAGE_SCHEMA.empty_table()), True
     dataset = table.to_pyarrow_dataset(filesystem=local_filesystem(p.uri))
     if not p.files:
         return dataset, False
@@ -66,6 +74,34 @@ def _dataset(p: ReadPartition) -> tuple[ds.Dataset, bool]:
     if len(frags) != len(wanted):  # paths spelled differently: fall back to range pruning on all files
         return dataset, False
     return ds.FileSystemDataset(frags, dataset.schema, dataset.format, dataset.filesystem), True
+
+
+def _recreated(p: ReadPartition, table_id: str | None = None) -> bool:
+    """Whether the table at ``p.uri`` (``table_id``, default: as it is now) is no longer the one
+    the partition was planned on: the stream was deleted and created again since, and its
+    version ``p.version`` (if any) holds other messages at the same sequences. Then a
+    ``DataLossError`` with ``failOnDataLoss``, else True: the partition's rows are skipped."""
+    now = _table_id_now(p) if table_id is None and p.table_id else table_id
+    if not p.table_id or not now or now == p.table_id:
+        return False
+    if p.fail_on_data_loss:
+        raise DataLossError(
+            f"jetstream source: stream {p.stream} was deleted and created again after this batch was planned "
+            f"on table {p.table_id} (the stream is now table {now}): sequences {p.lo + 1}..{p.hi} are lost. "
+            "Start the query with a new checkpoint, or set failOnDataLoss=false to skip them."
+        )
+    return True
+
+
+def _table_id_now(p: ReadPartition) -> str:
+    """The id of the table at ``p.uri`` now ("" when there is none)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return str(DeltaTable(p.uri, storage_options=p.storage_options).metadata().id)
+    except TableNotFoundError:
+        return ""
 
 
 def _seq_filter(p: ReadPartition, exact: bool) -> ds.Expression | None:
@@ -94,7 +130,12 @@ def load_rows(p: ReadPartition) -> tuple[pa.Table, np.ndarray]:
     # one contiguous chunk per column: ``take`` on a many-chunk column concatenates it first,
     # which for the output slices below would copy the payloads once per slice
     dataset, exact = _dataset(p)
-    rows = dataset.to_table(columns=_stored_columns(p), filter=_seq_filter(p, exact)).combine_chunks()
+    try:
+        rows = dataset.to_table(columns=_stored_columns(p), filter=_seq_filter(p, exact)).combine_chunks()
+    except FileNotFoundError:  # files opened directly: gone with the table when the stream was deleted
+        if not _recreated(p):  # a file vacuumed, or the stream deleted and not created again
+            raise
+        rows = MESSAGE_SCHEMA.empty_table().select(_stored_columns(p))
     seqs = rows["seq"].to_numpy()
     mask = delivery_mask(seqs, rows["subject"], p.filters, p.skip, p.resume)  # per row: order-free
     if bool(np.all(seqs[1:] > seqs[:-1])):  # files read in sequence order: the usual case

@@ -236,7 +236,9 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         base = None
         if start is None:
             cursor = self.planner.initial(bind=True)
-        elif (fresh := self.planner.recreated(Cursor.from_offset(start))) is not None:
+        elif (fresh := self.planner.recreated(at := Cursor.from_offset(start))) is not None:
+            if fresh is at:  # the stream is not there now (failOnDataLoss=false): no batch yet
+                return start
             # the stream was deleted and created again: the batch starts on the new one (``base``)
             cursor, base = fresh, Cursor(fresh.seq, fresh.dseq, fresh.skip, fresh.resume)
         else:

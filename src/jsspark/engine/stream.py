@@ -178,6 +178,7 @@ class LakeStream:
         self.interest_filters = interest_filters
         self.created_ns = created_ns
         self._index: MessageIndex | None = None
+        self._index_table = ""  # the Delta table id the index is of
         self._last_ts: int | None = 0  # None: not computed for the current index yet
         self._recorded_last_ts = 0
         self._recorded_last_id: str | None = None  # None: the newest commit recorded none
@@ -215,12 +216,12 @@ class LakeStream:
     # -- state ---------------------------------------------------------------------------------
     def _load(self) -> tuple[Snapshot, MessageIndex]:
         snap = self.table.snapshot()
-        if self._index is None or self._index.version != snap.version:
+        if self._index is None or self._index.version != snap.version or self._index_table != snap.table_id:
             index = self._store.load(snap)  # a persisted snapshot and the data files since
             if index is None:
                 index = MessageIndex(self.table.read(snap, columns=INDEX_COLUMNS), snap.version)
                 self._store.save_if_large(index, snap)  # the next process loads instead of rebuilding
-            self._index = index
+            self._index, self._index_table = index, snap.table_id
             recorded = self.table.recorded_state(snap)
             self._recorded_last_ts = int(recorded["last_ts_ns"]) if recorded else 0
             self._recorded_last_id = recorded.get(LAST_MSG_ID) if recorded else None
@@ -1206,13 +1207,14 @@ class LakeStream:
     def index(self) -> MessageIndex:
         return self._load()[1]
 
-    def index_at(self, version: int) -> MessageIndex | None:
-        """The index as of table ``version`` if that is the newest version, else None: a
-        reader's planner pins a version and falls back to reading the table's files."""
-        if self._index is not None and self._index.version == version:
+    def index_at(self, version: int, table_id: str) -> MessageIndex | None:
+        """The index as of ``version`` of table ``table_id`` if that is the newest version, else
+        None: a reader's planner pins a version and falls back to reading the table's files (also
+        when its table is not this engine's: the stream deleted and created again in between)."""
+        if self._index is not None and (self._index.version, self._index_table) == (version, table_id):
             return self._index
         index = self._load()[1]
-        return index if index.version == version else None
+        return index if (index.version, self._index_table) == (version, table_id) else None
 
 
 def _per_distinct(

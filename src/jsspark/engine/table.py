@@ -20,6 +20,7 @@ deletion vectors (delta-rs never writes them).
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import operator
 from collections.abc import Iterator
@@ -73,6 +74,11 @@ class Snapshot:
     version: int
     last_seq: int
 
+    @property
+    def table_id(self) -> str:
+        """The Delta table's id: a stream deleted and created again under its name is another table."""
+        return str(self.table.metadata().id)
+
 
 class MessageTable:
     """Delta I/O for one stream; knows nothing of JetStream rules."""
@@ -85,7 +91,9 @@ class MessageTable:
         self.storage_options = storage_options
         self.as_of = as_of
         self._dt: DeltaTable | None = None
-        self._dataset: tuple[int, ds.Dataset] | None = None
+        self._dataset: tuple[tuple[str, int], ds.Dataset] | None = None
+        self._mark: tuple[int, bytes] | None = None  # a commit of the held table: (version, digest)
+        self._fs: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     @classmethod
@@ -130,17 +138,58 @@ class MessageTable:
         return DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options)
 
     def snapshot(self) -> Snapshot:
-        """The newest version (incrementally refreshed)."""
+        """The newest version (incrementally refreshed; loaded afresh when the table at this URI
+        is another one since: ``_refresh``)."""
         if self._dt is None:
-            try:
-                self._dt = DeltaTable(self.uri, storage_options=self.storage_options)
-            except TableNotFoundError:
-                raise FileNotFoundError(f"no lake stream table at {self.uri}") from None
-            if self.as_of is not None:
-                self._dt.load_as_version(self.as_of)
+            self._open()
         elif self.as_of is None:
-            self._dt.update_incremental()
+            self._refresh()
+        assert self._dt is not None
         return self._pin(self._dt)
+
+    def _open(self) -> None:
+        try:
+            self._dt = DeltaTable(self.uri, storage_options=self.storage_options)
+        except TableNotFoundError:
+            raise FileNotFoundError(f"no lake stream table at {self.uri}") from None
+        if self.as_of is not None:
+            self._dt.load_as_version(self.as_of)
+        else:
+            self._mark = self._commit_mark(self._dt.version())
+
+    def _refresh(self) -> None:
+        """``update_incremental``, unless the stream's table was deleted and created again at this
+        URI since the held version: delta-rs then lays the new log's versions above the held one
+        over the old snapshot (rows of one table read as the other's), or fails with "the newest
+        version in the log ... is older than the existing snapshot". A held commit's file is
+        never rewritten, so the same bytes after the update mean the same table; else (or on
+        that failure) the table is loaded afresh."""
+        assert self._dt is not None
+        held = self._mark
+        try:
+            self._dt.update_incremental()
+            same = held is not None and self._commit_mark(held[0]) == held
+        except DeltaError:
+            same = False
+        if not same:
+            self._dataset = None
+            try:
+                self._open()
+            except DeltaError as e:  # deleted, and the new table's log not yet written
+                raise FileNotFoundError(f"no lake stream table at {self.uri} (the one read before was "
+                                        f"deleted): {e}") from e
+        elif self._dt.version() != held[0]:
+            self._mark = self._commit_mark(self._dt.version())
+
+    def _commit_mark(self, version: int) -> tuple[int, bytes] | None:
+        """(version, digest of its commit file); None when that file is gone (log cleanup)."""
+        if self._fs is None:
+            self._fs = table_filesystem(self.uri, self.storage_options)
+        try:
+            with self._fs.open_input_stream(f"_delta_log/{version:020d}.json") as f:
+                return version, hashlib.blake2b(f.read(), digest_size=16).digest()
+        except (FileNotFoundError, OSError):
+            return None
 
     def at_version(self, version: int) -> Snapshot:
         return self._pin(DeltaTable(self.uri, version=version, storage_options=self.storage_options))
@@ -156,11 +205,12 @@ class MessageTable:
         Each fragment carries its partition value and min/max stats as a guarantee, so filters
         on ``part`` and ``seq`` skip whole files before any is opened.
         """
-        if self._dataset is None or self._dataset[0] != snap.version:
+        key = (snap.table_id, snap.version)
+        if self._dataset is None or self._dataset[0] != key:
             # ``snapshot()`` refreshes one DeltaTable in place: a snapshot pinned before a newer
             # one was taken must read its own version's files, not the newer ones.
             dt = snap.table if snap.table.version() == snap.version else self.at_version(snap.version).table
-            self._dataset = (snap.version, dt.to_pyarrow_dataset(filesystem=local_filesystem(self.uri)))
+            self._dataset = (key, dt.to_pyarrow_dataset(filesystem=local_filesystem(self.uri)))
         return self._dataset[1]
 
     def read(

@@ -14,7 +14,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jsspark.config.ignored import LAKE_MAX_SEQ
 from jsspark.engine.arrays import one_chunk
 from jsspark.engine.headers import HEADER_TYPE, column_encoded_len
 
@@ -34,7 +33,7 @@ MESSAGE_SCHEMA = pa.schema(
 PARTITION_COLUMN = "part"
 # The highest seq the int64 column holds. The server's seqs are uint64: a request's bound at or
 # past 2**63 is past every stored seq, compared as such (never cast to the column's type).
-MAX_SEQ = LAKE_MAX_SEQ
+MAX_SEQ = 2**63 - 1  # the seq column is int64 (config.ignored.LAKE_MAX_SEQ refuses a first_seq past it)
 
 # The index the engine keeps in memory: everything but payloads and headers.
 INDEX_COLUMNS = ["seq", "ts_ns", "subject", "msg_id", "size"]

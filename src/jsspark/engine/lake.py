@@ -239,11 +239,12 @@ class Lake:
         pairs = H.normalize(headers) or []
         if stream is not None:
             pairs = [*pairs, (H.EXPECTED_STREAM, stream)]
+        message = Incoming.one(subject, payload, pairs or None)  # first: what no client can send
         try:
             name = self.find_stream_name_by_subject(subject)
         except APIError:
             raise NoRespondersError(f"no responders: no stream listens on subject {subject!r}") from None
-        ack = self.stream(name).publish_batch(Incoming.one(subject, payload, pairs or None))
+        ack = self.stream(name).publish_batch(message)
         return ack.acks()[0]
 
     def publish_batch(

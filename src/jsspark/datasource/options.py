@@ -205,7 +205,7 @@ def consumer_config(opts: Mapping[str, str]) -> ConsumerConfig:
         if wire["rate_limit_bps"]:
             wire["deliver_subject"] = PUSH_CHECK_SUBJECT
     try:
-        return ConsumerConfig.model_validate(wire)
+        return ConsumerConfig.from_json(wire)  # a number its Go type does not hold: the server's 10025
     except ValueError as e:  # pydantic: e.g. an opt_start_time that is not RFC3339
         raise OptionError(f"invalid consumer option: {e}") from None
 

@@ -138,3 +138,34 @@ def test_null_data_is_stored_as_empty(lake: Lake) -> None:
     lake.publish_batch("OUT", pa.table({"subject": ["out.c"], "data": pa.array([None], pa.string())}))
     assert lake.stream("OUT").read().sort_by("seq")["data"].to_pylist() == [b"", b"y", b""]
     assert lake.get_msg("OUT", 1).data == b""
+
+
+def test_header_column_check_equals_the_scalar_check() -> None:
+    """The byte scans of ``check_column`` refuse the first row ``check_pair`` refuses, whatever the
+    layout (sliced, a null row, large lists)."""
+    import random
+
+    rng = random.Random(7)
+    names = ["K", "Nats-Msg-Id", "a.b~", "K:x", "K x", "", "Ké", None, "K\n"]
+    values = ["v", "", "é", "a\x00", "a\rb", "a\nb", None, " v "]
+    for _ in range(300):
+        rows = [None if rng.random() < 0.2 else [(rng.choice(names[:3]), rng.choice(values[:4]))
+                                                  for _ in range(rng.randint(0, 3))] for _ in range(rng.randint(1, 8))]
+        if rng.random() < 0.7:  # one bad header somewhere
+            at = rng.randrange(len(rows))
+            rows[at] = [*(rows[at] or []), (rng.choice(names), rng.choice(values))]
+        first = None
+        for i, pairs in enumerate(rows):
+            try:
+                H.check(pairs)
+            except HeaderError:
+                first = i
+                break
+        cells = [None if r is None else [{"name": k, "value": v} for k, v in r] for r in rows]
+        padded = pa.array([[{"name": "K:x", "value": None}], *cells], H.HEADER_TYPE).slice(1)
+        for col in (pa.array(cells, H.HEADER_TYPE), padded, pa.array(cells, pa.large_list(H.HEADER_TYPE.value_type))):
+            if first is None:
+                H.check_column(col, "t")
+            else:
+                with pytest.raises(HeaderError, match=rf"\(t: row {first} of column 'headers'\)"):
+                    H.check_column(col, "t")

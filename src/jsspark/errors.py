@@ -28,6 +28,10 @@ class SubjectError(JSSparkError, ValueError):
     """An invalid subject, filter or asset name; the message is the server's text."""
 
 
+class HeaderError(JSSparkError, ValueError):
+    """A message header no NATS client can send (nats-py's ``BadHeaderError``): the message names it."""
+
+
 class SubjectTransformError(SubjectError):
     """An invalid subject mapping; the message is the server's text
     (``invalid mapping destination: ... in ...`` or ``invalid subject``)."""

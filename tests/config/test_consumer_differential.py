@@ -120,6 +120,29 @@ INVALID: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {
         LIMITS, {"durable_name": "fb", "inactive_threshold": 2**63, "ack_wait": -(2**63) - 1}, False
     ),
     "unknown-field-before-bad-duration-10025": (LIMITS, {"durable_name": "ub", "zz": 1, "ack_wait": 2**63}, False),
+    # integers decode into their Go type (int is 64-bit, sequences and rate_limit_bps uint64): a
+    # number beyond it, a fraction or exponent, a string or a bool fails to decode, path named
+    "max-ack-pending-beyond-int-10025": (LIMITS, {"durable_name": "ma", "max_ack_pending": 2**63}, False),
+    "max-ack-pending-far-beyond-int-10025": (LIMITS, {"durable_name": "mf", "max_ack_pending": 10**20}, False),
+    "max-ack-pending-below-int-10025": (LIMITS, {"durable_name": "mb", "max_ack_pending": -(2**63) - 1}, False),
+    "max-ack-pending-whole-float-10025": (LIMITS, {"durable_name": "mw", "max_ack_pending": 5.0}, False),
+    "max-ack-pending-string-10025": (LIMITS, {"durable_name": "ms", "max_ack_pending": "5"}, False),
+    "max-ack-pending-bool-10025": (LIMITS, {"durable_name": "mo", "max_ack_pending": True}, False),
+    "max-deliver-beyond-int-10025": (LIMITS, {"durable_name": "md", "max_deliver": 2**63}, False),
+    "max-waiting-beyond-int-10025": (LIMITS, {"durable_name": "mx", "max_waiting": 2**63}, False),
+    "max-batch-beyond-int-10025": (LIMITS, {"durable_name": "mt", "max_batch": 2**63}, False),
+    "max-bytes-beyond-int-10025": (LIMITS, {"durable_name": "my", "max_bytes": 2**63}, False),
+    "num-replicas-beyond-int-10025": (LIMITS, {"durable_name": "nr", "num_replicas": 2**63}, False),
+    "opt-start-seq-negative-10025": (
+        LIMITS, {"durable_name": "os", "deliver_policy": "by_start_sequence", "opt_start_seq": -1}, False
+    ),
+    "opt-start-seq-beyond-uint64-10025": (
+        LIMITS, {"durable_name": "ou", "deliver_policy": "by_start_sequence", "opt_start_seq": 2**64}, False
+    ),
+    "rate-limit-negative-10025": (LIMITS, {"deliver_subject": "rl", "rate_limit_bps": -1}, False),
+    "first-bad-integer-in-document-10025": (
+        LIMITS, {"durable_name": "fi", "max_waiting": 2**63, "ack_wait": 2**63, "max_ack_pending": 2**63}, False
+    ),
     "pedantic-backoff-vs-ack-wait": (
         LIMITS,
         {"ack_policy": "explicit", "backoff": [S], "ack_wait": 2 * S},
@@ -171,6 +194,11 @@ VALID: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"durable_name": "fs", "filter_subjects": ["c.a", "c.b.>"], "deliver_policy": "last_per_subject"},
     ),
     "workqueue-flow-control": (WORKQUEUE, {"durable_name": "wq", **FC}),
+    "integers-at-their-go-bounds": (
+        LIMITS,
+        {"durable_name": "ib", "max_ack_pending": 2**63 - 1, "max_deliver": 2**63 - 1, "max_waiting": -(2**63),
+         "deliver_policy": "by_start_sequence", "opt_start_seq": 2**64 - 1},
+    ),
     "clamped-negatives": (
         LIMITS,
         {"max_waiting": -4, "max_ack_pending": -9, "max_batch": -1, "inactive_threshold": -1},

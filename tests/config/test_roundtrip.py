@@ -265,3 +265,30 @@ def test_durations_are_go_int64() -> None:
     assert StreamConfig.from_json({"name": "D", "max_age": 2**63 - 1}).max_age == 2**63 - 1
     old = StreamConfig.from_stored({"name": "D", "max_age": 9460800000000000000})
     assert old.max_age == 9460800000000000000 and old.to_json()["max_age"] == 9460800000000000000
+
+
+def test_integers_are_their_go_types(tmp_path: Path) -> None:
+    """Integer fields decode into the server's Go types: beyond one, a config is the server's 10025
+    (``Lake.add_consumer`` and the source's options too, which stored ``max_ack_pending=2**64``);
+    a config an earlier version stored beyond it is still read back from a lake (``from_stored``)."""
+    import jsspark
+    from jsspark.datasource.options import parse_read_options
+
+    lake = jsspark.connect(str(tmp_path / "lake"))
+    lake.add_stream(name="S", subjects=["s.>"])
+    text = ("invalid JSON: json: cannot unmarshal number 99999999999999999999 into Go struct field "
+            "CreateConsumerRequest.config.max_ack_pending of type int")  # the server's text
+    with pytest.raises(APIError) as err:
+        lake.add_consumer("S", durable_name="big", ack_policy="explicit", max_ack_pending=99999999999999999999)
+    assert (err.value.err_code, err.value.description) == (10025, text)
+    with pytest.raises(APIError) as err:
+        parse_read_options({"path": str(tmp_path / "lake"), "stream": "S", "durable_name": "big",
+                            "ack_policy": "explicit", "max_ack_pending": "99999999999999999999"})
+    assert (err.value.err_code, err.value.description) == (10025, text)
+    assert lake.streams_info()[0].state.consumer_count == 0
+    with pytest.raises(APIError, match=r"number 2147483648 into Go struct field StreamConfigRequest\.max_msg_size of "
+                                       r"type int32"):
+        StreamConfig.from_kwargs(name="D", max_msg_size=2**31)
+    assert ConsumerConfig.from_json({"max_ack_pending": None}).max_ack_pending == 0  # Go: null leaves the zero
+    old = StreamConfig.from_stored({"name": "D", "max_msgs": 2**64, "sources": [{"name": "X", "opt_start_seq": -1}]})
+    assert (old.max_msgs, old.sources[0].opt_start_seq) == (2**64, -1)

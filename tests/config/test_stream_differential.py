@@ -167,6 +167,24 @@ INVALID: dict[str, dict[str, Any]] = {
         "extra": "2024-01-02T03:04:05Zx", "offset-minute": "2024-01-02T03:04:05+01:61",
         "short-offset": "2024-01-02T03:04:05+01", "non-ascii": "é2024-01-02T03:04:05Z",
         "one-digit-month": "2024-1-02T03:04:05Z"}.items()},
+    # integers decode into their Go type: max_msgs/max_bytes/max_msgs_per_subject int64, max_msg_size
+    # int32, max_consumers/num_replicas/consumer_limits.max_ack_pending int, first_seq and the
+    # origins' opt_start_seq uint64
+    "max-msgs-beyond-int64-10025": {"max_msgs": 2**63},
+    "max-bytes-below-int64-10025": {"max_bytes": -(2**63) - 1},
+    "max-msgs-per-subject-beyond-int64-10025": {"max_msgs_per_subject": 2**63},
+    "max-msgs-string-10025": {"max_msgs": "10"},
+    "max-msgs-fraction-10025": {"max_msgs": 2.5},
+    "max-msg-size-beyond-int32-10025": {"max_msg_size": 2**31},
+    "max-msg-size-below-int32-10025": {"max_msg_size": -(2**31) - 1},
+    "max-consumers-beyond-int-10025": {"max_consumers": 2**63},
+    "num-replicas-beyond-int-10025": {"num_replicas": 2**63},
+    "first-seq-negative-10025": {"first_seq": -1},
+    "first-seq-beyond-uint64-10025": {"first_seq": 2**64},
+    "consumer-limits-max-ack-pending-beyond-int-10025": {"consumer_limits": {"max_ack_pending": 2**63}},
+    "source-opt-start-seq-negative-10025": {"sources": [{"name": "X", "opt_start_seq": -1}]},
+    "mirror-opt-start-seq-beyond-uint64-10025": {"mirror": {"name": "X", "opt_start_seq": 2**64}},
+    "first-bad-integer-in-document-10025": {"max_msg_size": 2**31, "max_age": 2**63, "max_msgs": 2**63},
 }
 
 

@@ -115,6 +115,44 @@ def test_write_errors(spark: Any, tmp_path: Path) -> None:
     assert _stored(lake, "OUT") == []
 
 
+def test_write_to_a_missing_stream_fails_when_the_writer_is_made(spark: Any, tmp_path: Path) -> None:
+    """As the reader does at load(): before, the tasks ran and the commit failed with a bare
+    'stream not found', and a write of no rows to a missing stream succeeded."""
+    loc, lake = _lake(tmp_path, "SRC")
+    lake.publish("src.a", b"1")
+    where = rf"jetstream sink: option stream '{{}}', lake {loc}"
+    df = spark.createDataFrame([("out.a", b"1")], "subject string, data binary")
+    for frame, stream, error in ((df, "MISSING", "stream not found"), (df.limit(0), "MISSING", "stream not found"),
+                                 (df, "a.b", "stream name 'a.b' can not contain '.'")):
+        with pytest.raises(Exception, match=rf"(?s){error}.*{where.format(stream)}"):
+            frame.write.format("jetstream").option("stream", stream).mode("append").save(loc)
+    query = (spark.readStream.format("jetstream").option("stream", "SRC").load(loc).select("subject", "data")
+             .writeStream.format("jetstream").option("stream", "MISSING")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start(loc))
+    with pytest.raises(Exception, match=rf"(?s)stream not found.*{where.format('MISSING')}"):
+        query.awaitTermination(120)
+    assert not list((tmp_path / "ck" / "commits").glob("[0-9]*"))  # no batch was committed
+    assert lake.stream_info("SRC").state.messages == 1 and len(lake.streams_info()) == 1
+
+
+def test_rows_no_client_can_send_fail_the_write(spark: Any, tmp_path: Path) -> None:
+    """A subject with a space or a header value with CR LF fails the write naming them, and
+    nothing is stored; a null data cell is stored as empty data (it read back null in Spark)."""
+    loc, lake = _lake(tmp_path, "OUT")
+    schema = "subject string, data binary, headers array<struct<name: string, value: string>>"
+    for rows, text in (
+        ([("out.a", b"1", None), ("out. a", b"2", None)], r"invalid subject 'out. a'"),
+        ([("out.a", b"1", None), ("out.a", b"2", [("X", "1\r\nNats-Msg-Id: dup")])], r"the value of header 'X'"),
+        ([("out.a", b"1", [("K:x", "v")])], r"invalid header name 'K:x'"),
+    ):
+        with pytest.raises(Exception, match=text):
+            spark.createDataFrame(rows, schema).write.format("jetstream").option("stream", "OUT").mode("append").save(loc)
+    assert _stored(lake, "OUT") == []
+    spark.createDataFrame([("out.a", None, None)], schema).write.format("jetstream").option(
+        "stream", "OUT").mode("append").save(loc)
+    assert spark.read.format("jetstream").option("stream", "OUT").load(loc).select("data").collect()[0][0] == b""
+
+
 def test_replayed_batch_id_is_skipped(tmp_path: Path) -> None:
     """What Spark does after a crash between the sink commit and its commit log."""
     loc, lake = _lake(tmp_path, "OUT")

@@ -9,8 +9,10 @@ from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 from subjects_vectors import MATCH, MATCHES
 
-from jsspark.errors import SubjectTransformError
+from jsspark.errors import SubjectError, SubjectTransformError
 from jsspark.subjects import SubjectTransform, fnv1a_32, fnv1a_32_array, match_filter, subject_matches
+from jsspark.subjects.tokens import is_sendable_subject
+from jsspark.subjects.vectorized import check_sendable_subjects
 
 TOKENS = ["a", "b", "ab", "a-b", "--b", "abcdef", "*", ">", "*x", ">x", "é", "xé-", "", "$y"]
 subject_st = st.one_of(st.none(), st.lists(st.sampled_from(TOKENS), min_size=1, max_size=5).map(".".join))
@@ -150,3 +152,18 @@ def test_fnv_array_equals_scalar(values: list[bytes | None]) -> None:
     assert fnv1a_32_array(pa.array(values, pa.large_binary())).to_pylist() == expected
     padded = pa.array([b"pad", *values], pa.binary()).slice(1)
     assert fnv1a_32_array(padded).to_pylist() == expected
+
+
+@SETTINGS
+@given(subjects=st.lists(st.lists(st.sampled_from([*TOKENS, " ", "a b", "\t", "\r", "\n", "\f", "\x00"]),
+                                  min_size=1, max_size=4).map(".".join), max_size=30))
+def test_check_sendable_subjects_equals_scalar(subjects: list[str]) -> None:
+    """The byte scan and regex of ``check_sendable_subjects`` refuse the first row the scalar
+    ``is_sendable_subject`` refuses, naming it, in every layout."""
+    first = next((i for i, s in enumerate(subjects) if not is_sendable_subject(s)), None)
+    for col in layouts(subjects):
+        if first is None:
+            check_sendable_subjects(col, "t")
+        else:
+            with pytest.raises(SubjectError, match=rf"invalid subject .* \(t: row {first} of column 'subject'\)"):
+                check_sendable_subjects(col, "t")

@@ -8,7 +8,8 @@ from pydantic import Field
 
 from jsspark.config.durations import Duration, seconds_to_nanoseconds
 from jsspark.config.enums import AckPolicy, DeliverPolicy, PriorityPolicy, ReplayPolicy
-from jsspark.config.stream import StreamConfig, UInt64
+from jsspark.config.integers import Int, UInt64
+from jsspark.config.stream import StreamConfig
 from jsspark.config.timestamps import Timestamp
 from jsspark.config.wire import WireModel, nats_py_to_wire
 
@@ -35,25 +36,25 @@ class ConsumerConfig(WireModel):
     opt_start_time: Timestamp | None = None
     ack_policy: AckPolicy = AckPolicy.NONE
     ack_wait: Duration = 0
-    max_deliver: int = 0
+    max_deliver: Int = 0
     backoff: list[Duration] = Field(default_factory=list)
     filter_subject: str = ""
     filter_subjects: list[str] = Field(default_factory=list)
     replay_policy: ReplayPolicy = ReplayPolicy.INSTANT
     rate_limit_bps: UInt64 = 0
     sample_freq: str = ""
-    max_waiting: int = 0
-    max_ack_pending: int = 0
+    max_waiting: Int = 0
+    max_ack_pending: Int = 0
     flow_control: bool = False
     headers_only: bool = False
-    max_batch: int = 0
+    max_batch: Int = 0
     max_expires: Duration = 0
-    max_bytes: int = 0
+    max_bytes: Int = 0
     deliver_subject: str = ""
     deliver_group: str = ""
     idle_heartbeat: Duration = 0
     inactive_threshold: Duration = 0
-    num_replicas: int = 0
+    num_replicas: Int = 0
     mem_storage: bool = False
     direct: bool = False
     sourcing: bool = False

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, ClassVar, Self
+from typing import Any, ClassVar, Self
 
 from pydantic import Field
 
 from jsspark.config.durations import Duration, seconds_to_nanoseconds
 from jsspark.config.enums import Compression, DiscardPolicy, PersistMode, RetentionPolicy, StorageType
+from jsspark.config.integers import Int, Int32, Int64, UInt64
 from jsspark.config.timestamps import Timestamp
 from jsspark.config.wire import WireModel, nats_py_to_wire
-
-UInt64 = Annotated[int, Field(ge=0, le=2**64 - 1)]
-"""Go's ``uint64``: the server rejects negative values as invalid JSON."""
 
 
 class SubjectTransform(WireModel):
@@ -84,7 +82,7 @@ class StreamConsumerLimits(WireModel):
     """Defaults and ceilings applied to every consumer of the stream."""
 
     inactive_threshold: Duration = 0
-    max_ack_pending: int = 0
+    max_ack_pending: Int = 0
 
 
 _NATS_PY_SECONDS = ("max_age", "duplicate_window", "subject_delete_marker_ttl")
@@ -111,15 +109,15 @@ class StreamConfig(WireModel):
     description: str = ""
     subjects: list[str] = Field(default_factory=list)
     retention: RetentionPolicy = RetentionPolicy.LIMITS
-    max_consumers: int = 0
-    max_msgs: int = 0
-    max_bytes: int = 0
+    max_consumers: Int = 0
+    max_msgs: Int64 = 0
+    max_bytes: Int64 = 0
     max_age: Duration = 0
-    max_msgs_per_subject: int = 0
-    max_msg_size: int = Field(default=0, ge=-(2**31), le=2**31 - 1)
+    max_msgs_per_subject: Int64 = 0
+    max_msg_size: Int32 = 0
     discard: DiscardPolicy = DiscardPolicy.OLD
     storage: StorageType = StorageType.FILE
-    num_replicas: int = 0
+    num_replicas: Int = 0
     no_ack: bool = False
     duplicate_window: Duration = 0
     placement: Placement | None = None

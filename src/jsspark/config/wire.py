@@ -139,7 +139,8 @@ def _refused_decode(cls: type[WireModel], data: Any, e: ValidationError) -> Exce
         # Go names a struct field "Go struct field X.y", an array element just "X.y.0"
         into = path if isinstance(first["loc"][-1], int) else f"Go struct field {path}"
         value = first["ctx"]["value"]
-        refused = api_error("JSInvalidJSONErr", err=f"json: cannot unmarshal {value} into {into} of type time.Duration")
+        go_type = first["ctx"].get("go_type", "time.Duration")
+        refused = api_error("JSInvalidJSONErr", err=f"json: cannot unmarshal {value} into {into} of type {go_type}")
         field = ".".join(str(p) for p in first["loc"])
     else:
         raw = json.dumps(first["input"])  # the bytes the decoder was given

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from jsspark.datasource.redaction import redact_storage, scrubbed
 
 if TYPE_CHECKING:
-    from jsspark.config import ConsumerConfig
+    from jsspark.config import ConsumerConfig, StreamConfig
 
 # Neither the config models nor the engine are imported at the top: executors unpickle
 # ``WriteOptions`` and ``LiveReadOptions`` from here, and a fresh Python worker would pay a
@@ -205,7 +205,7 @@ def consumer_config(opts: Mapping[str, str]) -> ConsumerConfig:
         if wire["rate_limit_bps"]:
             wire["deliver_subject"] = PUSH_CHECK_SUBJECT
     try:
-        return ConsumerConfig.model_validate(wire)
+        return ConsumerConfig.from_json(wire)  # a number its Go type does not hold: the server's 10025
     except ValueError as e:  # pydantic: e.g. an opt_start_time that is not RFC3339
         raise OptionError(f"invalid consumer option: {e}") from None
 
@@ -252,18 +252,9 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     if cfg.rate_limit_bps and cfg.durable_name:
         raise OptionError(RATE_LIMIT_DURABLE)
     storage = storage_options(options)
-
-    import jsspark
     from jsspark.config import check_consumer_config
-    from jsspark.errors import APIError
 
-    with scrubbed(storage):
-        try:
-            stream_cfg = jsspark.connect(location, storage).stream_info(stream).config
-        except APIError as e:  # the server's error, as it is; the note says which stream and lake
-            e.add_note(f"jetstream source: option stream {stream!r}, lake {redact_storage(location, storage)}")
-            raise
-    checked = check_consumer_config(cfg, stream_cfg)
+    checked = check_consumer_config(cfg, lake_stream_config(location, stream, storage, "source"))
     return ReadOptions(
         location=location,
         stream=stream,
@@ -312,9 +303,27 @@ class WriteOptions:
     storage_options: dict[str, str] | None = field(default=None, repr=False)
 
 
+def lake_stream_config(location: str, stream: str, storage: dict[str, str] | None, who: str) -> StreamConfig:
+    """The lake stream's config, or the lake's error (``stream not found``, a name no stream can
+    have) with a note naming the option and the lake (``who``: "source", "sink"): when the reader
+    or writer is made, before a task runs."""
+    import jsspark
+    from jsspark.errors import APIError, SubjectError
+
+    with scrubbed(storage):
+        try:
+            return jsspark.connect(location, storage).stream(stream).config  # no state: the catalog only
+        except (APIError, SubjectError) as e:  # the lake's error, as it is; the note says where
+            e.add_note(f"jetstream {who}: option stream {stream!r}, lake {redact_storage(location, storage)}")
+            raise
+
+
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    """Parse sink options; the target stream must exist (a missing one failed only at the commit,
+    after every task ran, or not at all for no rows)."""
     opts = check_known(options, COMMON_OPTIONS + SINK_OPTIONS, "sink")
     location, stream = _location_and_stream(opts)
+    lake_stream_config(location, stream, storage_options(options), "sink")
     return WriteOptions(
         location,
         stream,

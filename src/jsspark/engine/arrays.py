@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 def one_chunk(col: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -42,10 +43,35 @@ def subject_column(table: pa.Table | pa.RecordBatch, who: str) -> pa.Array:
 
 
 def data_column(table: pa.Table | pa.RecordBatch) -> pa.Array:
-    """A batch's ``data`` column as binary (string data as its UTF-8); empty data where there is none."""
+    """A batch's ``data`` column as binary (string data as its UTF-8); empty data where there is
+    none, a missing column or a null cell: a NATS message has no null payload, so a null stored
+    would read back as null in Spark but as ``b''`` from the engine."""
     if "data" not in table.schema.names:
         return pa.array([b""] * table.num_rows, pa.binary())
-    return cast_column(table, "data", pa.binary(), "binary or string")
+    data = cast_column(table, "data", pa.binary(), "binary or string")
+    return pc.fill_null(data, b"") if data.null_count else data
+
+
+def value_bytes(arr: pa.Array) -> np.ndarray | None:
+    """The bytes a string or binary array's values span, as ``uint8`` (no copy): a byte scan of a
+    million values takes a millisecond where a regex kernel takes a hundred. ``None`` for another
+    type. Null slots may span bytes too; a scan uses it to rule rows out, not in."""
+    if pa.types.is_string(arr.type) or pa.types.is_binary(arr.type):
+        width = np.int32
+    elif pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type):
+        width = np.int64
+    else:
+        return None
+    _, offsets, values = arr.buffers()
+    if not len(arr) or values is None:
+        return np.zeros(0, np.uint8)
+    ends = np.frombuffer(offsets, width, len(arr) + 1, arr.offset * np.dtype(width).itemsize)
+    return np.frombuffer(values, np.uint8)[int(ends[0]) : int(ends[-1])]
+
+
+def has_empty(arr: pa.Array) -> bool:
+    """Does a string or binary array hold an empty (non-null) value?"""
+    return bool(pc.any(pc.equal(pc.binary_length(arr), 0)).as_py())
 
 
 # Up to this many rows are taken or dropped by zero-copy slices: Arrow's ``take`` on a table of

@@ -8,13 +8,15 @@ occurrence, leading spaces of the value skipped.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jsspark.engine.arrays import one_chunk
+from jsspark.engine.arrays import has_empty, one_chunk, value_bytes
+from jsspark.errors import HeaderError
 
 HEADER_LINE = b"NATS/1.0"
 HeaderPairs = list[tuple[str, str]]
@@ -47,6 +49,68 @@ CHECKED_ONE_BY_ONE = (EXPECTED_PREFIX, ROLLUP, TTL, INCR, SCHEDULE, BATCH_ID)
 rollups) or that the server checks message by message (TTL, counters, schedules, batches)."""
 
 
+NAME_PATTERN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+"""A header name a client sends: an HTTP token (RFC 7230), as nats-py checks it (``BadHeaderError``);
+a ':' or a line break in a name would split it where the server's ``getHeaderKeyIndex`` looks."""
+_NAME = re.compile(NAME_PATTERN)
+_NAME_ROW = f"^{NAME_PATTERN}$"
+_LINE_BREAK = "[\r\n]"
+_TOKEN_BYTE = np.zeros(256, bool)
+_TOKEN_BYTE[[c for c in range(128) if _NAME.fullmatch(chr(c))]] = True
+
+
+def check_pair(name: str | None, value: str | None, where: str = "") -> None:
+    """``HeaderError`` for a header no NATS message can carry (``where``: its row, for a batch):
+    a name that is no token (``NAME_PATTERN``), a null value, or one with CR or LF, which would end
+    the header line (``K: 1\\r\\nNats-Msg-Id: x`` is two headers to the server's ``sliceHeader``)."""
+    if name is None:
+        raise HeaderError(f"a header has no name (null){where}")
+    if not _NAME.fullmatch(name):
+        raise HeaderError(f"invalid header name {name!r}{where}: a NATS header name is letters, digits and "
+                          "!#$%&'*+-.^_`|~ only (nats-py's BadHeaderError)")
+    if value is None:
+        raise HeaderError(f"header {name!r} has no value (null){where}; NATS header values are strings")
+    if "\r" in value or "\n" in value:
+        raise HeaderError(f"the value of header {name!r} ({value!r}){where} has a CR or LF, which would end the "
+                          "header line of the message")
+
+
+def check(pairs: HeaderPairs | None) -> None:
+    """``check_pair`` for every header of one message."""
+    for name, value in pairs or ():
+        check_pair(name, value)
+
+
+def check_column(headers: pa.Array | pa.ChunkedArray, who: str, column: str = "headers") -> None:
+    """``check_pair`` over a ``HEADER_TYPE`` column: the first bad header fails naming its row
+    (``who``: the caller). Byte scans rule a column out first (every name byte a token's, no CR
+    or LF in a value); only then regex passes find the row."""
+    headers = one_chunk(headers)
+    if len(headers) == 0 or headers.null_count == len(headers):
+        return
+    entries = pc.list_flatten(headers)
+    if len(entries) == 0:
+        return
+    names, values = pc.struct_field(entries, "name"), pc.struct_field(entries, "value")
+    name_bytes, value_bytes_ = value_bytes(names), value_bytes(values)
+    if (
+        not names.null_count and not values.null_count and name_bytes is not None and value_bytes_ is not None
+        and _TOKEN_BYTE[name_bytes].all() and not has_empty(names)
+        and not ((value_bytes_ == ord("\r")) | (value_bytes_ == ord("\n"))).any()
+    ):  # fmt: skip
+        return
+    bad = pc.or_(
+        pc.invert(pc.fill_null(pc.match_substring_regex(names, _NAME_ROW), False)),
+        pc.fill_null(pc.match_substring_regex(values, _LINE_BREAK), True),
+    )
+    if not pc.any(bad).as_py():
+        return
+    at = pc.index(bad, True).as_py()
+    row = pc.list_parent_indices(headers)[at].as_py()
+    check_pair(names[at].as_py(), values[at].as_py(), f" ({who}: row {row} of column {column!r})")
+    raise AssertionError("unreachable: the regexes and check_pair disagree")
+
+
 def normalize(headers: HeadersLike) -> HeaderPairs | None:
     """Any accepted header form as ordered pairs; ``None`` when there are none.
 
@@ -59,11 +123,12 @@ def normalize(headers: HeadersLike) -> HeaderPairs | None:
         return decode(bytes(headers))[0] or None
     pairs: HeaderPairs = []
     items = headers.items() if isinstance(headers, Mapping) else headers
-    for key, value in items:
-        if isinstance(value, str):
-            pairs.append((str(key), value))
+    for key, value in items:  # a None stays None (not "None"), for ``check`` to refuse
+        name = None if key is None else str(key)
+        if value is None or isinstance(value, str):
+            pairs.append((name, value))
         else:
-            pairs.extend((str(key), str(v)) for v in value)
+            pairs.extend((name, None if v is None else str(v)) for v in value)
     return pairs or None
 
 

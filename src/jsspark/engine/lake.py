@@ -375,11 +375,12 @@ class Lake:
         pairs = H.normalize(headers) or []
         if stream is not None:
             pairs = [*pairs, (H.EXPECTED_STREAM, stream)]
+        message = Incoming.one(subject, payload, pairs or None)  # first: what no client can send
         try:
             name = self.find_stream_name_by_subject(subject)
         except APIError:
             raise NoRespondersError(f"no responders: no stream listens on subject {subject!r}") from None
-        return self._publish_one(name, Incoming.one(subject, payload, pairs or None))
+        return self._publish_one(name, message)
 
     @_deleted_is_not_found
     def _publish_one(self, name: str, msg: Incoming) -> PubAck:

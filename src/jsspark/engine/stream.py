@@ -55,6 +55,8 @@ from jsspark.engine.subject_stats import KnownPositions, SubjectGroups
 from jsspark.engine.table import ConcurrentCommit, MessageTable, Snapshot
 from jsspark.errors import APIError, JSSparkError, api_error
 from jsspark.subjects import SubjectTransform, match_filter, subject_matches
+from jsspark.subjects.tokens import check_sendable_subject
+from jsspark.subjects.vectorized import check_sendable_subjects
 
 log = logging.getLogger(__name__)
 MAX_HEADER_BYTES = 65535
@@ -112,15 +114,17 @@ class Incoming:
         names = table.schema.names
         if "subject" not in names:
             raise ValueError("publish_batch needs a 'subject' column")
-        return cls(subject_column(table, "publish_batch"), data_column(table), H.headers_column(table))
+        subject, headers = subject_column(table, "publish_batch"), H.headers_column(table)
+        check_sendable_subjects(subject, "publish_batch")  # what no client could send is no message
+        H.check_column(headers, "publish_batch")
+        return cls(subject, data_column(table), headers)
 
     @classmethod
     def one(cls, subject: str, payload: bytes, headers: H.HeadersLike) -> Incoming:
-        return cls(
-            pa.array([subject], pa.string()),
-            pa.array([bytes(payload)], pa.binary()),
-            H.to_arrow([H.normalize(headers)]),
-        )
+        pairs = H.normalize(headers)
+        check_sendable_subject(subject)
+        H.check(pairs)
+        return cls(pa.array([subject], pa.string()), pa.array([bytes(payload)], pa.binary()), H.to_arrow([pairs]))
 
 
 @dataclass

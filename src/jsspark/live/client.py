@@ -126,7 +126,7 @@ def _quiet(conn: Connection) -> Any:
 
 
 # -- publishing: the one use of nats-py's private publish path -------------------------------
-_HEADER_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP token, as nats-py checks keys
+_HEADER_KEY = re.compile(H.NAME_PATTERN)  # an HTTP token, as nats-py checks keys
 _NEWLINES = str.maketrans({"\r": " ", "\n": " "})
 
 

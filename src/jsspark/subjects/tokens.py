@@ -15,6 +15,9 @@ PWC = "*"
 FWC = ">"
 TSEP = "."
 _WHITESPACE = frozenset("\t\n\f\r ")
+UNSENDABLE = " \t\r\n"
+"""What no published subject holds: the server splits a ``PUB``/``HPUB`` line's arguments on space
+and tab (``processPub``) and CR/LF end the line; nats-py refuses them (``_validate_subject``)."""
 _ASSET_FORBIDDEN = frozenset(" \t\r\n\f.*>/\\")
 MAX_ASSET_NAME_LEN = 255
 
@@ -80,6 +83,21 @@ def is_valid_literal_subject(subject: str) -> bool:
 def is_valid_publish_subject(subject: str) -> bool:
     """A valid subject without wildcards: what a client may publish to."""
     return is_valid_subject(subject) and is_literal(subject)
+
+
+def is_sendable_subject(subject: str) -> bool:
+    """A subject a client can publish to at all: non-empty, none of ``UNSENDABLE``. Looser than
+    ``is_valid_publish_subject`` on purpose: a server (not pedantic) stores a JetStream publish
+    to ``out.*``, ``out.a>`` or ``out.\\fa`` as it is; only the protocol line limits a subject."""
+    return bool(subject) and not any(c in subject for c in UNSENDABLE)
+
+
+def check_sendable_subject(subject: str, where: str = "") -> str:
+    """``subject``, or ``SubjectError`` naming it (``where``: the row, for a batch)."""
+    if not is_sendable_subject(subject):
+        raise SubjectError(f"invalid subject {subject!r}{where}: a published subject is not empty and has no "
+                           "space, tab, CR or LF (a NATS client can not send it: nats-py's BadSubjectError)")
+    return subject
 
 
 def is_valid_asset_name(name: str) -> bool:

@@ -151,6 +151,7 @@ class Lake:
             return [Change(STREAM, name, "", {**existing.body, "config": cfg.to_json()})]
 
         self.catalog.transact(plan)
+        self.stream(name).record_config()  # no publish planned on the old config commits after this
         if retention[0][0] is not retention[0][1] and retention[0][1] is RetentionPolicy.INTEREST:
             self.consumers.to_interest(name)  # before the store's limits, as on the server
         self.enforce_limits(name)  # lowered limits apply at once, as on the server
@@ -180,7 +181,7 @@ class Lake:
         cfg = StreamConfig.from_stored(rec.body["config"])
         if cached and cached[1].created_ns == rec.body["created_ns"]:  # not deleted and created again since
             engine = cached[1]
-            engine.config = cfg
+            engine.config, engine.config_rev = cfg, rec.rev
         else:
             engine = LakeStream(
                 cfg,
@@ -188,12 +189,20 @@ class Lake:
                 partition_key=rec.body.get("partition_key", DEFAULT_PARTITION_KEY),
                 interest_filters=lambda: self._interest_filters(name),
                 created_ns=rec.body["created_ns"],
+                config_rev=rec.rev,
             )
+            engine.reread_config = lambda: self._reread(name, engine)
             # a delete, a limit or an expiry: consumers take what they had pending as acked
             engine.on_removed = lambda seqs, subjects: self.consumers.on_removed(name, seqs, subjects)
             engine.on_rolled_up = lambda rolled: self.consumers.on_rollups(name, rolled)  # a rollup purges
         self._streams[name] = (rec.rev, engine)
         return engine
+
+    def _reread(self, name: str, engine: LakeStream) -> None:
+        """``engine``'s config as the catalog holds it now; the server's stream not found when
+        the stream was deleted (or deleted and created again: ``engine`` is of the old one)."""
+        if self.stream(name) is not engine:
+            raise api_error("JSStreamNotFoundErr")
 
     def _interest_filters(self, stream: str) -> list[list[str]]:
         out = []

@@ -46,6 +46,9 @@ from jsspark.engine.maintenance import HOOKS, Upkeep
 from jsspark.engine.schema import MESSAGE_SCHEMA, PARTITION_COLUMN
 
 SEQ_APP_ID = "jsspark.seq"
+# Version: the catalog revision of the stream config the table's writers must plan on. A config
+# update commits it (with the sequence txn, so a publish planned before conflicts and re-plans).
+CONFIG_APP_ID = "jsspark.config"
 STATE_KEY = "jsspark.state"
 # Small row groups: a get by sequence decodes one group of one file, not a whole file.
 # Sequences and times ascend: delta-encoded they take a few bytes per row group, where the

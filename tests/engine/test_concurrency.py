@@ -14,6 +14,8 @@ import pyarrow.compute as pc
 import pytest
 
 import jsspark
+from jsspark.engine.table import MessageTable
+from jsspark.errors import api_error
 from tests.engine.backends import LakeBackend
 from tests.engine.test_update_stream import UpdatingServer
 
@@ -165,3 +167,39 @@ def test_an_update_that_replied_decides_a_publish_planned_before_it(
         server.delete_stream(name)
         server.close()
 
+
+def test_a_publish_whose_stream_is_deleted_meanwhile_answers_stream_not_found(tmp_path: Path) -> None:
+    """A publish that looked the stream up before another process deleted it finds no table
+    when it reads it: the server's stream not found (10059), not delta-rs's error."""
+    location = str(tmp_path / "lake")
+    lake = jsspark.connect(location)
+    lake.add_stream(name="S", subjects=["S.>"])
+    held = _held_publish(location, "S", "snapshot", 5)
+    lake.delete_stream("S")
+    assert _released(held) == {"error": api_error("JSStreamNotFoundErr").to_dict()}
+
+
+def test_vacuum_while_another_process_publishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vacuum whose table another writer's commit removed files from after it read it
+    (delta-rs: "a concurrent transaction deleted data this operation read") vacuums again on
+    the new version (its start and end commits change no message) instead of failing."""
+    location = str(tmp_path / "lake")
+    lake, other = jsspark.connect(location), jsspark.connect(location)
+    lake.add_stream(name="S", subjects=["S.>"], max_msgs_per_subject=1)  # each publish removes a file
+    lake.publish("S.a", b"1")
+    lake.publish("S.a", b"2")  # a removed file for the vacuum to delete
+    original, calls = MessageTable.snapshot, [0]
+
+    def raced(self: MessageTable) -> Any:
+        snap = original(self)
+        calls[0] += 1
+        if calls[0] == 1:  # the vacuum's read: another writer commits before the vacuum does
+            other.publish("S.a", b"3")
+        return snap
+
+    monkeypatch.setattr(MessageTable, "snapshot", raced)
+    lake.vacuum("S", retention_hours=0)
+    assert calls[0] >= 2
+    state = lake.stream_info("S").state
+    assert (state.messages, state.last_seq) == (1, 3)
+    assert lake.get_msg("S", 3).data == b"3"

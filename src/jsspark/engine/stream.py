@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import Transaction
+from deltalake.exceptions import DeltaError
 
 from jsspark.engine import header_rules as rules
 from jsspark.engine import headers as H
@@ -373,16 +374,21 @@ class LakeStream:
     def _optimistic(self, what: str, attempt: Callable[[Snapshot, MessageIndex], T]) -> T:
         """Run ``attempt`` on the newest snapshot and index until its commit follows that state:
         a commit raising ``ConcurrentCommit`` (another writer got there first) is planned again,
-        on the config the snapshot's writers must use (``record_config``)."""
+        on the config the snapshot's writers must use (``record_config``). A table that fails
+        to read because the stream was deleted meanwhile answers the server's stream not found."""
         for _ in range(MAX_ATTEMPTS):
-            snap, index = self._load()
             try:
+                snap, index = self._load()
                 marked = snap.table.transaction_version(CONFIG_APP_ID)
                 if marked is not None and marked > self.config_rev and self.reread_config is not None:
                     self.reread_config()
                 return attempt(snap, index)
             except ConcurrentCommit:
                 continue
+            except (DeltaError, OSError):
+                if self.reread_config is not None:
+                    self.reread_config()  # raises when the stream is gone
+                raise
         raise RuntimeError(f"stream {self.name}: gave up {what} after {MAX_ATTEMPTS} concurrent commits")
 
     def record_config(self) -> None:

@@ -65,6 +65,7 @@ NO_CHANGE = ("VACUUM START", "VACUUM END")  # commits that change no message and
 # How many commits that change no data (another engine's table properties, a Spark OPTIMIZE)
 # ``recorded_state`` looks past for the newest state: beyond, the state is derived.
 LOOK_PAST = 32
+VACUUM_ATTEMPTS = 20
 
 
 class ConcurrentCommit(Exception):
@@ -381,5 +382,11 @@ class MessageTable:
 
         ``full``: found by listing, as upkeep does; without it delta-rs only deletes the files
         the log's removes name, and never a lost commit's."""
-        dt = self.snapshot().table
-        return dt.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False, full=True)
+        for _ in range(VACUUM_ATTEMPTS):
+            dt = self.snapshot().table
+            try:
+                return dt.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False,
+                                 full=True)
+            except CommitFailedError:
+                continue  # a writer committed between the vacuum's read and its commit: again, on the new version
+        raise ConcurrentCommit(f"table {self.uri}: gave up vacuuming after {VACUUM_ATTEMPTS} concurrent commits")

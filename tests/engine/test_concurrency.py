@@ -3,15 +3,21 @@ sequences (Delta's txn conflict serialises the commits; losers re-plan)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pyarrow.compute as pc
 import pytest
 
 import jsspark
+from jsspark.engine.table import MessageTable
+from jsspark.errors import api_error
+from tests.engine.backends import LakeBackend
+from tests.engine.test_update_stream import UpdatingServer
 
 WRITER = textwrap.dedent(
     """
@@ -118,3 +124,114 @@ def test_a_held_table_reloads_a_stream_deleted_and_created_again(tmp_path: Path,
     assert rows["data"].to_pylist() == [b"new%d" % i for i in range(new_commits)]
     lake.publish("s.a", b"more")  # and it goes on refreshing incrementally
     assert held.snapshot().last_seq == new_commits + 1
+
+
+HELD = textwrap.dedent(
+    """
+    import json, sys, pyarrow as pa, jsspark
+    from jsspark.engine import table
+    from jsspark.errors import APIError
+    location, name, method, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    original = getattr(table.MessageTable, method)
+    first = [True]
+
+    def held(self, *a, **k):
+        if first[0]:  # as a slow object store would hold it: until the test says go
+            first[0] = False
+            print("held", flush=True)
+            sys.stdin.readline()
+        return original(self, *a, **k)
+
+    setattr(table.MessageTable, method, held)
+    lake = jsspark.connect(location)
+    try:
+        ack = lake.publish_batch(name, pa.table({"subject": [f"{name}.b"] * n, "data": [b"b"] * n}))
+        print(json.dumps({"stored": ack.stored}))
+    except APIError as e:
+        print(json.dumps({"error": e.to_dict()}))
+    """
+)
+
+
+def _held_publish(location: str, name: str, method: str, n: int) -> subprocess.Popen[str]:
+    """A process publishing ``n`` messages to ``name`` whose first ``MessageTable.method`` call
+    waits, once it printed ``held``, until a line on its stdin."""
+    p = subprocess.Popen([sys.executable, "-c", HELD, location, name, method, str(n)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "held"
+    return p
+
+
+def _released(p: subprocess.Popen[str]) -> dict[str, Any]:
+    out, _ = p.communicate("go\n", timeout=120)
+    assert p.returncode == 0
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("update", [{"sealed": True}, {"max_msgs": 10}, {"deny_delete": True, "max_msgs_per_subject": 5}])
+def test_an_update_that_replied_decides_a_publish_planned_before_it(
+    nats_server: Any, tmp_path: Path, update: dict[str, Any]
+) -> None:
+    """A publish planned on the old config, its commit held (a slow upload) while another
+    process updates the stream: once the update replied, the publish is decided on the new
+    config, as the server's are (updates and stores serialise under the stream lock,
+    ``processJetStreamMsg`` checks ``Sealed`` and the limits there). Compared with the server
+    taking the update, then the publishes."""
+    location, name = str(tmp_path / "lake"), "S"
+    cfg = {"name": name, "subjects": [f"{name}.>"]}
+    lake, server = LakeBackend(jsspark.connect(location)), UpdatingServer(nats_server.url)
+    try:
+        for b in (lake, server):
+            assert b.add_stream(cfg) == {"ok": True}
+            for _ in range(20):
+                b.publish(f"{name}.a", b"a")
+        held = _held_publish(location, name, "commit", 50)  # planned on the old config
+        assert lake.lake.update_stream(**cfg, **update).config.to_json() == server.update_stream({**cfg, **update})["config"]
+        answers = {server.publish(f"{name}.b", b"b").get("error", {}).get("err_code") for _ in range(50)}
+        outcome = _released(held)
+        if update.get("sealed"):
+            assert answers == {10109}
+            assert outcome == {"error": server.publish(f"{name}.b", b"b")["error"]}
+        else:
+            assert answers == {None} and "stored" in outcome
+        assert lake.state(name) == server.state(name)
+    finally:
+        server.delete_stream(name)
+        server.close()
+
+
+def test_a_publish_whose_stream_is_deleted_meanwhile_answers_stream_not_found(tmp_path: Path) -> None:
+    """A publish that looked the stream up before another process deleted it finds no table
+    when it reads it: the server's stream not found (10059), not delta-rs's error."""
+    location = str(tmp_path / "lake")
+    lake = jsspark.connect(location)
+    lake.add_stream(name="S", subjects=["S.>"])
+    held = _held_publish(location, "S", "snapshot", 5)
+    lake.delete_stream("S")
+    assert _released(held) == {"error": api_error("JSStreamNotFoundErr").to_dict()}
+
+
+def test_vacuum_while_another_process_publishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vacuum whose table another writer's commit removed files from after it read it
+    (delta-rs: "a concurrent transaction deleted data this operation read") vacuums again on
+    the new version (its start and end commits change no message) instead of failing."""
+    location = str(tmp_path / "lake")
+    lake, other = jsspark.connect(location), jsspark.connect(location)
+    lake.add_stream(name="S", subjects=["S.>"], max_msgs_per_subject=1)  # each publish removes a file
+    lake.publish("S.a", b"1")
+    lake.publish("S.a", b"2")  # a removed file for the vacuum to delete
+    original, calls = MessageTable.snapshot, [0]
+
+    def raced(self: MessageTable) -> Any:
+        snap = original(self)
+        calls[0] += 1
+        if calls[0] == 1:  # the vacuum's read: another writer commits before the vacuum does
+            other.publish("S.a", b"3")
+        return snap
+
+    monkeypatch.setattr(MessageTable, "snapshot", raced)
+    lake.vacuum("S", retention_hours=0)
+    assert calls[0] >= 2
+    state = lake.stream_info("S").state
+    assert (state.messages, state.last_seq) == (1, 3)
+    assert lake.get_msg("S", 3).data == b"3"

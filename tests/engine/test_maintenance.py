@@ -241,8 +241,8 @@ def test_vacuum_commits_do_not_hide_the_recorded_state(tmp_path: Path, often: No
         lake.publish_batch("V", _batch(b))
         b += 1
         assert b < 120, "no vacuum within 100 versions"
-    snap = MessageTable(str(tmp_path / "streams" / "V")).snapshot()
-    recorded = MessageTable.recorded_state(snap)
+    table = MessageTable(str(tmp_path / "streams" / "V"))
+    recorded = table.recorded_state(table.snapshot())
     assert recorded is not None and recorded["messages"] == 13 and recorded["last_seq"] == b * 40
     assert jsspark.connect(str(tmp_path)).stream_info("V").state.messages == 13
 

@@ -243,7 +243,9 @@ class Lake:
             return [Change(STREAM, name, "", {**existing.body, "config": cfg.to_json()})]
 
         self.catalog.transact(plan)
-        self._stream(name, recover=False)  # the new config; the update applies it below
+        # The new config (the update applies it below, not _recover); no publish planned on the
+        # old config commits after this.
+        self._stream(name, recover=False).record_config()
         if retention[0][0] is not retention[0][1] and retention[0][1] is RetentionPolicy.INTEREST:
             self.consumers.to_interest(name)  # before the store's limits, as on the server
         self.enforce_limits(name)  # lowered limits apply at once, as on the server
@@ -285,7 +287,7 @@ class Lake:
         cfg = StreamConfig.from_stored(rec.body["config"])
         if cached and cached[1].created_ns == rec.body["created_ns"]:  # not deleted and created again since
             engine = cached[1]
-            engine.config = cfg
+            engine.config, engine.config_rev = cfg, rec.rev
         else:
             table = self._table_of(rec)
             if table is None:
@@ -296,7 +298,9 @@ class Lake:
                 partition_key=rec.body.get("partition_key", DEFAULT_PARTITION_KEY),
                 interest_filters=lambda: self._interest_filters(name),
                 created_ns=rec.body["created_ns"],
+                config_rev=rec.rev,
             )
+            engine.reread_config = lambda: self._reread(name, engine)
             # a delete, a limit or an expiry: consumers take what they had pending as acked
             engine.on_removed = lambda seqs, subjects: self.consumers.on_removed(name, seqs, subjects)
             engine.on_rolled_up = lambda rolled: self.consumers.on_rollups(name, rolled)  # a rollup purges
@@ -322,6 +326,12 @@ class Lake:
         max_msgs, max_bytes = int(cfg.max_msgs), int(cfg.max_bytes)
         if discard_old and ((0 < max_msgs < state.messages) or (0 < max_bytes < state.bytes)):
             engine.enforce_limits()
+
+    def _reread(self, name: str, engine: LakeStream) -> None:
+        """``engine``'s config as the catalog holds it now; the server's stream not found when
+        the stream was deleted (or deleted and created again: ``engine`` is of the old one)."""
+        if self.stream(name) is not engine:
+            raise api_error("JSStreamNotFoundErr")
 
     def _interest_filters(self, stream: str) -> list[list[str]]:
         out = []

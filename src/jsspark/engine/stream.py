@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import Transaction
+from deltalake.exceptions import DeltaError
 
 from jsspark.engine import header_rules as rules
 from jsspark.engine import headers as H
@@ -52,7 +53,7 @@ from jsspark.engine.schema import (
     value_lengths,
 )
 from jsspark.engine.subject_stats import KnownPositions, SubjectGroups
-from jsspark.engine.table import ConcurrentCommit, MessageTable, Snapshot
+from jsspark.engine.table import CONFIG_APP_ID, ConcurrentCommit, MessageTable, Snapshot
 from jsspark.errors import APIError, JSSparkError, api_error
 from jsspark.subjects import SubjectTransform, match_filter, subject_matches
 from jsspark.subjects.tokens import check_sendable_subject
@@ -175,8 +176,13 @@ class LakeStream:
         partition_key: str,
         interest_filters: Callable[[], list[list[str]]],
         created_ns: int,
+        config_rev: int = 0,
     ) -> None:
         self.config = config
+        self.config_rev = config_rev  # the catalog revision ``config`` was read at
+        # Reads the config again from the catalog (setting ``config`` and ``config_rev``);
+        # raises the server's stream not found when the stream is gone.
+        self.reread_config: Callable[[], None] | None = None
         self.table = table
         self.partition = PartitionKey(partition_key)
         self.interest_filters = interest_filters
@@ -328,20 +334,21 @@ class LakeStream:
         self._writable()
         if not len(batch):  # nothing to store: no commit, as a publish of nothing changes nothing
             return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0)
-        transform = None if internal else self._subject_transform()
-        if transform is not None:  # routable as published; stored (and checked) as transformed
-            batch = batch.encoded()
-            self._check_routable(batch.subject)
 
         def attempt(snap: Snapshot, index: MessageIndex) -> BatchAck:
-            coded = self._coded_subjects(index, batch, transform)
+            transform = None if internal else self._subject_transform()  # the config may be new
+            given = batch
+            if transform is not None:  # routable as published; stored (and checked) as transformed
+                given = batch.encoded()
+                self._check_routable(given.subject)
+            coded = self._coded_subjects(index, given, transform)
             if transform is None and not internal:
                 self._check_routable(coded.subjects, coded.known)
             done = [snap.table.transaction_version(app) for app, _ in txns]
             if txns and all(d is not None and d >= v for d, (_, v) in zip(done, txns, strict=True)):
                 return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0, replayed=True)
             now = now_ns or time.time_ns()
-            plan = self._plan(snap, index, batch, coded, now)
+            plan = self._plan(snap, index, given, coded, now)
             if plan.last_seq == snap.last_seq and not len(plan.removed) and not txns:
                 # all duplicates: nothing to commit
                 return BatchAck(self.name, plan.seqs, plan.duplicates, 0)
@@ -356,7 +363,7 @@ class LakeStream:
                 app_transactions=[Transaction(*t) for t in txns] or None,
             )
             self._after_commit(index, snap, version, plan.rows, plan.removed, plan.state, plan.groups)
-            self._remember_ids(batch, plan, now)
+            self._remember_ids(given, plan, now)
             self._tell_consumers(plan.rolled_up, plan.limited)
             return BatchAck(self.name, plan.seqs, plan.duplicates, plan.rows.num_rows)
 
@@ -372,14 +379,38 @@ class LakeStream:
 
     def _optimistic(self, what: str, attempt: Callable[[Snapshot, MessageIndex], T]) -> T:
         """Run ``attempt`` on the newest snapshot and index until its commit follows that state:
-        a commit raising ``ConcurrentCommit`` (another writer got there first) is planned again."""
+        a commit raising ``ConcurrentCommit`` (another writer got there first) is planned again,
+        on the config the snapshot's writers must use (``record_config``). A table that fails
+        to read because the stream was deleted meanwhile answers the server's stream not found."""
         for _ in range(MAX_ATTEMPTS):
-            snap, index = self._load()
             try:
+                snap, index = self._load()
+                marked = snap.table.transaction_version(CONFIG_APP_ID)
+                if marked is not None and marked > self.config_rev and self.reread_config is not None:
+                    self.reread_config()
                 return attempt(snap, index)
             except ConcurrentCommit:
                 continue
+            except (DeltaError, OSError):
+                if self.reread_config is not None:
+                    self.reread_config()  # raises when the stream is gone
+                raise
         raise RuntimeError(f"stream {self.name}: gave up {what} after {MAX_ATTEMPTS} concurrent commits")
+
+    def record_config(self) -> None:
+        """Commit ``config_rev`` to the table once a config update is in the catalog, before
+        the update answers: a publish planned on the old config then conflicts and re-plans
+        on the new one, as the server serialises updates with stores (``processJetStreamMsg``
+        checks ``Sealed`` and the limits under the stream lock)."""
+
+        def attempt(snap: Snapshot, index: MessageIndex) -> None:
+            state = self._state_of(index, snap.last_seq)
+            version = self.table.commit(snap, None, last_seq=snap.last_seq, state=state,
+                                        app_transactions=[Transaction(CONFIG_APP_ID, self.config_rev)])
+            self._after_commit(index, snap, version, None, None, state)
+
+        self._writable()
+        self._optimistic("recording a config update", attempt)
 
     def _commit_removal(
         self, snap: Snapshot, index: MessageIndex, mask: np.ndarray, *, last_seq: int | None = None,

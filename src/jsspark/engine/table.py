@@ -47,6 +47,9 @@ from jsspark.engine.maintenance import HOOKS, Upkeep
 from jsspark.engine.schema import MESSAGE_SCHEMA, PARTITION_COLUMN
 
 SEQ_APP_ID = "jsspark.seq"
+# Version: the catalog revision of the stream config the table's writers must plan on. A config
+# update commits it (with the sequence txn, so a publish planned before conflicts and re-plans).
+CONFIG_APP_ID = "jsspark.config"
 STATE_KEY = "jsspark.state"
 # Small row groups: a get by sequence decodes one group of one file, not a whole file.
 # Sequences and times ascend: delta-encoded they take a few bytes per row group, where the
@@ -60,6 +63,10 @@ WRITER_PROPERTIES = WriterProperties(
 )
 STATS_COLUMNS = 4  # the leading columns of MESSAGE_SCHEMA: seq, ts_ns, time, subject
 NO_CHANGE = ("VACUUM START", "VACUUM END")  # commits that change no message and record no state
+# How many commits that change no data (another engine's table properties, a Spark OPTIMIZE)
+# ``recorded_state`` looks past for the newest state: beyond, the state is derived.
+LOOK_PAST = 32
+VACUUM_ATTEMPTS = 20
 
 
 class ConcurrentCommit(Exception):
@@ -221,19 +228,35 @@ class MessageTable:
     ) -> pa.Table:
         return self.dataset(snap).to_table(columns=columns, filter=filter)
 
-    @staticmethod
-    def recorded_state(snap: Snapshot) -> dict[str, Any] | None:
+    def recorded_state(self, snap: Snapshot) -> dict[str, Any] | None:
         """The state the newest commit that may change the stream recorded, if that commit was
-        ours (a vacuum's commits change nothing and record nothing)."""
-        for h in snap.table.history(1 + len(NO_CHANGE)):
-            if h.get("operation") in NO_CHANGE:
-                continue
-            raw = h.get(STATE_KEY)
-            if raw is None:
+        ours. Commits that change no message are looked past: a vacuum's, and another engine's
+        that change no data (table properties, protocol, a Spark OPTIMIZE: its files are
+        ``dataChange=false``); they would otherwise lose what only the record holds (the last
+        msg id and time across deletes, which the server keeps)."""
+        limit = 1 + len(NO_CHANGE)
+        while True:
+            entries = snap.table.history(limit)
+            for h in entries:  # newest first
+                raw = h.get(STATE_KEY)
+                if raw is not None:
+                    state = json.loads(raw)
+                    return state if state.get("last_seq") == snap.last_seq else None
+                if h.get("operation") not in NO_CHANGE and self._changes_data(int(h["version"])):
+                    return None
+            if len(entries) < limit or limit >= LOOK_PAST:
                 return None
-            state = json.loads(raw)
-            return state if state.get("last_seq") == snap.last_seq else None
-        return None
+            limit = LOOK_PAST
+
+    def _changes_data(self, version: int) -> bool:
+        """Whether commit ``version`` adds or removes data (True when its log entry is gone)."""
+        try:
+            with table_filesystem(self.uri, self.storage_options).open_input_stream(
+                    f"_delta_log/{version:020d}.json") as f:
+                actions = [json.loads(line) for line in f.read().decode().splitlines() if line.strip()]
+        except (FileNotFoundError, OSError):
+            return True
+        return any(a[k].get("dataChange", True) for a in actions for k in ("add", "remove", "cdc") if k in a)
 
     @staticmethod
     def file_stats(snap: Snapshot) -> pa.Table:
@@ -435,5 +458,11 @@ class MessageTable:
 
         ``full``: found by listing, as upkeep does; without it delta-rs only deletes the files
         the log's removes name, and never a lost commit's."""
-        dt = self.snapshot().table
-        return dt.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False, full=True)
+        for _ in range(VACUUM_ATTEMPTS):
+            dt = self.snapshot().table
+            try:
+                return dt.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False,
+                                 full=True)
+            except CommitFailedError:
+                continue  # a writer committed between the vacuum's read and its commit: again, on the new version
+        raise ConcurrentCommit(f"table {self.uri}: gave up vacuuming after {VACUUM_ATTEMPTS} concurrent commits")

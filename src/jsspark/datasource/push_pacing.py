@@ -17,7 +17,7 @@ as the consumer (``consumer.go`` ``loopAndGatherMsgs``):
 
 A query plans one paced partition per micro-batch. The planner (alive across batches) keeps
 this state (``Pace``), hands each partition the state at its first message, and advances it by
-what it planned (``advance``); the task releases each message no earlier than ``release``
+what it planned (``advance``); the task releases each message no earlier than ``Pacer.release``
 says (times are epoch seconds: the task runs in another process). A task that starts after its
 first message was due releases it at once, and its later gaps count from there, as the server
 counts from the actual delivery. A restarted query starts afresh, as a new consumer does.
@@ -58,26 +58,48 @@ class Pace:
     def paced(self) -> bool:
         return self.replay or bool(self.rate)
 
-    def release(self, now: float, ts_ns: int, size: int) -> tuple[float, Pace]:
-        """When the next message (stored at ``ts_ns``, ``size`` delivered bytes) may go, reached
-        at ``now``, and the state after it."""
-        at = now
-        if self.replay and self.last_ts and ts_ns - self.last_ts > MIN_REPLAY_DELAY_NS:
-            at = max(at, self.last_at + (ts_ns - self.last_ts) / 1e9)
-        tokens, tokens_at = self.tokens, self.tokens_at
-        if self.rate:
-            tokens = min(float(self.burst), tokens + max(0.0, at - tokens_at) * self.rate) - min(size, self.burst)
-            tokens_at = at
-            if tokens < 0:
-                at += -tokens / self.rate
-        return at, replace(self, last_ts=int(ts_ns), last_at=at, tokens=tokens, tokens_at=tokens_at)
-
     def advance(self, now: float, ts_ns: np.ndarray, sizes: np.ndarray) -> Pace:
         """The state after releasing these messages, the first reached at ``now``."""
-        pace, at = self, now
+        pacer, at = Pacer(self), now
         for ts, size in zip(ts_ns.tolist(), sizes.tolist(), strict=True):
-            at, pace = pace.release(at, ts, size)
-        return pace
+            at = pacer.release(at, ts, size)
+            pacer.commit()
+        return pacer.pace()
+
+
+class Pacer:
+    """A ``Pace`` advanced message by message (mutable, so no object per message)."""
+
+    __slots__ = ("_next", "base", "last_at", "last_ts", "tokens", "tokens_at")
+
+    def __init__(self, pace: Pace) -> None:
+        self.base = pace
+        self.last_ts, self.last_at = pace.last_ts, pace.last_at
+        self.tokens, self.tokens_at = pace.tokens, pace.tokens_at
+        self._next = (self.last_ts, self.last_at, self.tokens, self.tokens_at)
+
+    def release(self, now: float, ts_ns: int, size: int) -> float:
+        """When the next message (stored at ``ts_ns``, ``size`` delivered bytes), reached at
+        ``now``, may go; ``commit`` then makes it the previous delivered message."""
+        p = self.base
+        at = now
+        if p.replay and self.last_ts and ts_ns - self.last_ts > MIN_REPLAY_DELAY_NS:
+            at = max(at, self.last_at + (ts_ns - self.last_ts) / 1e9)
+        tokens, tokens_at = self.tokens, self.tokens_at
+        if p.rate:  # golang.org/x/time/rate ReserveN(at, size): refill since the last reservation
+            tokens = min(float(p.burst), tokens + max(0.0, at - tokens_at) * p.rate) - min(size, p.burst)
+            tokens_at = at
+            if tokens < 0:
+                at += -tokens / p.rate
+        self._next = (ts_ns, at, tokens, tokens_at)
+        return at
+
+    def commit(self) -> None:
+        self.last_ts, self.last_at, self.tokens, self.tokens_at = self._next
+
+    def pace(self) -> Pace:
+        return replace(self.base, last_ts=int(self.last_ts), last_at=self.last_at, tokens=self.tokens,
+                       tokens_at=self.tokens_at)
 
 
 _POW10 = 10 ** np.arange(19, dtype=np.int64)

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from jsspark.datasource.partition import DataLossError, ReadPartition, delivery_mask
-from jsspark.datasource.push_pacing import Pace, ack_reply_lens, delivered_sizes
+from jsspark.datasource.push_pacing import Pace, Pacer, ack_reply_lens, delivered_sizes
 from jsspark.datasource.schema import ARROW_SCHEMA, HEADERS_ARROW
 from jsspark.engine import headers as H
 from jsspark.engine.arrays import one_chunk
@@ -254,18 +254,21 @@ def _chunks(
     clock: Callable[[], float], sleep: Callable[[float], None],
 ) -> Iterator[pa.RecordBatch]:
     """Slices of ``out`` each released no earlier than the server would deliver its messages
-    from ``pace`` (``Pace.release``): the first message of a slice when due, with the ones due
+    from ``pace`` (``Pacer.release``): the first message of a slice when due, with the ones due
     within ``RELEASE_QUANTUM`` after it (released at the last one's time, never early)."""
     n = out.num_rows
+    pacer = Pacer(pace)
+    ts, sz = ts_ns.tolist(), sizes.tolist()
     i = 0
     while i < n:
         now = clock()
         at, j = now, i
         while j < n and j - i < MAX_BATCH_ROWS:
-            t, after = pace.release(at, int(ts_ns[j]), int(sizes[j]))
+            t = pacer.release(at, ts[j], sz[j])
             if j > i and t > now + RELEASE_QUANTUM:
                 break
-            at, pace, j = t, after, j + 1
+            pacer.commit()
+            at, j = t, j + 1
         if at > now:
             sleep(at - now)
         yield from out.slice(i, j - i).to_batches(max_chunksize=MAX_BATCH_ROWS)

@@ -62,15 +62,112 @@ def test_replay_original_keeps_the_publish_gaps(tmp_path: Path) -> None:
     assert all(b.schema.equals(ARROW_SCHEMA) for b in batches)
 
 
-def test_rate_limit_bps_throttles(tmp_path: Path) -> None:
-    loc, lake = _lake(tmp_path)
-    lake.publish_batch("S", pa.table({"subject": ["s.a"] * 20, "data": [b"x" * 67] * 20}))  # 100 stored bytes each
+def _publish_at(lake: Any, offsets_ms: list[int], data: bytes = b"x") -> None:
+    """Messages stored at these times (ms after a fixed origin)."""
+    from jsspark.engine.stream import Incoming
+
+    stream = lake.stream("S")
+    for i, at in enumerate(offsets_ms):
+        stream.publish_batch(Incoming.one(f"s.{i}", data, None), now_ns=1_000_000_000_000_000_000 + at * 1_000_000)
+
+
+def _released(parts: list[Any], clock: FakeClock) -> list[float]:
+    """When each message of these partitions left (the fake clock at each batch's release)."""
+    out: list[float] = []
+    for p in parts:
+        for b in read_partition(p, clock=clock, sleep=clock.sleep):
+            out += [round(clock.now, 6)] * b.num_rows
+    return out
+
+
+def _charged(batch_rows: list[dict[str, Any]], consumer: str = "x" * 8) -> list[int]:
+    """What nats-server's rate limit charges each delivered row (``loopAndGatherMsgs``: subject,
+    ack reply ``$JS.ACK.<stream>.<consumer>.<dc>.<seq>.<dseq>.<ts>.<pending>``, payload)."""
+    return [
+        len(r["subject"]) + len(r["data"])
+        + len(f"$JS.ACK.{r['stream']}.{consumer}.1.{r['seq']}.{r['delivery_seq']}.{r['ts_ns']}.{r['num_pending']}")
+        for r in batch_rows
+    ]
+
+
+def test_rate_limit_bps_is_a_token_bucket_that_starts_full(tmp_path: Path) -> None:
+    """The server's limiter (``setRateLimit``) starts full with the stream's max_msg_size as its
+    burst: what fits goes at once, the rest as the bucket refills at bps/8 bytes a second."""
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="S", subjects=["s.>"], max_msg_size=500)
+    lake.publish_batch("S", pa.table({"subject": ["s.a"] * 5, "data": [b"x" * 150] * 5}))
     parts = _planner(loc, rate_limit_bps=str(8 * 1000)).partitions(Cursor(0), None)  # 1000 bytes/s
     clock = FakeClock()
-    batches = list(read_partition(parts[0], clock=clock, sleep=clock.sleep))
-    assert sum(b.num_rows for b in batches) == 20
-    assert max(b.num_rows for b in batches) == 1  # 0.1 s worth of bytes per slice
-    assert clock.now == pytest.approx(1.9)  # the 20th message may leave after 19 * 100 bytes
+    released = _released(parts, clock)
+    again = FakeClock()
+    rows = [r for p in parts for b in read_partition(p, clock=again, sleep=again.sleep) for r in b.to_pylist()]
+    sz = _charged(rows)
+    assert 190 < sz[0] < 210  # 3 + 150 + a 47-byte ack reply, not the 183 stored bytes
+    expected, tokens, at = [], 500.0, 0.0
+    for n in sz:  # golang.org/x/time/rate: ReserveN at the previous release; 1000 tokens a second
+        tokens = min(500.0, tokens) - n
+        wait = max(0.0, -tokens / 1000)
+        at += wait
+        tokens += wait * 1000
+        expected.append(round(at, 6))
+    assert expected[:2] == [0.0, 0.0]  # the burst
+    assert released == pytest.approx(expected, abs=1e-6)
+
+
+def test_rate_limit_bps_carries_across_micro_batches(tmp_path: Path) -> None:
+    """One message per micro-batch: the bucket the first batch drained is the one the next
+    batch waits on, as one server consumer's limiter lasts across all its deliveries."""
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="S", subjects=["s.>"], max_msg_size=1000)
+    lake.publish_batch("S", pa.table({"subject": ["s.a"] * 3, "data": [b"x" * 900] * 3}))
+    clock = FakeClock()
+    clock.now = 1_000.0
+    planner = Planner(parse_read_options({"path": loc, "stream": "S", "rate_limit_bps": "8000"}), clock=clock)
+    released = []
+    for k in range(3):
+        released += _released(planner.partitions(Cursor(k, k), Cursor(k + 1, k + 1)), clock)
+        clock.now += 0.05  # Spark's own time between batches
+    sz = 3 + 900 + len("$JS.ACK.S.xxxxxxxx.1.1.1.1000000000000000000.2")
+    assert released[0] == 1_000.0  # a full bucket
+    assert released[1] == pytest.approx(1_000.0 + (2 * sz - 1000) / 1000, abs=1e-6)
+    assert released[2] == pytest.approx(released[1] + sz / 1000, abs=1e-6)
+
+
+def test_replay_original_carries_gaps_across_micro_batches(tmp_path: Path) -> None:
+    """One message per micro-batch still keeps the original gaps, counted from the previous
+    message's release; a task that starts late releases at once and counts on from there.
+    Replay ends once the query has caught up with the stream's last sequence at its start and
+    found nothing more (``o.replay = false``): a message stored later goes at once."""
+    loc, lake = _lake(tmp_path)
+    _publish_at(lake, [0, 200, 500, 600])
+    clock = FakeClock()
+    clock.now = 1_000.0
+    planner = Planner(parse_read_options({"path": loc, "stream": "S", "replay_policy": "original"}), clock=clock)
+
+    def batch(k: int, n: int = 1) -> list[float]:
+        return _released(planner.partitions(Cursor(k, k), Cursor(k + n, k + n)), clock)
+
+    assert batch(0) == [1_000.0]
+    clock.now += 0.05
+    assert batch(1) == [1_000.2]  # 0.2 s after the first, not as soon as its batch starts
+    clock.now += 0.5  # the next task starts 0.2 s after its message was due
+    assert batch(2) == [1_000.7]
+    assert batch(3) == [1_000.8]  # 0.1 s after the late one
+    _publish_at(lake, [10_600])  # stored 10 s after the last: replay is over
+    assert batch(4) == [1_000.8]
+
+
+def test_replay_original_goes_on_past_the_start_until_caught_up(tmp_path: Path) -> None:
+    """Messages stored after the query started, before it caught up, are still replayed."""
+    loc, lake = _lake(tmp_path)
+    _publish_at(lake, [0, 100])
+    clock = FakeClock()
+    planner = Planner(parse_read_options({"path": loc, "stream": "S", "replay_policy": "original"}), clock=clock)
+    assert _released(planner.partitions(Cursor(0, 0), Cursor(1, 1)), clock) == [0.0]
+    _publish_at(lake, [400])  # the third arrives before the query catches up
+    assert _released(planner.partitions(Cursor(1, 1), None), clock) == [0.1, 0.4]
 
 
 def test_partitions_split_by_sequence_and_file(tmp_path: Path) -> None:
@@ -250,3 +347,63 @@ def test_replayed_batch_reports_the_same_num_pending(tmp_path: Path) -> None:
     assert rows(_planner(loc, filter_subject="s.1"), first, second) == [(1, 1, 3), (4, 2, 2)]
     old = {k: v for k, v in end.items() if k != "pending"}  # written before ends carried it
     assert rows(_planner(loc, filter_subject="s.1"), second, old) == [(7, 3, 2), (10, 4, 1)]
+
+
+def test_rate_limit_bps_releases_as_the_server_delivers(tmp_path: Path, server: Any, run: Any) -> None:
+    """Against nats-server 2.15's push consumer at 8000 bps (1000 bytes/s): 8 x 1 KB fit the
+    1 MiB burst and arrive at once; with a 2000-byte max_msg_size the burst holds one message,
+    the second waits for the rest of its size, the third for all of it (~1.05 s); headers_only
+    charges the header block, not the payload, so all three fit."""
+    import asyncio
+    import json
+    import time
+
+    import nats
+
+    async def server_times(name: str, n: int, max_msg_size: int, headers_only: bool) -> list[float]:
+        nc = await nats.connect(server.url)
+        try:
+            js = nc.jetstream()
+            await js.add_stream(name=name, subjects=[f"{name.lower()}.>"], max_msg_size=max_msg_size)
+            for i in range(n):
+                await js.publish(f"{name.lower()}.{i}", b"x" * 1000)
+            times: list[float] = []
+            done = asyncio.Event()
+
+            async def got(_: Any) -> None:
+                times.append(time.monotonic())
+                if len(times) == n:
+                    done.set()
+
+            await nc.subscribe(f"deliver.{name}", cb=got)
+            req = {"stream_name": name, "config": {"deliver_subject": f"deliver.{name}", "rate_limit_bps": 8000,
+                                                   "ack_policy": "none", "headers_only": headers_only}}
+            t0 = time.monotonic()
+            await nc.request(f"$JS.API.CONSUMER.CREATE.{name}", json.dumps(req).encode(), timeout=5)
+            await asyncio.wait_for(done.wait(), 30)
+            return [t - t0 for t in times]
+        finally:
+            await nc.close()
+
+    def lake_times(name: str, n: int, max_msg_size: int, headers_only: bool) -> list[float]:
+        loc = str(tmp_path / name)
+        lake = jsspark.connect(loc)
+        lake.add_stream(name=name, subjects=[f"{name.lower()}.>"], max_msg_size=max_msg_size)
+        lake.publish_batch(name, pa.table({"subject": [f"{name.lower()}.{i}" for i in range(n)],
+                                           "data": [b"x" * 1000] * n}))
+        planner = Planner(parse_read_options({"path": loc, "stream": name, "rate_limit_bps": "8000",
+                                              "headers_only": str(headers_only).lower()}))
+        parts = planner.partitions(Cursor(0), None)  # the consumer's start: its bucket is full from here
+        t0, times = time.monotonic(), []
+        for p in parts:
+            for b in read_partition(p):  # the real clock: the pacing is what is compared
+                times += [time.monotonic()] * b.num_rows
+        return [t - t0 for t in times]
+
+    cases = (("BURST", 8, -1, False, [0.0] * 8), ("OVER", 3, 2000, False, [0.0, 0.1, 1.15]),
+             ("HDRS", 3, 2000, True, [0.0] * 3))
+    for name, n, max_size, headers_only, expected in cases:
+        srv = run(server_times(name, n, max_size, headers_only))
+        ours = lake_times(name, n, max_size, headers_only)
+        assert srv == pytest.approx(expected, abs=0.15), (name, srv)
+        assert ours == pytest.approx(srv, abs=0.15), (name, ours, srv)

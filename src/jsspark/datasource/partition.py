@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from jsspark.datasource.push_pacing import Pace
 from jsspark.subjects.vectorized import match_filter
 
 
@@ -59,8 +60,9 @@ class ReadPartition:
     skip: tuple[int, ...] = ()
     resume: int = 0
     headers_only: bool = False
-    replay_original: bool = False
-    rate_limit_bps: int = 0
+    # a paced read (``replay_policy=original``, ``rate_limit_bps``): the consumer's pacing state
+    # before the partition's first message, as the planner models it across batches
+    pace: Pace | None = None
     fail_on_data_loss: bool = True
     storage_options: dict[str, str] | None = field(default=None, repr=False)
     # Sizes of ``files`` and the table's Arrow schema at ``version``: with them a task opens

@@ -32,6 +32,9 @@ not acked: no batch of this query delivered what lies below it.
 messages are delivered and not acked; a planned batch is delivered and unacked until it
 commits, so it holds at most that many wanted messages above the ack floor (``ack_window``).
 A paused durable (``pause_until`` ahead) gets empty batches until the pause ends.
+
+A paced read (``replay_policy=original``, ``rate_limit_bps``) is one task per batch; the planner
+keeps the consumer's pacing state across batches and hands it to each (``push_pacing``).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -54,6 +57,8 @@ import pyarrow.dataset as ds
 from jsspark.config import AckPolicy, DeliverPolicy
 from jsspark.datasource.options import RATE_LIMIT_DURABLE, OptionError, ReadOptions
 from jsspark.datasource.partition import DataLossError, ReadPartition, delivery_mask
+from jsspark.datasource.push_pacing import SERVER_MAX_PAYLOAD, Pace, ack_reply_lens, delivered_sizes
+from jsspark.engine.schema import stored_size, value_lengths
 from jsspark.engine.table import MessageTable, Snapshot
 
 log = logging.getLogger(__name__)
@@ -254,6 +259,11 @@ class Planner:
     _lost: tuple[tuple[Any, ...], np.ndarray | None] | None = None
     _origin: Origin | None = None
     _planned: bool = False  # a batch was planned in this process (``on_planning``)
+    # a paced read: the consumer's pacing as the server would have it now (``push_pacing``), and
+    # the stream's last sequence when this query started (the server replays up to it)
+    _pace: Pace | None = None
+    _replay_upto: int = 0
+    clock: Callable[[], float] = time.time  # epoch seconds: paced tasks run in other processes
 
     # -- the stream ----------------------------------------------------------------------------
     def lake(self) -> Any:
@@ -534,12 +544,13 @@ class Planner:
 
     # -- reading the index ---------------------------------------------------------------------
     def _scan(self, snap: Snapshot, after: int, upto: int | None) -> pa.Table:
-        """``seq``, ``size`` (and ``subject`` when filtering) of stored messages after ``after``,
+        """``seq``, ``size`` (``subject`` when filtering, also ``ts_ns`` when pacing) of stored messages after ``after``,
         in sequence order. The scan of everything after ``after`` is kept for the version: a
         batch's ``latestOffset`` and ``partitions`` start from the same cursor and read it once."""
         key = (snap.table_id, snap.version, after)
         if self._scanned is None or self._scanned[0] != key:
-            cols = ["seq", "size", *(["subject"] if self.opts.filters else [])]
+            paced = self.opts.replay_original or self.opts.consumer.rate_limit_bps
+            cols = ["seq", "size", *(["subject"] if self.opts.filters or paced else []), *(["ts_ns"] if paced else [])]
             index = self.lake().stream(self.opts.stream).index_at(snap.version, snap.table_id)
             if index is not None:  # the engine's index (persisted, seq-ordered): a slice, no file read
                 seqs = index.seq_array()
@@ -710,9 +721,11 @@ class Planner:
         if wanted is None:  # the scan is in sequence order
             cut = int(np.searchsorted(seqs_all, upto, side="right"))
             seqs, tail = seqs_all[:cut], len(seqs_all) - cut
+            planned: Any = slice(0, cut)
         else:
             in_range = seqs_all <= upto
-            seqs = seqs_all[wanted & in_range]
+            planned = wanted & in_range
+            seqs = seqs_all[planned]
             tail = int(np.count_nonzero(wanted & ~in_range))
         if end is not None and end.pending is not None:
             tail = end.pending  # as when the batch was planned: a replay gives the same rows
@@ -732,8 +745,10 @@ class Planner:
         if by_size > 1:  # whole waves: every core busy until the batch's last task
             by_size = math.ceil(by_size / _cores()) * _cores()
         parts = max(self.opts.min_partitions, by_size)
+        pace = None
         if self.opts.replay_original or self.opts.consumer.rate_limit_bps:
-            parts = 1  # pacing is per task: one task keeps the stream's pace and rate
+            parts = 1  # one task releases the batch's messages in order, at the consumer's pace
+            pace = self._paced(snap, rows, planned, start.dseq, tail, upto)
         parts = min(parts, n)
         files, direct = self._files(snap)
         bounds = _aligned_bounds(seqs, parts, files)
@@ -753,8 +768,7 @@ class Planner:
             pending_after=0,
             filters=tuple(self.opts.filters),
             headers_only=self.opts.consumer.headers_only,
-            replay_original=self.opts.replay_original,
-            rate_limit_bps=int(self.opts.consumer.rate_limit_bps),
+            pace=pace,
             fail_on_data_loss=self.opts.fail_on_data_loss,
             storage_options=self.opts.storage_options,
             table_schema=self.table().dataset(snap).schema if direct else None,
@@ -775,6 +789,36 @@ class Planner:
                 )
             )
         return out
+
+    def _paced(self, snap: Snapshot, rows: pa.Table, planned: Any, dseq: int, tail: int, upto: int) -> Pace:
+        """The pacing state before the batch's first message (``push_pacing``), then advanced
+        past the batch's messages (``planned`` of the scanned ``rows``) as the server would
+        deliver them from now. The first paced batch of this planner starts it, as a consumer's
+        creation starts the server's: full bucket, replaying up to the stream's last sequence.
+
+        Sizes come from the index (no payload read on the driver): the stored size less the file
+        store's overhead, so a message with headers counts 4 bytes more here than its task, which
+        counts exactly (and ``headers_only`` counts as if it had no headers)."""
+        if self._pace is None:
+            max_size = int(self.lake().stream(self.opts.stream).config.max_msg_size)
+            burst = max_size if max_size > 0 else SERVER_MAX_PAYLOAD
+            self._pace = Pace.start(self.opts.replay_original, int(self.opts.consumer.rate_limit_bps), burst)
+            self._replay_upto = snap.last_seq
+        before = self._pace
+        got = rows.select(["seq", "size", "subject", "ts_ns"])
+        got = got.slice(planned.start, planned.stop) if isinstance(planned, slice) else got.filter(pa.array(planned))
+        n = got.num_rows
+        ts = got["ts_ns"].to_numpy()
+        subj = value_lengths(got["subject"])
+        data = got["size"].to_numpy() - stored_size("", 0, 0) - subj
+        ack = ack_reply_lens(self.opts.stream, self.opts.consumer_name, got["seq"].to_numpy(),
+                             dseq + 1 + np.arange(n), ts, tail + n - 1 - np.arange(n))
+        sizes = delivered_sizes(subj, np.zeros(n, dtype=np.int64), data, ack, self.opts.consumer.headers_only)
+        after = before.advance(self.clock(), ts, sizes)
+        if after.replay and upto >= max(self._replay_upto, snap.last_seq):
+            after = replace(after, replay=False)  # caught up, nothing more stored: replay is over
+        self._pace = after
+        return before
 
     def _gone(self, end: Cursor, snap: Snapshot) -> bool:
         """The batch ending at ``end`` was planned on a table the stream no longer is (deleted

@@ -4,7 +4,8 @@ Runs in a Spark Python worker from nothing but the partition: it opens the Delta
 URI at the pinned version (a ``DeltaTable`` cannot be pickled), reads only the partition's
 files and sequence range with pyarrow, keeps the wanted messages in stream order, and paces
 the output for ``replay_policy=original`` and ``rate_limit_bps`` as the server paces a push
-consumer. No pyspark import: the batches already match ``ARROW_SCHEMA``.
+consumer, from the pacing state the planner carries across micro-batches (``push_pacing``).
+No pyspark import: the batches already match ``ARROW_SCHEMA``.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from jsspark.datasource.partition import DataLossError, ReadPartition, delivery_mask
+from jsspark.datasource.push_pacing import Pace, Pacer, ack_reply_lens, delivered_sizes
 from jsspark.datasource.schema import ARROW_SCHEMA, HEADERS_ARROW
 from jsspark.engine import headers as H
 from jsspark.engine.arrays import one_chunk
-from jsspark.engine.schema import MESSAGE_SCHEMA, stored_size
+from jsspark.engine.schema import MESSAGE_SCHEMA, stored_size, value_lengths
 
 MAX_BATCH_ROWS = 10_000  # paced reads: rows released at once at most
 # Unpaced reads take, convert and hand Spark the wanted rows this many at a time, as one Arrow
@@ -32,8 +34,9 @@ MAX_BATCH_ROWS = 10_000  # paced reads: rows released at once at most
 OUTPUT_SLICE_ROWS = 131_072
 OUTPUT_SLICE_BYTES = 64 << 20
 MSG_SIZE_HEADER = "Nats-Msg-Size"  # what a headers_only consumer gets instead of the payload
-# How much a rate-limited read sends between two sleeps.
-RATE_SLICE_SECONDS = 0.1
+# A paced read releases together the messages due within this of the first one (at the last
+# one's time): a fast rate does not cost Spark a batch per message.
+RELEASE_QUANTUM = 0.01
 
 
 def _filesystem(p: ReadPartition) -> Any:
@@ -116,7 +119,7 @@ def _seq_filter(p: ReadPartition, exact: bool) -> ds.Expression | None:
 def _stored_columns(p: ReadPartition) -> list[str]:
     """What a task decodes: ``time`` is always ``ts_ns`` truncated to microseconds (the engine
     writes it so), and ``size`` only sizes a headers-only payload or paces a read."""
-    paced = p.replay_original or p.rate_limit_bps
+    paced = p.pace is not None and p.pace.paced
     return ["seq", "ts_ns", "subject", "headers", *(["size"] if paced or p.headers_only else []),
             *([] if p.headers_only else ["data"])]
 
@@ -236,50 +239,55 @@ def _as(column: pa.Array, type_: pa.DataType) -> pa.Array:
     return column if column.type == type_ else column.cast(type_)
 
 
+def delivered_sizes_of(p: ReadPartition, rows: pa.Table, out: pa.Table) -> np.ndarray:
+    """The bytes the server's rate limit charges each of ``rows`` (stored columns, delivered as
+    ``out``): subject, ack reply, header block and payload (``push_pacing.delivered_sizes``)."""
+    subj = value_lengths(rows["subject"])
+    hlen = H.column_encoded_len(rows["headers"])
+    ack = ack_reply_lens(p.stream, p.consumer, out["seq"].to_numpy(), out["delivery_seq"].to_numpy(),
+                         out["ts_ns"].to_numpy(), out["num_pending"].to_numpy())
+    return delivered_sizes(subj, hlen, _payload_sizes(rows), ack, p.headers_only)
+
+
 def _chunks(
-    out: pa.Table, ts_ns: np.ndarray, sizes: np.ndarray, p: ReadPartition,
+    out: pa.Table, ts_ns: np.ndarray, sizes: np.ndarray, pace: Pace,
     clock: Callable[[], float], sleep: Callable[[float], None],
 ) -> Iterator[pa.RecordBatch]:
-    """Slices of ``out`` released on schedule: at the original gaps (``replay_original``) and/or
-    no faster than ``rate_limit_bps`` (bits of stored message size per second)."""
+    """Slices of ``out`` each released no earlier than the server would deliver its messages
+    from ``pace`` (``Pacer.release``): the first message of a slice when due, with the ones due
+    within ``RELEASE_QUANTUM`` after it (released at the last one's time, never early)."""
     n = out.num_rows
-    byte_rate = p.rate_limit_bps / 8 if p.rate_limit_bps else 0.0
-    due = (ts_ns - ts_ns[0]) / 1e9 if (p.replay_original and n) else None
-    cum = np.concatenate([[0], np.cumsum(sizes)]) if byte_rate else None
-    t0 = clock()
+    pacer = Pacer(pace)
+    ts, sz = ts_ns.tolist(), sizes.tolist()
     i = 0
     while i < n:
-        j = min(n, i + MAX_BATCH_ROWS)
-        if due is not None:
-            j = min(j, int(np.searchsorted(due, due[i], side="right")))
-        if cum is not None:
-            budget = cum[i] + max(byte_rate * RATE_SLICE_SECONDS, 1)
-            j = max(i + 1, min(j, int(np.searchsorted(cum, budget, side="right")) - 1))
-        wait = 0.0
-        if due is not None:
-            wait = max(wait, float(due[i]))
-        if cum is not None:
-            wait = max(wait, float(cum[i]) / byte_rate)
-        delay = wait - (clock() - t0)
-        if delay > 0:
-            sleep(delay)
+        now = clock()
+        at, j = now, i
+        while j < n and j - i < MAX_BATCH_ROWS:
+            t = pacer.release(at, ts[j], sz[j])
+            if j > i and t > now + RELEASE_QUANTUM:
+                break
+            pacer.commit()
+            at, j = t, j + 1
+        if at > now:
+            sleep(at - now)
         yield from out.slice(i, j - i).to_batches(max_chunksize=MAX_BATCH_ROWS)
         i = j
 
 
 def read_partition(
-    p: ReadPartition, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+    p: ReadPartition, clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep
 ) -> Iterator[pa.RecordBatch]:
     """All record batches of one partition, schema exactly ``ARROW_SCHEMA``.
 
     Unpaced reads build the output a slice at a time: Spark converts one slice while the
     next is taken, and only the stored rows plus one slice are held at once."""
-    if p.replay_original or p.rate_limit_bps:
+    if p.pace is not None and p.pace.paced:
         rows = load_messages(p)
         if rows.num_rows == 0:
             return
         out = to_output(p, rows)
-        yield from _chunks(out, rows["ts_ns"].to_numpy(), rows["size"].to_numpy(), p, clock, sleep)
+        yield from _chunks(out, rows["ts_ns"].to_numpy(), delivered_sizes_of(p, rows, out), p.pace, clock, sleep)
         return
     rows, idx = load_rows(p)
     n = len(idx)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -160,9 +160,18 @@ def test_mirror_jobs_equal_server_mirrors(spark: Any, server: NatsServer, nats: 
     jobs = [{"stream": {"name": name, "mirror": mirror}, "target": {"location": loc},
              "origins": {"*": {"servers": server.url}}, "trigger": "available_now"}
             for name, mirror in mirrors.items()]
-    run_all(jobs, spark)
+    # a start past every stored message: the server purges the empty mirror up to it
+    cut = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    beyond = {"LMB": {"name": "LO", "opt_start_seq": 100}, "LMBT": {"name": "LO", "opt_start_time": cut}}
+    for name, mirror in beyond.items():
+        nats.add_stream(name=name, storage="file", mirror=mirror)
+    run_all(jobs + [{**jobs[0], "stream": {"name": name, "mirror": mirror}} for name, mirror in beyond.items()], spark)
     _same_mirrors(nats, lake, mirrors)
     assert lake_state(lake, "LMP") == (0, 0, 11, 10, 0)
+    for name, want in (("LMB", (0, 0, 100, 99, 0)), ("LMBT", (0, 0, 41, 40, 0))):
+        wait_for(lambda n=name, w=want: state_of(server_info(nats, n)["state"]) == w, BOUND,
+                 f"the server's mirror {name} to align", lambda n=name: str(server_info(nats, n)["state"]))
+        assert lake_state(lake, name) == want, name
 
     # the origins go on (LO after its deleted tail 40): the server's mirrors follow at once, the
     # jobs resume from their checkpoints, and both show 40 as a deleted number

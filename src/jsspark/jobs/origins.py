@@ -35,6 +35,7 @@ class OriginFacts:
     durable: dict[str, Any] | None = None  # the existing durable's config, if any (server origins)
     messages: int = 0  # the origin's state when the job planned
     last_seq: int = 0
+    last_ts_ns: int = 0
     durable_name: str = ""  # the durable the job reads it through (choose_durable), when it acks
     stale: tuple[str, ...] = ()  # the job's durables there no source reads any more
 
@@ -111,7 +112,8 @@ def lake_facts(endpoint: Endpoint, name: str, choose: Chooser | None = None) -> 
     info = lake.stream_info(name)
     retention = str(getattr(info.config.retention, "value", info.config.retention))
     facts = OriginFacts(retention=retention, identity=identity_of(rfc3339nano(info.created_ns)),
-                        messages=info.state.messages, last_seq=info.state.last_seq)
+                        messages=info.state.messages, last_seq=info.state.last_seq,
+                        last_ts_ns=info.state.last_ts_ns)
     if choose is None or not facts.needs_acks:
         return facts
     durable, stale = choose([c.name for c in lake.consumers_info(name)])
@@ -181,6 +183,7 @@ def server_facts(endpoint: Endpoint, name: str, choose: Chooser | None = None,
     position). ``connection``: the origin's connection options (``origin_connection``: an
     external origin's API prefix); default the endpoint's."""
     from jsspark.live.consumer import consumer_info, consumer_names, js_request, stream_info
+    from jsspark.live.snapshot import rfc3339_ns
 
     async def ask(nc: Any, conn: Any) -> OriginFacts:
         info = await stream_info(nc, conn, name)
@@ -189,8 +192,10 @@ def server_facts(endpoint: Endpoint, name: str, choose: Chooser | None = None,
         created = info.get("created")
         identity = identity_of(created) if created and level >= IDENTITY_API_LEVEL else None
         state = info.get("state") or {}
+        last_ts = state.get("last_ts")
         facts = OriginFacts(str(info["config"].get("retention", "limits")), identity, None,
-                            int(state.get("messages", 0)), int(state.get("last_seq", 0)))
+                            int(state.get("messages", 0)), int(state.get("last_seq", 0)),
+                            rfc3339_ns(last_ts) if last_ts and state.get("messages") else 0)
         if choose is None or not facts.needs_acks:
             return facts
         durable, stale = choose(await consumer_names(nc, conn, name))

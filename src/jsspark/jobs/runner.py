@@ -209,9 +209,12 @@ class Job:
         facts = self._facts(source)
         durable = facts.durable_name or consumer_name(self.spec.stream.name, source, self.spec.origin_sources())
         if kind == "mirror":
-            last = self.lake.stream_info(self.spec.stream.name).state.last_seq
-            if not last and not facts.messages and facts.last_seq:
-                last = self._align_empty_mirror(source, facts)
+            state = self.lake.stream_info(self.spec.stream.name).state
+            last = state.last_seq
+            beyond = self._start_beyond(source, facts)
+            if not state.messages and beyond is not None and beyond - 1 > last:
+                self.lake.purge(self.spec.stream.name, seq=beyond)
+                last = beyond - 1
             resume = last + 1 if last else None
         else:
             mark = sourced_seq(self.lake, self.spec.stream.name, source, facts.identity)
@@ -221,15 +224,24 @@ class Job:
                                else self._server_reader(plan, durable))
         return plan
 
-    def _align_empty_mirror(self, source: StreamSource, facts: OriginFacts) -> int:
-        """A mirror that never held anything, of an origin that holds nothing but has sequences
-        behind it (purged, expired): the server's new mirror consumer reports that position
-        as delivered and the server purges the empty mirror up to it (``PurgeEx("",
-        delivered+1)``), so the mirror shows the origin's numbering before any message comes.
-        Returns the mirror's new last sequence."""
-        start = max(facts.last_seq + 1, int(source.opt_start_seq or 0))
-        self.lake.purge(self.spec.stream.name, seq=start)
-        return start - 1
+    @staticmethod
+    def _start_beyond(source: StreamSource, facts: OriginFacts) -> int | None:
+        """Where the mirror's consumer starts when that is past every message the origin stores
+        (``None`` otherwise: the first one landed gives the mirror its numbering): after the
+        origin's last sequence when it holds nothing (purged, expired) or ``opt_start_time`` is
+        after its last message, else at an ``opt_start_seq`` beyond it. An empty mirror is then
+        purged up to there (``setupMirrorConsumer``: ``state.Msgs == 0 && Delivered.Stream >
+        state.LastSeq`` -> ``PurgeEx("", Delivered.Stream+1)``), so it shows the origin's numbering
+        before any message comes."""
+        start = int(source.opt_start_seq or 0)
+        if not facts.messages:
+            start = max(start, facts.last_seq + 1)
+        elif source.opt_start_time is not None and not start:
+            from jsspark.live.snapshot import rfc3339_ns
+
+            if rfc3339_ns(source.opt_start_time.to_rfc3339nano()) > facts.last_ts_ns:
+                start = facts.last_seq + 1
+        return start if start > max(facts.last_seq, 1) else None
 
     @staticmethod
     def _start(plan: OriginPlan, names: tuple[str, str, str]) -> dict[str, str]:

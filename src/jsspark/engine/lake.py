@@ -49,6 +49,7 @@ from jsspark.subjects import subject_matches, subjects_collide, validate_asset_n
 
 STREAM = "stream"
 CONSUMER = "consumer"
+REPUBLISH_AFTER = "republish_after"  # catalog body: the last seq when republish was last set or changed
 
 
 def connect(location: str | Path, storage_options: dict[str, str] | None = None) -> Lake:
@@ -135,6 +136,10 @@ class Lake:
         new = self._coerce_config(config, params)
         name = new.name
         retention: list[tuple[RetentionPolicy, RetentionPolicy]] = []
+        try:
+            stored = self.stream(name).state().last_seq if new.republish is not None else 0
+        except APIError:
+            stored = 0  # not found: the plan says so, after validating as the server does
 
         def plan(records: dict[Key, Record]) -> list[Change]:
             existing = records.get((STREAM, name, ""))
@@ -148,13 +153,28 @@ class Lake:
             _check_consumer_limits(old, cfg, self.consumers._all(name, records))
             refuse_unsupported(cfg)
             self._check_overlap(records, cfg)
-            return [Change(STREAM, name, "", {**existing.body, "config": cfg.to_json()})]
+            body = {**existing.body, "config": cfg.to_json()}
+            if cfg.to_json().get("republish") != old.to_json().get("republish"):
+                # a server republishes at store time (processJetStreamMsg): a republish set or
+                # changed now covers only what is stored from now on
+                body.pop(REPUBLISH_AFTER, None)
+                if cfg.republish is not None and stored:
+                    body[REPUBLISH_AFTER] = stored
+            return [Change(STREAM, name, "", body)]
 
         self.catalog.transact(plan)
         if retention[0][0] is not retention[0][1] and retention[0][1] is RetentionPolicy.INTEREST:
             self.consumers.to_interest(name)  # before the store's limits, as on the server
         self.enforce_limits(name)  # lowered limits apply at once, as on the server
         return self.stream_info(name)
+
+    def republish_after(self, name: str) -> int:
+        """The stream's last sequence when its current ``republish`` was set by an update (0:
+        set at creation, or none): a server republishes only what it stores after that."""
+        rec = self.catalog.get(STREAM, validate_asset_name(name, "stream"))
+        if rec is None:
+            raise api_error("JSStreamNotFoundErr")
+        return int(rec.body.get(REPUBLISH_AFTER, 0))
 
     def delete_stream(self, name: str) -> bool:
         uri = self.stream_uri(name)

@@ -201,3 +201,25 @@ def test_limits_to_interest_without_consumers_empties_the_stream(pair: Pair, sto
     pair.check(s)
     pair.publish(subj(s, "a"), b"y")
     pair.check(s)
+
+
+def test_an_update_records_where_a_republish_it_sets_begins(tmp_path: Any) -> None:
+    """A server republishes at store time: what an update that sets or changes ``republish``
+    finds stored is never republished. The update records that last sequence; an update that
+    keeps the republish keeps it; removing republish clears it."""
+    lake = connect(str(tmp_path / "lake"))
+    lake.add_stream(name="EV", subjects=["ev.>"], republish={"src": "ev.>", "dest": "out.>"})
+    assert lake.republish_after("EV") == 0  # set at creation: everything is stored after it
+    for s in ("ev.1", "ev.2", "ev.3"):
+        lake.publish(s, b"x")
+    lake.update_stream(name="EV", subjects=["ev.>"])
+    assert lake.republish_after("EV") == 0
+    lake.update_stream(name="EV", subjects=["ev.>"], republish={"src": "ev.>", "dest": "out.>"})
+    assert lake.republish_after("EV") == 3
+    lake.publish("ev.4", b"x")
+    lake.update_stream(name="EV", subjects=["ev.>"], republish={"src": "ev.>", "dest": "out.>"}, max_msgs=100)
+    assert lake.republish_after("EV") == 3  # the same republish
+    lake.update_stream(name="EV", subjects=["ev.>"], republish={"src": "ev.>", "dest": "new.>"}, max_msgs=100)
+    assert lake.republish_after("EV") == 4
+    lake.update_stream(name="EV", subjects=["ev.>"], max_msgs=100)
+    assert lake.republish_after("EV") == 0

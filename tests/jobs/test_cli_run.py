@@ -161,3 +161,14 @@ def test_submit_entry_ends_on_signal_timeout_and_failure(
         capsys.readouterr().err
         == "jsspark.jobs.submit: error: job MIRROR: ConnectionError: nats://app:***@h\n"
     )
+
+
+def test_the_submit_file_runs_from_a_source_checkout_where_jsspark_is_not_installed(tmp_path: Path) -> None:
+    """spark-submit runs ``jsspark/jobs/submit.py`` as a file; in a source checkout no installed
+    jsspark is there (``-S``: no site-packages, and a clean environment: no PYTHONPATH), so the
+    file puts ``src/`` on the path before its first jsspark import."""
+    entry = Path(submit_module.__file__)
+    res = subprocess.run([sys.executable, "-S", str(entry), "--help"], env={}, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("usage: jsspark.jobs.submit [-h]") and "--timeout DURATION" in res.stdout

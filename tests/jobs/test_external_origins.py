@@ -16,7 +16,6 @@ import pytest
 
 import jsspark
 from jsspark.config import StreamSource
-from jsspark.engine.sourcing import Origin
 from jsspark.errors import APIError
 from jsspark.jobs.origins import consumer_name, origin_connection
 from jsspark.jobs.runner import Job, run_job
@@ -101,7 +100,7 @@ def test_the_probe_asks_the_origins_account_through_the_external_api(two_account
     assert facts.identity == jsspark.engine.sourcing.identity_of(created)
 
     # a durable the job made before is found there too (a restart asks for its start position)
-    durable = consumer_name("PT", Origin.of(source))
+    durable = consumer_name("PT", source, [source])
     made = src.api(f"CONSUMER.CREATE.PQ.{durable}", {"stream_name": "PQ", "config": {
         "durable_name": durable, "deliver_subject": "deliver.src.x", "ack_policy": "flow_control",
         "flow_control": True, "idle_heartbeat": 1_000_000_000, "max_ack_pending": 7}})
@@ -141,7 +140,7 @@ def test_external_sources_land_every_message_once(spark: Any, two_accounts: Nats
     wait_for(lambda: src.state("WQ")["messages"] == 0, BOUND, "the work queue to be drained",
              lambda: str(src.state("WQ")))  # the acks (flow-control replies) reached SRC
     (durable,) = src.api("CONSUMER.LIST.WQ")["consumers"]
-    assert durable["name"] == consumer_name("INTO", Origin.of(sources[0]))
+    assert durable["name"] == consumer_name("INTO", sources[0], sources)
     assert durable["config"]["deliver_subject"].startswith("deliver.src.")
 
 

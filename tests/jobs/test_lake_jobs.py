@@ -170,3 +170,29 @@ def test_await_termination_at_the_deadline_does_not_raise() -> None:
     job.queries = [Query(), Query()]
     assert job.await_termination(0.0) is True
     assert all(t == 0.001 for q in job.queries for t in q.timeouts)
+
+
+def test_a_source_whose_filter_changes_or_goes_keeps_one_durable_on_a_lake_origin(spark: Any, tmp_path: Path) -> None:
+    """As on a server origin (tests/jobs/test_live_jobs.py, against the server's own sourcing):
+    the job's one durable on a WorkQueue origin is updated to the new filter, keeps its
+    position, takes only the filtered messages, and is deleted when the source goes."""
+    lake = jsspark.connect(str(tmp_path / "lake"))
+    lake.add_stream(name="WQ", subjects=["wq.>"], retention="workqueue")
+    lake.add_stream(name="P", subjects=["p.>"])
+    for s in ("wq.a.1", "wq.b.1", "wq.a.2"):
+        lake.publish(s, b"x")
+    job = {"stream": {"name": "T", "sources": [{"name": "WQ"}]}, "target": {"location": lake.location},
+           "origins": {"*": {"location": lake.location}}, "trigger": "available_now"}
+    assert run_job(job, spark).await_termination(300)
+    (durable,) = [c.name for c in lake.consumers_info("WQ")]
+    for s in ("wq.a.3", "wq.b.2"):
+        lake.publish(s, b"x")
+    job["stream"]["sources"] = [{"name": "WQ", "filter_subject": "wq.a.>"}]
+    assert run_job(job, spark).await_termination(300)
+    assert [r["subject"] for r in _rows(lake, "T")] == ["wq.a.1", "wq.b.1", "wq.a.2", "wq.a.3"]
+    assert [(c.name, c.config.filter_subjects or [c.config.filter_subject]) for c in lake.consumers_info("WQ")] == [
+        (durable, ["wq.a.>"])]
+    assert [r["subject"] for r in _rows(lake, "WQ")] == ["wq.b.2"]  # not the source's: kept
+    job["stream"]["sources"] = [{"name": "P"}]
+    assert run_job(job, spark).await_termination(300)
+    assert lake.consumers_info("WQ") == []

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -160,9 +160,18 @@ def test_mirror_jobs_equal_server_mirrors(spark: Any, server: NatsServer, nats: 
     jobs = [{"stream": {"name": name, "mirror": mirror}, "target": {"location": loc},
              "origins": {"*": {"servers": server.url}}, "trigger": "available_now"}
             for name, mirror in mirrors.items()]
-    run_all(jobs, spark)
+    # a start past every stored message: the server purges the empty mirror up to it
+    cut = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    beyond = {"LMB": {"name": "LO", "opt_start_seq": 100}, "LMBT": {"name": "LO", "opt_start_time": cut}}
+    for name, mirror in beyond.items():
+        nats.add_stream(name=name, storage="file", mirror=mirror)
+    run_all(jobs + [{**jobs[0], "stream": {"name": name, "mirror": mirror}} for name, mirror in beyond.items()], spark)
     _same_mirrors(nats, lake, mirrors)
     assert lake_state(lake, "LMP") == (0, 0, 11, 10, 0)
+    for name, want in (("LMB", (0, 0, 100, 99, 0)), ("LMBT", (0, 0, 41, 40, 0))):
+        wait_for(lambda n=name, w=want: state_of(server_info(nats, n)["state"]) == w, BOUND,
+                 f"the server's mirror {name} to align", lambda n=name: str(server_info(nats, n)["state"]))
+        assert lake_state(lake, name) == want, name
 
     # the origins go on (LO after its deleted tail 40): the server's mirrors follow at once, the
     # jobs resume from their checkpoints, and both show 40 as a deleted number
@@ -359,7 +368,7 @@ def test_workqueue_durable_sourcing_lands_once_and_drains(spark: Any, server: Na
     check(300)
     cons = nats.api("CONSUMER.LIST.WQO")["consumers"]
     assert [(c["name"], c["config"]["ack_policy"]) for c in cons] == [
-        (jsspark.jobs.origins.consumer_name("WQS", Origin.of(source)), "flow_control")]
+        (jsspark.jobs.origins.consumer_name("WQS", source, [source]), "flow_control")]
 
     more = origin_items("WQO", "wq", 100, offset=300)
     items += more
@@ -507,3 +516,59 @@ def test_source_mark_never_moves_back_and_follows_identity(tmp_path: Path) -> No
            for r in lake.stream("T").read().sort_by("seq").to_pylist()]
     assert got == [f"X {i} > > x.{i} AAAAAAAA" for i in range(1, 7)] + [f"X {i} > > x.{i} BBBBBBBB" for i in (1, 2)]
     assert lake.stream_info("T").sources[0].seq == 2
+
+
+def _consumers(nats: SyncNats, stream: str) -> list[tuple[str, list[str]]]:
+    """Each consumer's name and filters, as the origin lists them."""
+    from jsspark.engine.consumers import filters_of
+
+    return [(c["name"], filters_of(c["config"])) for c in nats.api(f"CONSUMER.LIST.{stream}").get("consumers") or []]
+
+
+def test_a_source_whose_filter_changes_or_goes_keeps_one_durable_as_the_server(
+    spark: Any, server: NatsServer, nats: SyncNats, raw: RawNats, tmp_path: Path
+) -> None:
+    """The server's stream update keeps its one sourcing consumer per origin, its filter updated
+    (``createSourcingConsumerHash``), and deletes it when the source goes
+    (``tryDeleteSourceConsumer``). A job restarted with the new config does the same to its
+    durable: no second durable (which a WorkQueue refuses), nothing landed twice or skipped,
+    and no durable left to retain the origin's messages."""
+    first, second = ["a.1", "b.1", "a.2"], ["a.3", "b.2"]
+
+    def items(prefix: str, names: list[str]) -> list[tuple[str, bytes, list[tuple[str, str]]]]:
+        return [(f"{prefix}.{n}", n.encode(), []) for n in names]
+
+    # the server's own sourcing stream, through the same changes
+    nats.add_stream(name="SWQ", subjects=["swq.>"], retention="workqueue")
+    nats.add_stream(name="PL", subjects=["pl.>"])
+    publish_origin(nats, raw, "SWQ", items("swq", first))
+    nats.api("STREAM.CREATE.ST", {"name": "ST", "sources": [{"name": "SWQ"}]})
+    wait_for(lambda: nats.state("ST")["messages"] == 3 and nats.state("SWQ")["messages"] == 0, BOUND, "ST to source")
+    (server_durable,) = _consumers(nats, "SWQ")
+    assert "error" not in nats.api("STREAM.UPDATE.ST", {"name": "ST", "sources": [{"name": "SWQ", "filter_subject": "swq.a.>"}]})
+    publish_origin(nats, raw, "SWQ", items("swq", second))  # (the job's come while it is stopped)
+    wait_for(lambda: nats.state("ST")["messages"] == 4, BOUND, "ST to source the filtered message")
+    assert _consumers(nats, "SWQ") == [(server_durable[0], ["swq.a.>"])]
+    wait_for(lambda: nats.state("SWQ")["messages"] == 1, BOUND, "SWQ to keep only swq.b.2 (no longer the source's)")
+    assert "error" not in nats.api("STREAM.UPDATE.ST", {"name": "ST", "sources": [{"name": "PL"}]})
+    wait_for(lambda: _consumers(nats, "SWQ") == [], BOUND, "the server to delete its sourcing consumer")
+
+    # the job, through the same changes
+    nats.add_stream(name="JWQ", subjects=["jwq.>"], retention="workqueue")
+    publish_origin(nats, raw, "JWQ", items("jwq", first))
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    job = {"stream": {"name": "JT", "sources": [{"name": "JWQ"}]}, "target": {"location": loc},
+           "origins": {"*": {"servers": server.url}}, "trigger": "available_now"}
+    run_all([job], spark)
+    wait_for(lambda: nats.state("JWQ")["messages"] == 0, BOUND, "the work queue to be drained")
+    (durable,) = _consumers(nats, "JWQ")
+    publish_origin(nats, raw, "JWQ", items("jwq", second))
+    job["stream"]["sources"] = [{"name": "JWQ", "filter_subject": "jwq.a.>"}]
+    run_all([job], spark)
+    assert [r["subject"] for r in lake_msgs(lake, "JT")] == [f"jwq.{n}" for n in [*first, "a.3"]]
+    assert _consumers(nats, "JWQ") == [(durable[0], ["jwq.a.>"])]  # the same durable, filter updated
+    wait_for(lambda: nats.state("JWQ")["messages"] == 1, BOUND, "the filtered message to be acked")
+    job["stream"]["sources"] = [{"name": "PL"}]
+    run_all([job], spark)
+    assert _consumers(nats, "JWQ") == []

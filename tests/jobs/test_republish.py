@@ -344,3 +344,43 @@ def test_stored_modes_store_kv_updates_whose_expectations_were_checked_at_the_or
     for pairs in [*in_lake, *landed]:
         assert not [k for k, _ in pairs if k.startswith("Nats-Expected-")], pairs
     assert [dict(p)["Nats-Sequence"] for p in landed] == ["1", "2", "3"]
+
+
+def test_republish_added_by_an_update_sends_only_what_is_stored_after_it(
+    spark: Any, reference: Any, dest: RawNats, second_server: NatsServer, tmp_path: Path
+) -> None:
+    """A server republishes at store time (``processJetStreamMsg``): a ``republish`` set by a
+    stream update sends none of the messages stored before it. The job starts after the last
+    sequence the update recorded, and sends what the server sends, byte for byte."""
+    api, raw, created = reference
+    prefix = f"rpu{next(_names)}"
+    cfg, msgs = scenario(prefix, False)
+    plain = {k: v for k, v in cfg.items() if k != "republish"}
+    before, after = msgs[:6], msgs[6:]
+    name = cfg["name"]
+    # the server: created without republish, the first messages stored, then the update
+    api.add_stream(**plain)
+    created.append(name)
+    for subject, data, pairs in before:
+        raw.publish(subject, data, pairs)
+    raw.flush()
+    assert "error" not in api.api(f"STREAM.UPDATE.{name}", cfg)
+    sid = raw.subscribe(">")
+    sentinel_seq = str(len(msgs) + 1)
+    for subject, data, pairs in [*after, (f"{prefix}.in.z", b"sentinel", None)]:
+        raw.publish(subject, data, pairs)
+    got = raw.wait(lambda ms: any(m.header("Nats-Sequence") == sentinel_seq for m in ms), sid,
+                   what="the republish of the sentinel")
+    theirs = [m for m in got if m.header("Nats-Stream") == name and m.header("Nats-Sequence") != sentinel_seq]
+    # the lake: the same steps
+    lake = lake_with(tmp_path, plain, before)
+    lake.update_stream(cfg)
+    publish(lake, name, after)
+    sid = dest.subscribe(f"{prefix}.>")
+    job = run(spark, location=lake.location, stream=name, republish=None,
+              destination={"servers": second_server.url}, checkpoint=str(tmp_path / "ckpt"))
+    dest.flush()
+    mine = dest.received(sid)
+    assert min(int(m.header("Nats-Sequence")) for m in mine) > len(before)
+    assert job.stats["sent"] == len(mine) == len(theirs)
+    assert_same_republish(api, name, stored(lake, name), as_rows(mine), theirs)

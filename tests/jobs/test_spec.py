@@ -176,3 +176,20 @@ def test_a_field_that_would_do_nothing_is_refused(tmp_path: Path, where: str, en
     doc[where] = {"*": endpoint} if where == "origins" else endpoint
     with pytest.raises(JobError, match=text):
         load_job(doc)
+
+
+@pytest.mark.parametrize(
+    ("stream", "text"),
+    [({"name": "T", "sources": [{"name": "ORDERS"}, {"name": "RETURNS"}]},
+      "origins: 'ORDRES' is no mirror or source of stream 'T' \\(its origins: 'ORDERS', 'RETURNS'\\)"),
+     ({"name": "M", "mirror": {"name": "ORDERS"}}, "'ORDRES' is no mirror or source of stream 'M' \\(its origins: 'ORDERS'\\)"),
+     ({"name": "R", "subjects": ["r.>"], "republish": {"src": "r.>", "dest": "out.>"}},
+      "'ORDRES' is no mirror or source of stream 'R' \\(its origins: none\\)")],
+)  # fmt: skip
+def test_an_origins_entry_that_names_no_origin_is_refused(tmp_path: Path, stream: dict[str, Any], text: str) -> None:
+    """A misspelt entry would otherwise be ignored, and with a '*' default its origin read from there."""
+    doc = job(tmp_path, stream, origins={"ORDRES": {"servers": "nats://prod:4222"}, "*": {"location": "/other"}})
+    if "republish" in stream:
+        doc["republish_to"] = {"servers": "nats://prod:4222"}
+    with pytest.raises(JobError, match=text):
+        load_job(doc)

@@ -244,7 +244,24 @@ def settle(lake: Any, cur: Cursor) -> None:
     assert cur.durable is not None and cur.gen is not None
     stream, name = cur.durable.stream, cur.durable.name
     lake.record_delivered(stream, name, cur.seq, cur.dseq, generation=cur.gen)
-    lake.ack(stream, name, cur.seq, cur.dseq, generation=cur.gen)
+    acked = _last_delivered(lake, stream, name, cur.seq)
+    if acked:
+        lake.ack(stream, name, acked, cur.dseq, generation=cur.gen)
+
+
+def _last_delivered(lake: Any, stream: str, name: str, seq: int) -> int:
+    """The last message at or below ``seq`` on the durable's filter (0: none): what an ack up
+    to ``seq`` acks, as a server client acks a message it was delivered. The cursor's ``seq``
+    may be one the filter passed over, and a work queue removes the message an ack names
+    (``stream.ackMsg``), though it belongs to another consumer."""
+    from jsspark.engine.consumers import StreamView, filters_of
+
+    filters = filters_of(lake.consumer_info(stream, name).config)
+    if not filters:
+        return seq
+    view = StreamView.of(lake.stream(stream))
+    on = view.seqs[view.match(filters) & (view.seqs <= seq)]
+    return int(on[-1]) if len(on) else 0
 
 
 @dataclass

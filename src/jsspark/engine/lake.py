@@ -84,6 +84,9 @@ def _deleted_is_not_found(method: Callable[..., T]) -> Callable[..., T]:
     return run
 
 
+REPUBLISH_AFTER = "republish_after"  # catalog body: the last seq when republish was last set or changed
+
+
 def connect(location: str | Path, storage_options: dict[str, str] | None = None) -> Lake:
     """Open (creating on first write) the lake streams under ``location``."""
     return Lake(str(location), storage_options)
@@ -227,6 +230,10 @@ class Lake:
         if self.catalog.get(STREAM, name) is not None:
             self.consumers.expire(name)  # the consumer limits and the retention change see the live ones
         retention: list[tuple[RetentionPolicy, RetentionPolicy]] = []
+        try:
+            stored = self.stream(name).state().last_seq if new.republish is not None else 0
+        except APIError:
+            stored = 0  # not found: the plan says so, after validating as the server does
 
         def plan(records: dict[Key, Record]) -> list[Change]:
             existing = records.get((STREAM, name, ""))
@@ -240,7 +247,14 @@ class Lake:
             _check_consumer_limits(old, cfg, self.consumers._all(name, records))
             refuse_unsupported(cfg)
             self._check_overlap(records, cfg)
-            return [Change(STREAM, name, "", {**existing.body, "config": cfg.to_json()})]
+            body = {**existing.body, "config": cfg.to_json()}
+            if cfg.to_json().get("republish") != old.to_json().get("republish"):
+                # a server republishes at store time (processJetStreamMsg): a republish set or
+                # changed now covers only what is stored from now on
+                body.pop(REPUBLISH_AFTER, None)
+                if cfg.republish is not None and stored:
+                    body[REPUBLISH_AFTER] = stored
+            return [Change(STREAM, name, "", body)]
 
         self.catalog.transact(plan)
         # The new config (the update applies it below, not _recover); no publish planned on the
@@ -250,6 +264,14 @@ class Lake:
             self.consumers.to_interest(name)  # before the store's limits, as on the server
         self.enforce_limits(name)  # lowered limits apply at once, as on the server
         return self.stream_info(name)
+
+    def republish_after(self, name: str) -> int:
+        """The stream's last sequence when its current ``republish`` was set by an update (0:
+        set at creation, or none): a server republishes only what it stores after that."""
+        rec = self.catalog.get(STREAM, validate_asset_name(name, "stream"))
+        if rec is None:
+            raise api_error("JSStreamNotFoundErr")
+        return int(rec.body.get(REPUBLISH_AFTER, 0))
 
     def delete_stream(self, name: str) -> bool:
         """The catalog commit deletes the stream; its table is removed after, unless a new

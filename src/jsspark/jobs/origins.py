@@ -12,8 +12,9 @@ JetStream API on a server.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jsspark.config import StreamSource
@@ -22,6 +23,7 @@ from jsspark.engine.sourcing import Origin, identity_of, server_hash
 from jsspark.errors import APIError
 from jsspark.jobs.spec import Endpoint
 
+DURABLE_PREFIX = "jsspark_"
 # The server's API level from which origins answer with their identity (2.15).
 IDENTITY_API_LEVEL = 5
 
@@ -33,16 +35,58 @@ class OriginFacts:
     durable: dict[str, Any] | None = None  # the existing durable's config, if any (server origins)
     messages: int = 0  # the origin's state when the job planned
     last_seq: int = 0
+    last_ts_ns: int = 0
+    durable_name: str = ""  # the durable the job reads it through (choose_durable), when it acks
+    stale: tuple[str, ...] = ()  # the job's durables there no source reads any more
 
     @property
     def needs_acks(self) -> bool:
         return self.retention in ("interest", "workqueue")
 
 
-def consumer_name(target: str, origin: Origin) -> str:
-    """The durable a job reads an Interest/WorkQueue origin through: stable per target and
-    origin (its iname), so a restart binds the same consumer and its ack floor."""
-    return f"jsspark_{target}_{server_hash(origin.iname)}"
+def consumer_name(target: str, source: StreamSource, sources: Sequence[StreamSource]) -> str:
+    """The durable a job reads an Interest/WorkQueue origin through, named as the server names
+    its sourcing consumer (``createSourcingConsumerHash``): stable per target and origin, so a
+    source whose filter or transforms change keeps its durable (updated, its position kept);
+    the source's iname joins the hash only when ``sources`` read that origin twice."""
+    origin = Origin.of(source)
+    twice = sum(Origin.of(s).name == origin.name for s in sources) > 1
+    return f"{DURABLE_PREFIX}{target}_{server_hash(origin.iname if twice else origin.iname.split(' ')[0])}"
+
+
+def legacy_consumer_name(target: str, source: StreamSource) -> str:
+    """The name jobs gave the durable until they named it as the server does: per iname."""
+    return f"{DURABLE_PREFIX}{target}_{server_hash(Origin.of(source).iname)}"
+
+
+def owned_durables(target: str, names: Iterable[str]) -> list[str]:
+    """Among an origin's consumer names, the durables jobs into ``target`` created."""
+    pattern = re.compile(rf"{DURABLE_PREFIX}{re.escape(target)}_[0-9A-Za-z]{{8}}")
+    return [n for n in names if pattern.fullmatch(n)]
+
+
+def choose_durable(target: str, source: StreamSource, sources: Sequence[StreamSource],
+                   existing: Iterable[str]) -> tuple[str, tuple[str, ...]]:
+    """The durable ``source`` reads through, and the job's durables on its origin that no source
+    of ``sources`` reads any more (to delete, as the server's stream update deletes the sourcing
+    consumers it no longer uses: ``tryDeleteSourceConsumer``). ``existing``: the origin's
+    consumer names. The chosen one is ``consumer_name``'s if it exists; else a durable named as
+    jobs named it before (``legacy_consumer_name``: adopted, so its checkpoint's offsets, which
+    carry its name, and its ack floor stay valid); else, when ``sources`` read the origin once,
+    the one job durable there (a config whose filter or transforms were different: its filter
+    is updated and its position carries over); else ``consumer_name``'s, created."""
+    owned = owned_durables(target, existing)
+    mine = [s for s in sources if Origin.of(s).name == Origin.of(source).name]
+    wanted = [consumer_name(target, s, sources) for s in mine]
+    chosen = {}
+    for s, want in zip(mine, wanted, strict=True):
+        legacy = legacy_consumer_name(target, s)
+        chosen[want] = want if want in owned else legacy if legacy in owned else None
+    left = [n for n in owned if n not in chosen.values()]
+    if len(mine) == 1 and chosen[wanted[0]] is None and len(left) == 1:
+        chosen[wanted[0]] = left.pop()
+    taken = {want: name or want for want, name in chosen.items()}
+    return taken[consumer_name(target, source, sources)], tuple(n for n in owned if n not in taken.values())
 
 
 def run_sync(coro: Any) -> Any:
@@ -58,13 +102,47 @@ def run_sync(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
-def lake_facts(endpoint: Endpoint, name: str) -> OriginFacts:
+Chooser = Callable[[list[str]], tuple[str, tuple[str, ...]]]  # consumer names -> (durable, stale)
+
+
+def lake_facts(endpoint: Endpoint, name: str, choose: Chooser | None = None) -> OriginFacts:
     import jsspark
 
-    info = jsspark.connect(str(endpoint.location), endpoint.storage_options).stream_info(name)
-    retention = getattr(info.config.retention, "value", info.config.retention)
-    return OriginFacts(retention=str(retention), identity=identity_of(rfc3339nano(info.created_ns)),
-                       messages=info.state.messages, last_seq=info.state.last_seq)
+    lake = jsspark.connect(str(endpoint.location), endpoint.storage_options)
+    info = lake.stream_info(name)
+    retention = str(getattr(info.config.retention, "value", info.config.retention))
+    facts = OriginFacts(retention=retention, identity=identity_of(rfc3339nano(info.created_ns)),
+                        messages=info.state.messages, last_seq=info.state.last_seq,
+                        last_ts_ns=info.state.last_ts_ns)
+    if choose is None or not facts.needs_acks:
+        return facts
+    durable, stale = choose([c.name for c in lake.consumers_info(name)])
+    return replace(facts, durable_name=durable, stale=stale)
+
+
+def delete_durables(endpoint: Endpoint, stream: str, names: Sequence[str],
+                    connection: Mapping[str, str] | None = None) -> None:
+    """Delete a job's durables on an origin (one already gone is no error)."""
+    if not names:
+        return
+    if endpoint.is_lake:
+        import jsspark
+
+        lake = jsspark.connect(str(endpoint.location), endpoint.storage_options)
+        for name in names:
+            try:
+                lake.delete_consumer(stream, name)
+            except APIError as e:
+                if e.err_code != 10014:  # consumer not found: already gone
+                    raise
+        return
+    from jsspark.live.consumer import delete_consumer
+
+    async def delete(nc: Any, conn: Any) -> None:
+        for name in names:
+            await delete_consumer(nc, conn, stream, name)
+
+    _on_server(endpoint, stream, delete, connection)
 
 
 def origin_connection(endpoint: Endpoint, source: StreamSource) -> dict[str, str]:
@@ -97,43 +175,62 @@ def _connection_options(options: Mapping[str, str]) -> dict[str, str]:
     return {names[k.lower()]: str(v) for k, v in options.items() if k.lower() in names}
 
 
-def server_facts(endpoint: Endpoint, name: str, durable: str | None,
+def server_facts(endpoint: Endpoint, name: str, choose: Chooser | None = None,
                  connection: Mapping[str, str] | None = None) -> OriginFacts:
-    """Stream info (retention, created) and API level from the server, and the durable's
-    config when it exists already (a restart must ask for the same start position).
-    ``connection``: the origin's connection options (``origin_connection``: an external
-    origin's API prefix); default the endpoint's."""
-    from jsspark.live.consumer import consumer_info, js_request, stream_info
+    """Stream info (retention, created) and API level from the server; on an origin read
+    through a durable, its consumer names given to ``choose`` (``choose_durable``) and the
+    chosen durable's config when it exists already (a restart must ask for the same start
+    position). ``connection``: the origin's connection options (``origin_connection``: an
+    external origin's API prefix); default the endpoint's."""
+    from jsspark.live.consumer import consumer_info, consumer_names, js_request, stream_info
+    from jsspark.live.snapshot import rfc3339_ns
+
+    async def ask(nc: Any, conn: Any) -> OriginFacts:
+        info = await stream_info(nc, conn, name)
+        account = await js_request(nc, conn, "INFO", None)
+        level = int((account.get("api") or {}).get("level") or 0)
+        created = info.get("created")
+        identity = identity_of(created) if created and level >= IDENTITY_API_LEVEL else None
+        state = info.get("state") or {}
+        last_ts = state.get("last_ts")
+        facts = OriginFacts(str(info["config"].get("retention", "limits")), identity, None,
+                            int(state.get("messages", 0)), int(state.get("last_seq", 0)),
+                            rfc3339_ns(last_ts) if last_ts and state.get("messages") else 0)
+        if choose is None or not facts.needs_acks:
+            return facts
+        durable, stale = choose(await consumer_names(nc, conn, name))
+        existing = None
+        try:
+            if durable:
+                existing = (await consumer_info(nc, conn, name, durable)).get("config")
+        except APIError as e:
+            if e.err_code != 10014:  # consumer not found: created on first start
+                raise
+        return replace(facts, durable=existing, durable_name=durable, stale=stale)
+
+    return _on_server(endpoint, name, ask, connection)
+
+
+def _on_server(endpoint: Endpoint, name: str, work: Callable[[Any, Any], Any],
+               connection: Mapping[str, str] | None) -> Any:
+    """Run ``work(nc, conn)`` on a connection to the origin's server; a connection error names
+    the origin and the server without credentials."""
     from jsspark.live.options import parse_connection, redact
 
     given = dict(endpoint.connection_options() if connection is None else connection)
     conn = parse_connection({**given, **_connection_options(endpoint.options)})
 
-    async def ask() -> OriginFacts:
+    async def run() -> Any:
         from jsspark.live.client import open_client
 
         nc = await open_client(conn, conn.connect_timeout)  # refused credentials fail at once
         try:
-            info = await stream_info(nc, conn, name)
-            account = await js_request(nc, conn, "INFO", None)
-            existing = None
-            if durable:
-                try:
-                    existing = (await consumer_info(nc, conn, name, durable)).get("config")
-                except APIError as e:
-                    if e.err_code != 10014:  # consumer not found: created on first start
-                        raise
-            level = int((account.get("api") or {}).get("level") or 0)
-            created = info.get("created")
-            identity = identity_of(created) if created and level >= IDENTITY_API_LEVEL else None
-            state = info.get("state") or {}
-            return OriginFacts(str(info["config"].get("retention", "limits")), identity, existing,
-                               int(state.get("messages", 0)), int(state.get("last_seq", 0)))
+            return await work(nc, conn)
         finally:
             await nc.close()
 
     try:
-        return run_sync(ask())
+        return run_sync(run())
     except APIError:
         raise
     except Exception as e:  # a connection error may echo a URL with credentials

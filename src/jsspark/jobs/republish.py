@@ -24,7 +24,11 @@ them to the destination:
 
 The read is a non-durable consumer (deliver all, filtered on the republish ``src`` where
 that filter says the same): republish observes the stream and never acks, so it takes
-nothing from a WorkQueue or Interest stream and holds nothing back there. Messages removed
+nothing from a WorkQueue or Interest stream and holds nothing back there. A server
+republishes a message when it stores it (``processJetStreamMsg``), so a ``republish`` added
+to (or changed on) a stream that already holds messages covers only what is stored after
+the update: the stream's own republish starts after the last sequence the update recorded
+(``Lake.republish_after``), not at the first message. Messages removed
 before the job reads them (limits, purge, delete, or a work-queue consumer's ack) are not
 republished (``failOnDataLoss`` is off), and do not count for ``Nats-Last-Sequence``.
 
@@ -500,6 +504,11 @@ def start_republish(
     flt = _reader_filter(rp.src, config)
     if flt is not None and not (reader_options and any(k.lower().startswith("filter") for k in reader_options)):
         reader = reader.option("filter_subject", flt)
+    given = {k.lower() for k in reader_options or {}}
+    after = lake.republish_after(stream) if republish is None else 0
+    if after and not given & {"deliver_policy", "opt_start_seq", "opt_start_time"}:
+        # the stream's own republish, set by an update: only what was stored since goes out
+        reader = reader.option("deliver_policy", "by_start_sequence").option("opt_start_seq", str(after + 1))
     for k, v in (reader_options or {}).items():
         reader = reader.option(k, str(v))
     writer = reader.load(location).select(*_READ_COLUMNS).writeStream.foreachBatch(job)

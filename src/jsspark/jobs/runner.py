@@ -31,7 +31,17 @@ from jsspark.datasource.options import parse_bool, prefixed_storage_options
 from jsspark.engine.ingest import sourced_seq
 from jsspark.engine.sourcing import Origin, server_hash
 from jsspark.errors import APIError
-from jsspark.jobs.origins import OriginFacts, consumer_name, lake_facts, origin_connection, server_facts
+from jsspark.jobs.origins import (
+    DURABLE_PREFIX,
+    OriginFacts,
+    choose_durable,
+    consumer_name,
+    delete_durables,
+    lake_facts,
+    origin_connection,
+    owned_durables,
+    server_facts,
+)
 from jsspark.jobs.spec import Endpoint, JobError, JobSpec, load_job
 from jsspark.live.options import LiveReadOptions
 from jsspark.live.spill import is_remote
@@ -94,16 +104,17 @@ class Job:
         return jsspark.connect(str(self.spec.target.location), self.spec.target.storage_options)
 
     # -- preparing ---------------------------------------------------------------------------------
-    def prepare(self) -> None:
+    def prepare(self) -> list[StreamSource]:
         """Create the target stream, or update it to the job's config (the server's update
         rules apply: a mirror cannot become a source, and so on). A store that cannot be read or
-        written (delta-rs's ``OSError``: credentials, network, a bad URI) fails naming the lake."""
+        written (delta-rs's ``OSError``: credentials, network, a bad URI) fails naming the lake.
+        Returns the sources the stored config had and the job's has not."""
         try:
-            self._prepare()
+            return self._prepare()
         except OSError as e:
             raise JobError(f"cannot open the target lake {self.spec.target.location}: {e}") from e
 
-    def _prepare(self) -> None:
+    def _prepare(self) -> list[StreamSource]:
         lake, cfg = self.lake, self.spec.stream
         try:
             current = lake.stream_info(cfg.name).config
@@ -111,7 +122,9 @@ class Job:
             if e.err_code != 10059:  # stream not found
                 raise
             lake.add_stream(cfg)
-            return
+            return []
+        names = {s.name for s in cfg.sources or ()}
+        removed = [s for s in current.sources or () if s.name not in names]
         from jsspark.config import check_stream_config
         from jsspark.engine.lake import stream_lookup
 
@@ -119,6 +132,7 @@ class Job:
         # looked up as ``add_stream`` looks them up
         if current.to_json() != check_stream_config(cfg, lookup=stream_lookup(lake.catalog.records())).to_json():
             lake.update_stream(cfg)
+        return removed
 
     def probe(self) -> None:
         """Ask each origin about itself (a server's STREAM.INFO, an ``external`` origin's through
@@ -132,11 +146,52 @@ class Job:
         key = json.dumps(source.to_json(), sort_keys=True)
         if key not in self._origin_facts:
             endpoint = self.spec.origin(source.name)
-            durable = consumer_name(self.spec.stream.name, Origin.of(source))
-            self._origin_facts[key] = (lake_facts(endpoint, source.name) if endpoint.is_lake
-                                       else server_facts(endpoint, source.name, durable,
+            target, sources = self.spec.stream.name, self.spec.origin_sources()
+
+            def choose(names: list[str]) -> tuple[str, tuple[str, ...]]:
+                return choose_durable(target, source, sources, names)
+
+            self._origin_facts[key] = (lake_facts(endpoint, source.name, choose) if endpoint.is_lake
+                                       else server_facts(endpoint, source.name, choose,
                                                          origin_connection(endpoint, source)))
         return self._origin_facts[key]
+
+    def retire(self, removed: list[StreamSource]) -> None:
+        """Delete the job's durables no source reads any more, before any query binds one (a
+        WorkQueue origin refuses a second durable whose filter overlaps), as the server's
+        stream update deletes the sourcing consumers of sources it no longer has
+        (``tryDeleteSourceConsumer``): those left on an origin the config reads (``stale``,
+        found by ``probe``), and every one on the origin of a ``removed`` source (a source the
+        target's stored config had and the job's has not), which would retain its messages
+        for ever on an Interest or WorkQueue origin."""
+        target = self.spec.stream.name
+        for source in self.spec.origin_sources():
+            facts = self._facts(source)
+            if facts.stale:
+                endpoint = self.spec.origin(source.name)
+                log.info("job %s: deleting durables %s on %s (no source reads them)", self.spec.job_name,
+                         ", ".join(facts.stale), source.name)
+                delete_durables(endpoint, source.name, facts.stale, origin_connection(endpoint, source))
+        kept = {s.name for s in self.spec.origin_sources()}
+        for source in removed:
+            if source.name in kept:
+                continue
+            if source.name not in self.spec.origins and "*" not in self.spec.origins:
+                log.warning("job %s: source %s was removed; its durables on that origin (named %s%s_...) "
+                            "are left: 'origins' no longer says where it lives", self.spec.job_name,
+                            source.name, DURABLE_PREFIX, target)
+                continue
+            endpoint = self.spec.origin(source.name)
+            try:
+                if endpoint.is_lake:
+                    facts = lake_facts(endpoint, source.name, lambda names: ("", tuple(owned_durables(target, names))))
+                else:
+                    facts = server_facts(endpoint, source.name, lambda names: ("", tuple(owned_durables(target, names))),
+                                         origin_connection(endpoint, source))
+                delete_durables(endpoint, source.name, facts.stale, origin_connection(endpoint, source))
+            except (APIError, ConnectionError) as e:  # the origin may be gone with the source
+                log.warning("job %s: cannot delete the durables of removed source %s: %s",
+                            self.spec.job_name, source.name, e)
 
     def plan(self) -> list[OriginPlan]:
         """The origin queries, with where each resumes (read from the target, once)."""
@@ -151,13 +206,15 @@ class Job:
 
     def _plan(self, kind: str, source: StreamSource) -> OriginPlan:
         endpoint = self.spec.origin(source.name)
-        origin = Origin.of(source)
-        durable = consumer_name(self.spec.stream.name, origin)
         facts = self._facts(source)
+        durable = facts.durable_name or consumer_name(self.spec.stream.name, source, self.spec.origin_sources())
         if kind == "mirror":
-            last = self.lake.stream_info(self.spec.stream.name).state.last_seq
-            if not last and not facts.messages and facts.last_seq:
-                last = self._align_empty_mirror(source, facts)
+            state = self.lake.stream_info(self.spec.stream.name).state
+            last = state.last_seq
+            beyond = self._start_beyond(source, facts)
+            if not state.messages and beyond is not None and beyond - 1 > last:
+                self.lake.purge(self.spec.stream.name, seq=beyond)
+                last = beyond - 1
             resume = last + 1 if last else None
         else:
             mark = sourced_seq(self.lake, self.spec.stream.name, source, facts.identity)
@@ -167,15 +224,24 @@ class Job:
                                else self._server_reader(plan, durable))
         return plan
 
-    def _align_empty_mirror(self, source: StreamSource, facts: OriginFacts) -> int:
-        """A mirror that never held anything, of an origin that holds nothing but has sequences
-        behind it (purged, expired): the server's new mirror consumer reports that position
-        as delivered and the server purges the empty mirror up to it (``PurgeEx("",
-        delivered+1)``), so the mirror shows the origin's numbering before any message comes.
-        Returns the mirror's new last sequence."""
-        start = max(facts.last_seq + 1, int(source.opt_start_seq or 0))
-        self.lake.purge(self.spec.stream.name, seq=start)
-        return start - 1
+    @staticmethod
+    def _start_beyond(source: StreamSource, facts: OriginFacts) -> int | None:
+        """Where the mirror's consumer starts when that is past every message the origin stores
+        (``None`` otherwise: the first one landed gives the mirror its numbering): after the
+        origin's last sequence when it holds nothing (purged, expired) or ``opt_start_time`` is
+        after its last message, else at an ``opt_start_seq`` beyond it. An empty mirror is then
+        purged up to there (``setupMirrorConsumer``: ``state.Msgs == 0 && Delivered.Stream >
+        state.LastSeq`` -> ``PurgeEx("", Delivered.Stream+1)``), so it shows the origin's numbering
+        before any message comes."""
+        start = int(source.opt_start_seq or 0)
+        if not facts.messages:
+            start = max(start, facts.last_seq + 1)
+        elif source.opt_start_time is not None and not start:
+            from jsspark.live.snapshot import rfc3339_ns
+
+            if rfc3339_ns(source.opt_start_time.to_rfc3339nano()) > facts.last_ts_ns:
+                start = facts.last_seq + 1
+        return start if start > max(facts.last_seq, 1) else None
 
     @staticmethod
     def _start(plan: OriginPlan, names: tuple[str, str, str]) -> dict[str, str]:
@@ -283,7 +349,7 @@ class Job:
         from jsspark.sink.lake_sink import landing_frame
 
         self.probe()
-        self.prepare()
+        self.retire(self.prepare())
         plans = self.plan()
         spark = self.spark
         trigger = self.spec.trigger_kwargs()

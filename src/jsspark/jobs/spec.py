@@ -237,7 +237,13 @@ class JobSpec(BaseModel):
         cfg = self.stream
         if cfg.mirror is None and not cfg.sources and cfg.republish is None:
             raise ValueError(f"stream {cfg.name!r} has no mirror, sources or republish: nothing to run")
-        for name in self.origin_names():
+        names = self.origin_names()
+        for name in self.origins:
+            if name != "*" and name not in names:  # a misspelling would leave the origin read from '*'
+                has = ", ".join(repr(n) for n in names) if names else "none"
+                raise ValueError(f"origins: {name!r} is no mirror or source of stream {cfg.name!r} "
+                                 f"(its origins: {has})")
+        for name in names:
             if name not in self.origins and "*" not in self.origins:
                 raise ValueError(f"origin stream {name!r}: say where it lives in 'origins' "
                                  f"(a lake 'location' or a server 'servers'), or give a '*' default")

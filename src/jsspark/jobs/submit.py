@@ -25,8 +25,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jsspark.cli.units import seconds_arg
-
 if __name__ == "__main__" and not __package__:  # run as a file (spark-submit .../submit.py)
     _here = str(Path(__file__).resolve().parent)
     sys.path[:] = [p for p in sys.path if p and str(Path(p).resolve()) != _here]  # jobs/ is no top level
@@ -34,6 +32,9 @@ if __name__ == "__main__" and not __package__:  # run as a file (spark-submit ..
         import jsspark  # noqa: F401
     except ImportError:  # a source checkout: src/ holds the package
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+# after the block above: run as a file from a source checkout, jsspark is importable only then
+from jsspark.cli.units import seconds_arg
 
 PROG = "jsspark.jobs.submit"
 

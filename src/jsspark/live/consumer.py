@@ -135,6 +135,17 @@ async def delete_consumer(nc: Any, conn: Connection, stream: str, name: str) -> 
             raise
 
 
+async def consumer_names(nc: Any, conn: Connection, stream: str) -> list[str]:
+    """Every consumer's name on ``stream`` (``CONSUMER.NAMES``, page after page)."""
+    names: list[str] = []
+    while True:
+        resp = await js_request(nc, conn, f"CONSUMER.NAMES.{stream}", {"offset": len(names)})
+        page = resp.get("consumers") or []
+        names.extend(page)
+        if not page or len(names) >= int(resp.get("total", 0)):
+            return names
+
+
 async def reset_consumer(nc: Any, conn: Connection, stream: str, name: str, seq: int | None = None) -> dict[str, Any]:
     """``$JS.API.CONSUMER.RESET``: empty body restarts delivery at the ack floor + 1, dseq 1."""
     return await js_request(nc, conn, f"CONSUMER.RESET.{stream}.{name}", None if seq is None else {"seq": seq})

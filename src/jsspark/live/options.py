@@ -36,7 +36,7 @@ READ_OPTIONS = (
     "stream", "consumer", "consumerMode", "deliverSubject", "deliverPolicy", "optStartSeq", "optStartTime",
     "filterSubject", "filterSubjects", "headersOnly", "maxAckPending", "maxMessagesPerTrigger", "minMessagesPerTrigger",
     "maxTriggerDelay", "spillDir", "chunkRows",
-    "waitTimeout", "reportLatestOffset", "spillReferences",
+    "waitTimeout", "reportLatestOffset", "spillReferences", "failOnDataLoss",
 )
 # The lake source's option names (JetStream ConsumerConfig JSON) for the same settings.
 CONSUMER_CONFIG_NAMES = {
@@ -256,6 +256,8 @@ class LiveReadOptions:
     report_latest_offset: bool = False
     # rows by reference (``live.spill.REFERENCE_SCHEMA``) for a landing sink: set by the job runner
     spill_references: bool = False
+    # the origin deleted and created again: fail (DataLossError), or read the new stream from its start
+    fail_on_data_loss: bool = True
     # ``storage.<key>`` options: delta-rs storage options for a ``spillDir`` on an object store
     storage_options: dict[str, str] | None = field(default=None, repr=False)
 
@@ -321,6 +323,7 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         wait_timeout=wait,
         report_latest_offset=parse_bool("reportLatestOffset", opts.get("reportLatestOffset", "false")),
         spill_references=parse_bool("spillReferences", opts.get("spillReferences", "false")),
+        fail_on_data_loss=parse_bool("failOnDataLoss", opts.get("failOnDataLoss", "true")),
         storage_options=storage,
     )
 

@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from jsspark.datasource.options import OptionError
 from jsspark.live import consumer as C
 from jsspark.live.ingestor import Ingestor, LiveSourceError
 from jsspark.live.options import parse_live_read_options
@@ -317,6 +318,28 @@ def test_ordered_mode_on_a_limits_origin(server: NatsServer, nats: SyncNats, tmp
         assert nats.state("LIM")["messages"] == 1000  # ordered mode never acks anything away
     finally:
         ing.stop()
+
+
+@pytest.mark.parametrize("retention", ["interest", "workqueue"])
+def test_ordered_mode_is_refused_where_acks_remove_messages(server: NatsServer, nats: SyncNats, tmp_path: Path,
+                                                            retention: str) -> None:
+    """An AckNone consumer that is an Interest stream's only interest has each message removed
+    as it is delivered, before Spark commits it; a WorkQueue refuses one (10098). Refused before
+    anything is created, naming the option, the stream and its retention."""
+    name = f"ORD{retention.upper()}"
+    nats.add_stream(name=name, subjects=[f"{name.lower()}.>"], retention=retention)
+    # an operator's durable: an Interest stream keeps messages only while something is interested
+    assert "error" not in nats.api(f"CONSUMER.CREATE.{name}.ops", {"stream_name": name, "config": {
+        "durable_name": "ops", "ack_policy": "explicit"}})
+    fast_publish(nats, name.lower(), 0, 20)
+    ing = Ingestor(opts(server.url, name, tmp_path, consumerMode="ordered"))
+    try:
+        with pytest.raises(OptionError, match=f"consumerMode ordered .* stream {name} has retention {retention}"):
+            ing.start(None)
+    finally:
+        ing.stop()
+    state = nats.state(name)
+    assert state["consumer_count"] == 1 and state["messages"] == 20  # nothing created, nothing removed
 
 
 def test_a_restart_whose_reset_fails_is_made_again(server: NatsServer, nats: SyncNats, tmp_path: Path,

@@ -15,7 +15,8 @@ Why these three, and why reset rather than recreate for durables (ADR "durable s
   ``flow_control`` (else 10217, the server's own refusal text) and deliver to the subject given.
 - **ordered** (Limits origins only): an ephemeral ``ack_policy none`` push consumer started at
   the next needed sequence; on a gap it is deleted and recreated there, as an ordered consumer
-  does. It never acks, so it must not be used where acks remove messages.
+  does. It never acks, so it is refused where deliveries or acks remove messages (Interest,
+  WorkQueue: ``Ingestor._check_ordered``).
 
 A durable is never deleted and recreated: on an Interest origin that would drop interest and
 lose messages. Gaps and (re)binds use the reset API.

@@ -95,6 +95,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jsspark.datasource.options import OptionError
 from jsspark.datasource.pacing import TriggerPacing
 from jsspark.datasource.partition import DataLossError
 from jsspark.datasource.redaction import redact_storage
@@ -289,11 +290,13 @@ class Ingestor:
             self.floor = self._highest = floor
         try:
             self._call(self._bind(floor is None, origin), self.opts.wait_timeout)
-        except DataLossError:
+        except (DataLossError, OptionError):
             raise
         except BaseException as e:
-            raise LiveSourceError(redact(f"jetstream (live): cannot bind consumer {self.opts.consumer!r} "
-                                         f"on stream {self.opts.stream!r}: {e}", self.opts.conn)) from None
+            what = ("cannot create an ordered consumer" if self.opts.mode == "ordered" else
+                    f"cannot bind consumer {self.opts.consumer!r}")
+            raise LiveSourceError(redact(f"jetstream (live): {what} on stream {self.opts.stream!r}: {e}",
+                                         self.opts.conn)) from None
 
     def _call(self, coro: Any, timeout: float) -> Any:
         if self._loop is None:
@@ -361,6 +364,7 @@ class Ingestor:
         if self.opts.mode != "ordered":  # an ordered consumer gets a new inbox at each (re)creation
             await self._subscribe(C.deliver_subject_for(self.opts))
         await self._learn_origin()
+        self._check_ordered()
         if not same_stream(origin, self.origin):
             with self._cv:
                 held = self.floor
@@ -369,6 +373,21 @@ class Ingestor:
         self._from_consumer = from_consumer
         await self._restart_delivery(raise_errors=True)
         self._watch = asyncio.get_running_loop().create_task(self._watchdog())
+
+    def _check_ordered(self) -> None:
+        """``consumerMode ordered`` reads without acks, so only a Limits origin keeps what it
+        delivered until Spark commits it: an Interest stream removes a message once delivered to
+        an AckNone consumer that is its only interest (a failed batch would lose it), and a
+        WorkQueue refuses such a consumer (10098). Refused before anything is created."""
+        if self.opts.mode != "ordered" or self._retention in (None, "limits"):
+            return
+        raise OptionError(
+            f"jetstream (live): consumerMode ordered reads without acks, but stream {self.opts.stream} has retention "
+            f"{self._retention}: " + ("the server removes each message once delivered to a consumer without acks, "
+                                      "before Spark commits it, so a failed batch would lose it"
+                                      if self._retention == "interest" else
+                                      "the server refuses a consumer without acks on it (10098)")
+            + "; use consumerMode server (or user), which acks only what Spark committed")
 
     def _take_position(self, info: dict[str, Any]) -> None:
         """After a new query's bind, or a restart on a new stream of this name: ``floor`` is the

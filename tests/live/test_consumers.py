@@ -320,6 +320,42 @@ def test_ordered_mode_on_a_limits_origin(server: NatsServer, nats: SyncNats, tmp
         ing.stop()
 
 
+def test_server_mode_never_takes_over_an_operators_durable(server: NatsServer, nats: SyncNats, tmp_path: Path) -> None:
+    """Server mode creates its durable with action create: the server refuses another config
+    with 10148 (addConsumerWithAssignmentAndMode), and jsspark updates only a durable it made
+    (its metadata mark, or made before the mark: flow control to the subject server mode gives).
+    Before, create-or-update rewrote the operator's durable as jsspark's."""
+    nats.add_stream(name="HJ", subjects=["hj.>"])
+    fast_publish(nats, "hj", 0, 20)
+    ops = {"durable_name": "ops", "ack_policy": "flow_control", "deliver_subject": "dlv.ops", "flow_control": True,
+           "idle_heartbeat": 1_000_000_000, "max_ack_pending": 7, "filter_subject": "hj.1"}
+    assert "error" not in nats.api("CONSUMER.CREATE.HJ.ops", {"stream_name": "HJ", "config": ops})
+    ing = Ingestor(opts(server.url, "HJ", tmp_path, consumer="ops"))
+    try:
+        with pytest.raises(LiveSourceError, match=r"10148.*durable 'ops' on stream HJ .*not created by jsspark.*"
+                                                  r"consumerMode user.*another name"):
+            ing.start(None)
+    finally:
+        ing.stop()
+    cfg = nats.api("CONSUMER.INFO.HJ.ops")["config"]
+    assert (cfg["deliver_subject"], cfg["max_ack_pending"], cfg["filter_subject"]) == ("dlv.ops", 7, "hj.1")
+    # made by an older jsspark (no mark): still jsspark's, updated to the options and marked
+    older = {k: v for k, v in C.durable_config(opts(server.url, "HJ", tmp_path, consumer="old")).items()
+             if k != "metadata"}
+    assert "error" not in nats.api("CONSUMER.CREATE.HJ.old", {"stream_name": "HJ", "config": older})
+    for mine in ({"consumer": "old", "maxAckPending": "50"}, {"consumer": "new"}, {"consumer": "new", "maxAckPending": "9"}):
+        ing = Ingestor(opts(server.url, "HJ", tmp_path, **mine))
+        ing.start(None)
+        try:
+            floor = ing.floor
+            _, got = drain(ing, floor, 20)
+            assert got == list(range(floor + 1, 21))
+        finally:
+            ing.stop()
+        cfg = nats.api(f"CONSUMER.INFO.HJ.{mine['consumer']}")["config"]
+        assert cfg["metadata"]["jsspark"] == "live" and cfg["max_ack_pending"] == int(mine.get("maxAckPending", 200_000))
+
+
 @pytest.mark.parametrize("retention", ["interest", "workqueue"])
 def test_ordered_mode_is_refused_where_acks_remove_messages(server: NatsServer, nats: SyncNats, tmp_path: Path,
                                                             retention: str) -> None:

@@ -32,6 +32,8 @@ from jsspark.live.options import Connection, LiveReadOptions
 
 HEARTBEAT_NS = 1_000_000_000
 REQUEST_TIMEOUT = 10.0
+# In a server-managed durable's metadata: jsspark created it, so it may update it (create_durable).
+OWNER_KEY, OWNER_VALUE = "jsspark", "live"
 
 
 def _raise_api(resp: dict[str, Any]) -> None:
@@ -73,6 +75,7 @@ def durable_config(opts: LiveReadOptions) -> dict[str, Any]:
         "max_ack_pending": opts.max_ack_pending,
         "max_deliver": -1,
         "replay_policy": "instant",
+        "metadata": {OWNER_KEY: OWNER_VALUE},
     }
     if opts.opt_start_seq is not None:
         cfg["opt_start_seq"] = opts.opt_start_seq
@@ -118,9 +121,38 @@ def _filters(cfg: dict[str, Any], opts: LiveReadOptions) -> None:
 
 
 async def create_durable(nc: Any, opts: LiveReadOptions) -> dict[str, Any]:
-    """Create (or find unchanged) the server-managed durable; the server validates the config."""
-    body = {"stream_name": opts.stream, "config": durable_config(opts), "action": ""}
-    return await js_request(nc, opts.conn, f"CONSUMER.CREATE.{opts.stream}.{opts.consumer}", body)
+    """Create (or find unchanged) the server-managed durable; the server validates the config.
+
+    ``action create``: the server answers an existing durable of equal config with it, and
+    refuses another config with 10148 (``addConsumerWithAssignmentAndMode``). A durable that
+    exists with another config is updated only if jsspark made it (``owned``: options changed
+    since); an operator's durable of that name is never taken over."""
+    api, config = f"CONSUMER.CREATE.{opts.stream}.{opts.consumer}", durable_config(opts)
+    try:
+        return await js_request(nc, opts.conn, api, {"stream_name": opts.stream, "config": config, "action": "create"})
+    except APIError as e:
+        if e.err_code != 10148:  # consumer already exists (with another config)
+            raise
+        exists = e
+    info = await consumer_info(nc, opts.conn, opts.stream, opts.consumer)
+    if not owned(info, opts):
+        raise NotOurDurable(f"{exists}: durable {opts.consumer!r} on stream {opts.stream} exists with another config and "
+                            "was not created by jsspark's consumerMode server, so it is not changed to jsspark's; bind "
+                            "it with consumerMode user (and its deliverSubject), or give option consumer another name")
+    return await js_request(nc, opts.conn, api, {"stream_name": opts.stream, "config": config, "action": "update"})
+
+
+class NotOurDurable(RuntimeError):
+    """Server mode met an existing durable it did not create (``create_durable``)."""
+
+
+def owned(info: dict[str, Any], opts: LiveReadOptions) -> bool:
+    """Whether jsspark's server mode created the durable of ``info``: its metadata says so, or
+    (made before the mark) a flow-control durable delivering to the subject server mode gives it."""
+    cfg = info.get("config") or {}
+    if (cfg.get("metadata") or {}).get(OWNER_KEY) == OWNER_VALUE:
+        return True
+    return cfg.get("ack_policy") == "flow_control" and cfg.get("deliver_subject") == deliver_subject_for(opts)
 
 
 async def create_ordered(nc: Any, opts: LiveReadOptions, start_seq: int | None, deliver_subject: str) -> dict[str, Any]:

@@ -320,6 +320,49 @@ def test_ordered_mode_on_a_limits_origin(server: NatsServer, nats: SyncNats, tmp
         ing.stop()
 
 
+def test_user_mode_looks_the_durable_up_before_it_resets_it(server: NatsServer, nats: SyncNats,
+                                                            tmp_path: Path) -> None:
+    """User mode asks CONSUMER.INFO first: a missing durable fails at once with the server's
+    10014 (a reset of no consumer is answered by nothing: a timeout naming nothing), and a durable
+    it refuses (here a pull consumer with messages in flight: 10217) is left as it was, not reset
+    (which would redeliver its in-flight messages to its own clients); a deliver_group or a pause
+    (which would bind and then deliver nothing) is refused naming it."""
+    nats.add_stream(name="UL", subjects=["ul.>"])
+    fast_publish(nats, "ul", 0, 20)
+    assert "error" not in nats.api("CONSUMER.CREATE.UL.pull", {"stream_name": "UL", "config": {
+        "durable_name": "pull", "ack_policy": "explicit", "ack_wait": 60_000_000_000}})
+
+    async def pull_one() -> None:  # one in flight to a client of the pull consumer
+        await nats.nc.subscribe("pulled")
+        await nats.nc.publish("$JS.API.CONSUMER.MSG.NEXT.UL.pull", b'{"batch": 1}', reply="pulled")
+        await nats.nc.flush()
+
+    nats.run(pull_one())
+    wait_for(lambda: nats.api("CONSUMER.INFO.UL.pull")["num_ack_pending"] == 1, 10, "the pull to deliver one")
+    before = nats.api("CONSUMER.INFO.UL.pull")
+    assert before["delivered"]["stream_seq"] == 1 and before["num_ack_pending"] == 1
+    fc = {"ack_policy": "flow_control", "flow_control": True, "idle_heartbeat": 1_000_000_000}
+    for name, extra in (("grp", {"deliver_group": "workers"}), ("pz", {"pause_until": "2099-01-01T00:00:00Z"})):
+        resp = nats.api(f"CONSUMER.CREATE.UL.{name}", {"stream_name": "UL", "config": {
+            "durable_name": name, "deliver_subject": f"dlv.{name}", **fc, **extra}})
+        assert "error" not in resp, resp
+    cases = (("nope", r"ConsumerNotFoundError: .*err_code=10014 description='consumer not found'"),
+             ("pull", "10217"),
+             ("grp", r"durable 'grp' on stream UL has deliver_group 'workers'"),
+             ("pz", r"durable 'pz' on stream UL is paused until 2099-01-01T00:00:00Z"))
+    for name, match in cases:
+        ing = Ingestor(opts(server.url, "UL", tmp_path, consumerMode="user", consumer=name, deliverSubject=f"dlv.{name}"))
+        began = time.monotonic()
+        try:
+            with pytest.raises(LiveSourceError, match=match):
+                ing.start(None)
+        finally:
+            ing.stop()
+        assert time.monotonic() - began < 5, name  # the server's answer, not a request timing out
+    after = nats.api("CONSUMER.INFO.UL.pull")
+    assert (after["delivered"], after["num_ack_pending"]) == (before["delivered"], 1)
+
+
 def test_server_mode_never_takes_over_an_operators_durable(server: NatsServer, nats: SyncNats, tmp_path: Path) -> None:
     """Server mode creates its durable with action create: the server refuses another config
     with 10148 (addConsumerWithAssignmentAndMode), and jsspark updates only a durable it made

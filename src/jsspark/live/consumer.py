@@ -216,14 +216,30 @@ async def oldest_stored(nc: Any, conn: Connection, stream: str, config: dict[str
     return oldest
 
 
+class NotBindable(RuntimeError):
+    """A user-mode durable that would deliver nothing to the reader (``check_bound``)."""
+
+
 def check_bound(info: dict[str, Any], opts: LiveReadOptions) -> None:
     """A durable jsspark reads from must be a flow-control push consumer delivering where we
-    listen; otherwise refuse with the server's texts (10217 / 10215) for a source consumer."""
+    listen; otherwise refuse with the server's texts (10217 / 10215) for a source consumer.
+    A user-mode durable with a ``deliver_group`` delivers only to a queue subscription of that
+    group, and a paused one delivers nothing until its ``pause_until``: both would bind and then
+    read nothing, so both are refused, saying why (resume it: ``nats consumer resume``)."""
     cfg = info.get("config") or {}
     if cfg.get("ack_policy") != "flow_control":
         raise api_error("JSSourceConsumerRequiresAckFCErr")
     if opts.mode == "user" and cfg.get("deliver_subject") != opts.deliver_subject:
         raise api_error("JSSourceDurableConsumerCfgInvalid")
+    if opts.mode != "user":
+        return
+    if cfg.get("deliver_group"):
+        raise NotBindable(f"durable {opts.consumer!r} on stream {opts.stream} has deliver_group "
+                          f"{cfg['deliver_group']!r}: it delivers only to a queue group, which the reader is not; "
+                          "remove the deliver_group or use another durable")
+    if info.get("paused"):
+        raise NotBindable(f"durable {opts.consumer!r} on stream {opts.stream} is paused until {cfg.get('pause_until')} "
+                          "and delivers nothing until then; resume it (nats consumer resume) to read from it")
 
 
 async def stream_info(nc: Any, conn: Connection, stream: str, timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:

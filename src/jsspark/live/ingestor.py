@@ -533,10 +533,13 @@ class Ingestor:
                 info = await C.create_ordered(nc, o, start, self._deliver)
                 self._consumer_name = info["name"]
             else:
-                created = None
+                # server: create it (or find it); user: look it up first (10014 when there is none: a
+                # reset of no consumer gets no answer at all), and reset only one we accept
                 if o.mode == "server":
                     created = await C.create_durable(nc, o)
-                    C.check_bound(created, o)
+                else:
+                    created = await C.consumer_info(nc, o.conn, o.stream, o.consumer)
+                C.check_bound(created, o)
                 start, floor = await self._orphans(created)
                 info = await C.reset_consumer(nc, o.conn, o.stream, o.consumer, start)
                 C.check_bound(info, o)

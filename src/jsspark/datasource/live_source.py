@@ -189,7 +189,10 @@ def _bounds(opts: LiveReadOptions) -> Bounds:
     except SnapshotError:
         raise
     except Exception as e:
-        raise SnapshotError(redact(f"jetstream (live): batch read of stream {opts.stream!r}: {type(e).__name__}: {e}",
+        from jsspark.errors import APIError
+
+        what = str(e) if isinstance(e, APIError) else f"{type(e).__name__}: {e}"  # an APIError's text names its class
+        raise SnapshotError(redact(f"jetstream (live): batch read of stream {opts.stream!r}: {what}",
                                    opts.conn)) from None
 
 

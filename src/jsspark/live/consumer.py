@@ -43,11 +43,26 @@ def _raise_api(resp: dict[str, Any]) -> None:
         raise APIError.from_dict(err)
 
 
+class JetStreamNotEnabled(RuntimeError):
+    """Nothing answers the JetStream API where requests go (nats.go's "jetstream not enabled")."""
+
+
 async def js_request(nc: Any, conn: Connection, api: str, body: dict[str, Any] | None,
                      timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
-    """One JetStream API request (``api`` after the prefix, e.g. ``STREAM.INFO.ORDERS``)."""
+    """One JetStream API request (``api`` after the prefix, e.g. ``STREAM.INFO.ORDERS``). No
+    responders means no JetStream at that prefix: said so, naming the prefix (nats-py's "no
+    responders available for request" names nothing)."""
+    from nats.errors import NoRespondersError
+
     payload = b"" if body is None else json.dumps(body).encode()
-    msg = await nc.request(f"{conn.js_prefix}.{api}", payload, timeout=timeout)
+    try:
+        msg = await nc.request(f"{conn.js_prefix}.{api}", payload, timeout=timeout)
+    except NoRespondersError:
+        where = (f"apiPrefix {conn.api_prefix!r}" if conn.api_prefix else
+                 f"domain {conn.domain!r} ({conn.js_prefix})" if conn.domain else f"{conn.js_prefix} (no domain)")
+        raise JetStreamNotEnabled(f"nats: jetstream not enabled: no JetStream API answers at {where}; JetStream is "
+                                  "not enabled on this server or for this account there, or the domain/apiPrefix is "
+                                  "wrong") from None
     resp = json.loads(msg.data or b"{}")
     _raise_api(resp)
     return resp

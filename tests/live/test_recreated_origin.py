@@ -7,6 +7,7 @@ one's and read only those above its old offset (on a WorkQueue the skipped ones 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +182,36 @@ def test_user_mode_durable_created_again_on_a_new_workqueue(server: NatsServer, 
         assert nats.state(stream)["messages"] == 15  # none acked away unread
     finally:
         r.stop()
+
+
+@pytest.mark.spark
+def test_a_spark_query_restarted_after_the_stream_was_created_again(spark: Any, server: NatsServer, nats: SyncNats,
+                                                                      tmp_path: Path) -> None:
+    """End to end: the query's checkpoint holds offsets of the old stream. Restarted, it fails
+    with DataLossError naming both identities; with failOnDataLoss=false it lands all 15 new
+    messages (before, only the 5 above the old offset; the WorkQueue lost the other 10)."""
+    stream, out, ck = "SPARKRC", str(tmp_path / "out"), str(tmp_path / "ck")
+
+    def run(**extra: str) -> Any:
+        q = (spark.readStream.format("jetstream").option("servers", server.url).option("stream", stream)
+             .option("spillDir", str(tmp_path / "spill")).option("waitTimeout", "20").options(**extra).load()
+             .selectExpr("CAST(data AS STRING) AS d").writeStream.format("parquet").option("checkpointLocation", ck)
+             .trigger(availableNow=True).start(out))
+        with contextlib.suppress(Exception):  # a failed query: its exception() says why
+            q.awaitTermination(120)
+        assert not q.isActive
+        return q
+
+    nats.add_stream(name=stream, subjects=[f"{stream.lower()}.>"], retention="workqueue")
+    _publish(nats, stream, "old", 10)
+    q = run()
+    assert q.exception() is None, q.exception()
+    _recreate(nats, stream, retention="workqueue")
+    q = run()
+    text = str(q.exception())
+    assert "DataLossError" in text and f"stream {stream} was deleted and created again" in text, text
+    assert nats.state(stream)["messages"] == 15
+    q = run(failOnDataLoss="false")
+    assert q.exception() is None, q.exception()
+    got = sorted(r.d for r in spark.read.parquet(out).collect())
+    assert got == sorted([f"old{i}" for i in range(10)] + [f"new{i}" for i in range(15)])

@@ -9,10 +9,13 @@ Why these three, and why reset rather than recreate for durables (ADR "durable s
   messages are unacked, so the local buffer is bounded), no ``ack_wait`` and
   ``max_deliver -1``. The start position and filter come from the options, as with a
   server-managed stream source.
-- **user-managed**: bind to an operator's durable by name + deliver subject. Binding *is* a
-  ``$JS.API.CONSUMER.RESET`` with an empty body, exactly as nats-server's sourcing does: it
-  restarts delivery at the ack floor + 1 and answers with the consumer's config, which must say
-  ``flow_control`` (else 10217, the server's own refusal text) and deliver to the subject given.
+- **user-managed**: bind to an operator's durable by name + deliver subject. Its
+  ``CONSUMER.INFO`` first (10014 when missing), which must say ``flow_control`` (else 10217, the
+  server's own refusal text), deliver to the subject given, have no ``deliver_group`` and not be
+  paused (``check_bound``); only then the binding proper: a ``$JS.API.CONSUMER.RESET`` with an
+  empty body, exactly as nats-server's sourcing does, which restarts delivery at the ack floor + 1.
+- server-managed durables carry ``metadata`` ``jsspark: live``: server mode updates only a
+  durable it made (``create_durable``), never an operator's of the same name.
 - **ordered** (Limits origins only): an ephemeral ``ack_policy none`` push consumer started at
   the next needed sequence; on a gap it is deleted and recreated there, as an ordered consumer
   does. It never acks, so it is refused where deliveries or acks remove messages (Interest,

@@ -55,6 +55,14 @@ Design (why each piece is there):
   breaks a stall (no heartbeat for ``STALL_SECONDS``). A reset made by someone else shows up as
   dseq 1 (or a heartbeat with ``Nats-Last-Consumer: 0``) and just starts a new generation.
   The durable is never deleted (ordered mode, which has no durable, recreates its ephemeral).
+- **The origin deleted and created again**: its sequences start over, so every restart of
+  delivery first asks ``STREAM.INFO`` whether the origin is still the stream (its creation time)
+  the reader holds sequences of (``_same_origin``), and a start compares the checkpoint's origin
+  (``start(origin=)``): another one fails with ``DataLossError``, or (``failOnDataLoss=false``)
+  the reader drops what it held and reads the new stream from its start (``_recreated``). A
+  deleted origin is waited for. In user mode a delivery generation we did not start (the
+  operator's new durable of that name delivers on its own) waits for our restart's check
+  (``_foreign_generation``).
 - **An ack that crosses someone else's reset**: an answer to a flow-control request sent just
   before that reset can reach the server just after it (a reset leaves the request
   outstanding, so the server takes the answer's ack). It names a delivery seq of the old

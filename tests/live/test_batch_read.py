@@ -240,3 +240,27 @@ def test_streaming_source_delivers_the_same_rows(server: NatsServer, snap: dict[
     got = [(r["seq"], r["subject"], r["ts_ns"], [(h["name"], h["value"]) for h in r["headers"]] or None, r["data"])
            for r in pa.Table.from_batches(batches).to_pylist()]
     assert got == want
+
+
+BAD_TIMES = ("yesterday", "2024-13-01T00:00:00Z", "2024-01-01", "2024-01-01T00:00:00", "2024-01-01T25:00:00Z",
+             "2024-01-01T00:00:00Zjunk", "2024-1-01T00:00:00Z", "2024-01-32T00:00:00Z", "2024-01-01T00:00:00+0200",
+             "2024-01-01T00:61:00Z", "24-01-01T00:00:00Z", "2024-01-01T00:00:00.5x")
+
+
+@pytest.mark.parametrize("when", BAD_TIMES)
+def test_a_bad_opt_start_time_fails_as_the_server_refuses_it(server: NatsServer, nats: SyncNats, when: str) -> None:
+    """A batch read creates no consumer, so it checks optStartTime itself: with the server's
+    10025 text for a consumer create (Go's time.Parse error), as a streaming read gets it.
+    Before, a pydantic validation message; and the class name came twice."""
+    nats.add_stream(name="BADT", subjects=["badt.>"])
+    theirs = nats.api("CONSUMER.CREATE.BADT", {"stream_name": "BADT", "config": {
+        "deliver_policy": "by_start_time", "opt_start_time": when, "ack_policy": "explicit"}})["error"]
+    assert theirs["err_code"] == 10025
+    from jsspark.datasource.live_source import _bounds
+
+    with pytest.raises(snapshot.SnapshotError) as e:
+        _bounds(parse_live_read_options({"servers": server.url, "stream": "BADT", "deliverPolicy": "by_start_time",
+                                         "optStartTime": when}))
+    assert theirs["description"].replace("'", "\\'") in str(e.value) or theirs["description"] in str(e.value), str(e.value)
+    assert "err_code=10025" in str(e.value) and "optStartTime" in str(e.value)
+    assert "BadRequestError: BadRequestError" not in str(e.value)

@@ -163,3 +163,52 @@ def test_a_flush_that_timed_out_does_not_stop_the_reader(server: Any, run: Any) 
         return got, reading
 
     assert run(scenario()) == ([b"hello"], True)
+
+
+FAKE_INFO = (b'INFO {"server_id":"FAKE","version":"2.15.0","proto":1,"max_payload":1048576,"headers":true,'
+             b'"auth_required":true}\r\n')
+
+
+@pytest.mark.parametrize("tls", [{"tlsHostname": "localhost"}, {"tlsCa": "CA"}, {"scheme": "tls"}],
+                         ids=["tlsHostname", "tlsCa", "tls-url"])
+def test_tls_wanted_and_not_offered_sends_nothing(run: Any, tmp_path: Any, tls: dict[str, str]) -> None:
+    """A server (or a man in the middle) whose INFO offers no TLS: nats-py would send CONNECT,
+    token and all, in plaintext (it upgrades only on ``tls_required``). As nats.go's
+    ErrSecureConnWanted, the connection fails before CONNECT, naming the server."""
+    import asyncio
+    import ssl
+
+    from jsspark.live.client import open_client
+    from jsspark.live.options import parse_connection
+
+    received: list[bytes] = []
+
+    async def scenario() -> str:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(FAKE_INFO)
+            await writer.drain()
+            while data := await reader.read(4096):
+                received.append(data)
+            writer.close()
+
+        srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        opts = {"servers": f"{tls.get('scheme', 'nats')}://127.0.0.1:{port}", "token": "s3cr3t-token"}
+        if "tlsCa" in tls:
+            opts["tlsCa"] = ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt"
+        if "tlsHostname" in tls:
+            opts["tlsHostname"] = tls["tlsHostname"]
+        try:
+            nc = await open_client(parse_connection(opts), 3)
+            await nc.close()
+            return "connected"
+        except Exception as e:
+            return f"{type(e).__name__}: {e}"
+        finally:
+            srv.close()
+            await srv.wait_closed()
+
+    outcome = run(scenario())
+    sent = b"".join(received)
+    assert b"CONNECT" not in sent and b"s3cr3t-token" not in sent, sent
+    assert "SecureConnWanted" in outcome and "does not offer TLS" in outcome and "127.0.0.1:" in outcome, outcome

@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from jsspark.datasource.options import OptionError
 from jsspark.live import consumer as C
 from jsspark.live.ingestor import Ingestor, LiveSourceError
 from jsspark.live.options import parse_live_read_options
@@ -317,6 +318,107 @@ def test_ordered_mode_on_a_limits_origin(server: NatsServer, nats: SyncNats, tmp
         assert nats.state("LIM")["messages"] == 1000  # ordered mode never acks anything away
     finally:
         ing.stop()
+
+
+def test_user_mode_looks_the_durable_up_before_it_resets_it(server: NatsServer, nats: SyncNats,
+                                                            tmp_path: Path) -> None:
+    """User mode asks CONSUMER.INFO first: a missing durable fails at once with the server's
+    10014 (a reset of no consumer is answered by nothing: a timeout naming nothing), and a durable
+    it refuses (here a pull consumer with messages in flight: 10217) is left as it was, not reset
+    (which would redeliver its in-flight messages to its own clients); a deliver_group or a pause
+    (which would bind and then deliver nothing) is refused naming it."""
+    nats.add_stream(name="UL", subjects=["ul.>"])
+    fast_publish(nats, "ul", 0, 20)
+    assert "error" not in nats.api("CONSUMER.CREATE.UL.pull", {"stream_name": "UL", "config": {
+        "durable_name": "pull", "ack_policy": "explicit", "ack_wait": 60_000_000_000}})
+
+    async def pull_one() -> None:  # one in flight to a client of the pull consumer
+        await nats.nc.subscribe("pulled")
+        await nats.nc.publish("$JS.API.CONSUMER.MSG.NEXT.UL.pull", b'{"batch": 1}', reply="pulled")
+        await nats.nc.flush()
+
+    nats.run(pull_one())
+    wait_for(lambda: nats.api("CONSUMER.INFO.UL.pull")["num_ack_pending"] == 1, 10, "the pull to deliver one")
+    before = nats.api("CONSUMER.INFO.UL.pull")
+    assert before["delivered"]["stream_seq"] == 1 and before["num_ack_pending"] == 1
+    fc = {"ack_policy": "flow_control", "flow_control": True, "idle_heartbeat": 1_000_000_000}
+    for name, extra in (("grp", {"deliver_group": "workers"}), ("pz", {"pause_until": "2099-01-01T00:00:00Z"})):
+        resp = nats.api(f"CONSUMER.CREATE.UL.{name}", {"stream_name": "UL", "config": {
+            "durable_name": name, "deliver_subject": f"dlv.{name}", **fc, **extra}})
+        assert "error" not in resp, resp
+    cases = (("nope", r"ConsumerNotFoundError: .*err_code=10014 description='consumer not found'"),
+             ("pull", "10217"),
+             ("grp", r"durable 'grp' on stream UL has deliver_group 'workers'"),
+             ("pz", r"durable 'pz' on stream UL is paused until 2099-01-01T00:00:00Z"))
+    for name, match in cases:
+        ing = Ingestor(opts(server.url, "UL", tmp_path, consumerMode="user", consumer=name, deliverSubject=f"dlv.{name}"))
+        began = time.monotonic()
+        try:
+            with pytest.raises(LiveSourceError, match=match):
+                ing.start(None)
+        finally:
+            ing.stop()
+        assert time.monotonic() - began < 5, name  # the server's answer, not a request timing out
+    after = nats.api("CONSUMER.INFO.UL.pull")
+    assert (after["delivered"], after["num_ack_pending"]) == (before["delivered"], 1)
+
+
+def test_server_mode_never_takes_over_an_operators_durable(server: NatsServer, nats: SyncNats, tmp_path: Path) -> None:
+    """Server mode creates its durable with action create: the server refuses another config
+    with 10148 (addConsumerWithAssignmentAndMode), and jsspark updates only a durable it made
+    (its metadata mark, or made before the mark: flow control to the subject server mode gives).
+    Before, create-or-update rewrote the operator's durable as jsspark's."""
+    nats.add_stream(name="HJ", subjects=["hj.>"])
+    fast_publish(nats, "hj", 0, 20)
+    ops = {"durable_name": "ops", "ack_policy": "flow_control", "deliver_subject": "dlv.ops", "flow_control": True,
+           "idle_heartbeat": 1_000_000_000, "max_ack_pending": 7, "filter_subject": "hj.1"}
+    assert "error" not in nats.api("CONSUMER.CREATE.HJ.ops", {"stream_name": "HJ", "config": ops})
+    ing = Ingestor(opts(server.url, "HJ", tmp_path, consumer="ops"))
+    try:
+        with pytest.raises(LiveSourceError, match=r"10148.*durable 'ops' on stream HJ .*not created by jsspark.*"
+                                                  r"consumerMode user.*another name"):
+            ing.start(None)
+    finally:
+        ing.stop()
+    cfg = nats.api("CONSUMER.INFO.HJ.ops")["config"]
+    assert (cfg["deliver_subject"], cfg["max_ack_pending"], cfg["filter_subject"]) == ("dlv.ops", 7, "hj.1")
+    # made by an older jsspark (no mark): still jsspark's, updated to the options and marked
+    older = {k: v for k, v in C.durable_config(opts(server.url, "HJ", tmp_path, consumer="old")).items()
+             if k != "metadata"}
+    assert "error" not in nats.api("CONSUMER.CREATE.HJ.old", {"stream_name": "HJ", "config": older})
+    for mine in ({"consumer": "old", "maxAckPending": "50"}, {"consumer": "new"}, {"consumer": "new", "maxAckPending": "9"}):
+        ing = Ingestor(opts(server.url, "HJ", tmp_path, **mine))
+        ing.start(None)
+        try:
+            floor = ing.floor
+            _, got = drain(ing, floor, 20)
+            assert got == list(range(floor + 1, 21))
+        finally:
+            ing.stop()
+        cfg = nats.api(f"CONSUMER.INFO.HJ.{mine['consumer']}")["config"]
+        assert cfg["metadata"]["jsspark"] == "live" and cfg["max_ack_pending"] == int(mine.get("maxAckPending", 200_000))
+
+
+@pytest.mark.parametrize("retention", ["interest", "workqueue"])
+def test_ordered_mode_is_refused_where_acks_remove_messages(server: NatsServer, nats: SyncNats, tmp_path: Path,
+                                                            retention: str) -> None:
+    """An AckNone consumer that is an Interest stream's only interest has each message removed
+    as it is delivered, before Spark commits it; a WorkQueue refuses one (10098). Refused before
+    anything is created, naming the option, the stream and its retention."""
+    name = f"ORD{retention.upper()}"
+    nats.add_stream(name=name, subjects=[f"{name.lower()}.>"], retention=retention)
+    # an operator's durable: an Interest stream keeps messages only while something is interested
+    assert "error" not in nats.api(f"CONSUMER.CREATE.{name}.ops", {"stream_name": name, "config": {
+        "durable_name": "ops", "ack_policy": "explicit"}})
+    fast_publish(nats, name.lower(), 0, 20)
+    ing = Ingestor(opts(server.url, name, tmp_path, consumerMode="ordered"))
+    try:
+        with pytest.raises(OptionError, match=f"consumerMode ordered .* stream {name} has retention {retention}"):
+            ing.start(None)
+    finally:
+        ing.stop()
+    state = nats.state(name)
+    assert state["consumer_count"] == 1 and state["messages"] == 20  # nothing created, nothing removed
 
 
 def test_a_restart_whose_reset_fails_is_made_again(server: NatsServer, nats: SyncNats, tmp_path: Path,

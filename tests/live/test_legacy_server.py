@@ -65,7 +65,8 @@ def onats(old: NatsServer) -> Any:
 
 
 def opts(url: str, stream: str, tmp: Path, **kw: str) -> Any:
-    return parse_live_read_options({"servers": url, "stream": stream, "spillDir": str(tmp), "consumer": "lake",
+    named = {} if kw.get("consumerMode") == "ordered" else {"consumer": "lake"}  # ordered has no durable
+    return parse_live_read_options({"servers": url, "stream": stream, "spillDir": str(tmp), **named,
                                     "maxAckPending": "300", **kw})
 
 

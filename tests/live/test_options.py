@@ -6,6 +6,9 @@ name rule is the server's own: it refuses the same names when asked."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from jsspark.datasource.options import OptionError
@@ -86,3 +89,49 @@ def test_the_server_refuses_the_same_names_in_the_same_words(server: NatsServer,
         "durable_name": name, "deliver_subject": "names.deliver", "ack_policy": "flow_control", "flow_control": True,
         "idle_heartbeat": 1_000_000_000}})
     assert str(info.value) == f"jetstream (live): option consumer {name!r}: {resp['error']['description']}"
+
+
+def test_ordered_mode_refuses_a_consumer_name_and_deliver_subject() -> None:
+    """Ordered mode creates its own ephemeral consumer and inbox: a name or subject given for it
+    would be ignored without a word."""
+    for given in ({"consumer": "c"}, {"deliverSubject": "d.x"}, {"consumer": "c", "deliverSubject": "d.x"}):
+        with pytest.raises(OptionError, match="consumerMode ordered .* do not set " + "/".join(given)):
+            parse_live_read_options({"servers": URL, "stream": "S", "consumerMode": "ordered", **given})
+
+
+@pytest.mark.parametrize("option", ["tlsCa", "tlsCert", "tlsKey", "creds"])
+def test_a_missing_file_option_fails_naming_it(tmp_path: Any, option: str) -> None:
+    """Python's own error names neither the option nor the file (``[Errno 2] No such file or
+    directory``); a missing creds file showed as whatever the server said without credentials."""
+    from jsspark.live.ingestor import Ingestor
+
+    missing = str(tmp_path / "nope.pem")
+    given = {option: missing}
+    if option == "tlsKey":
+        given["tlsCert"] = str(Path(__file__))  # a file that exists: the key is the one missing
+    ing = Ingestor(parse_live_read_options({"servers": URL, "stream": "S", "spillDir": str(tmp_path), **given}))
+    try:
+        with pytest.raises(OptionError, match=f"option {option}: cannot read '{missing}': No such file"):
+            ing.start(None)
+    finally:
+        ing.stop()
+
+
+@pytest.mark.parametrize("where", [{"domain": "nowhere"}, {"apiPrefix": "$JS.nowhere.API"}])
+def test_no_jetstream_at_the_api_prefix_is_said_so(server: NatsServer, tmp_path: Any, where: dict[str, str]) -> None:
+    """Nothing answers the JetStream API at the prefix used (JetStream off, or a wrong domain or
+    apiPrefix): nats.go's "jetstream not enabled", naming the prefix, not nats-py's bare "no
+    responders available for request"; in a streaming bind and a batch read alike."""
+    from jsspark.datasource.live_source import _bounds
+    from jsspark.live.ingestor import Ingestor, LiveSourceError
+
+    opts = parse_live_read_options({"servers": server.url, "stream": "S", "spillDir": str(tmp_path), **where})
+    named = "nowhere"
+    ing = Ingestor(opts)
+    try:
+        with pytest.raises(LiveSourceError, match=f"jetstream not enabled: no JetStream API answers at .*{named}"):
+            ing.start(None)
+    finally:
+        ing.stop()
+    with pytest.raises(Exception, match=f"jetstream not enabled: no JetStream API answers at .*{named}"):
+        _bounds(opts)

@@ -223,3 +223,55 @@ Timestamp = Annotated[
     PlainSerializer(lambda t: t.to_rfc3339nano(), return_type=str),
 ]
 """A pydantic field type: UTC time, serialized RFC3339Nano like the server."""
+
+
+_GO_LAYOUT = "2006-01-02T15:04:05Z07:00"
+_GO_ELEMENTS = (("2006", 4, None), ("-", 0, None), ("01", 2, (1, 12, "month")), ("-", 0, None),
+                ("02", 2, (1, 31, "day")), ("T", 0, None), ("15", 1, (0, 23, "hour")), (":", 0, None),
+                ("04", 2, (0, 59, "minute")), (":", 0, None), ("05", 2, (0, 59, "second")))
+
+
+def go_time_error(value: str) -> str:
+    """What Go's ``time.Parse(time.RFC3339, value)`` says of a time it cannot parse, which the
+    server answers a bad ``opt_start_time`` with (10025, after ``invalid JSON: ``): the layout
+    element where parsing stopped, a value out of range, or extra text. ``""`` if Go parses it."""
+    quoted = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    def bad(rest: str, elem: str) -> str:
+        q = '"' + rest.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return f'parsing time {quoted} as "{_GO_LAYOUT}": cannot parse {q} as "{elem}"'
+
+    rest = value
+    for elem, width, bounds in _GO_ELEMENTS:
+        if not width:  # a literal
+            if not rest.startswith(elem):
+                return bad(rest, elem)
+            rest = rest[1:]
+            continue
+        if width == 4:
+            if len(rest) < 4 or not rest[:4].isdigit():
+                return bad(rest, elem)
+            rest = rest[4:]
+            continue
+        # Go's getnum: one or two digits (exactly two for a zero-padded element)
+        if not rest[:1].isdigit() or (width == 2 and not rest[1:2].isdigit()):
+            return bad(rest, elem)
+        n = 2 if rest[1:2].isdigit() else 1
+        number, rest = int(rest[:n]), rest[n:]
+        assert bounds is not None
+        if not bounds[0] <= number <= bounds[1]:
+            return f"parsing time {quoted}: {bounds[2]} out of range"
+        if elem == "05" and len(rest) >= 2 and rest[0] in ".," and rest[1].isdigit():
+            i = 1
+            while i < len(rest) and rest[i].isdigit():
+                i += 1
+            rest = rest[i:]
+    if rest.startswith("Z"):
+        rest = rest[1:]
+    elif len(rest) < 6 or rest[3] != ":" or rest[0] not in "+-" or not (rest[1:3] + rest[4:6]).isdigit():
+        return bad(rest, "Z07:00")
+    else:
+        rest = rest[6:]
+    if rest:
+        return f'parsing time {quoted}: extra text: "{rest}"'
+    return ""

@@ -75,14 +75,28 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         state["_ingestor"] = None  # a thread and a socket: executors only read spill files
         return state
 
-    def _ing(self, floor: int | None) -> Any:
+    def _ing(self, start: dict[str, Any] | None) -> Any:
+        """The started ingestor; a first start resumes above ``start`` (Spark's committed
+        offset) on the origin stream it names (``Ingestor.start``)."""
         if self._ingestor is None:
             from jsspark.live.legacy import ingestor_for  # the fallback for servers before 2.14
 
             self._ingestor = ingestor_for(self.opts)
         if not self._ingestor.started:
-            self._ingestor.start(floor)
+            self._ingestor.start(_seq(start), None if start is None else start.get("origin"))
         return self._ingestor
+
+    def _begin(self, start: dict[str, Any] | None) -> int | None:
+        """``start``'s seq, if it is on the origin stream the reader reads now; after that
+        stream was deleted and created again (``failOnDataLoss=false``: else the ingestor has
+        failed), the new stream's start: an old stream's seq must never be taken as committed
+        on the new one (it would skip and ack the new stream's first messages)."""
+        from jsspark.live.ingestor import same_stream
+
+        if start is None:
+            return None
+        ing = self._ing(start)
+        return int(start["seq"]) if same_stream(start.get("origin"), ing.origin) else ing.floor
 
     def _offset(self, seq: int) -> dict[str, Any]:
         """An offset: the origin seq, and the origin key a sink keeps its per-origin mark by
@@ -109,8 +123,8 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         with scrubbed(self.opts.storage_options):
-            begin = _seq(start)
-            ing = self._ing(begin)
+            ing = self._ing(start)
+            begin = self._begin(start)
             if begin is None:
                 begin = ing.floor
             max_rows = int(limit.max_rows) if type(limit).__name__ == "ReadMaxRows" else self.opts.max_messages
@@ -131,16 +145,23 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
             return None
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        lo, hi = int(start["seq"]), int(end["seq"])
+        from jsspark.live.ingestor import same_stream
+
         with scrubbed(self.opts.storage_options):
-            ing = self._ing(lo)
+            ing = self._ing(start)
+            lo, hi = self._begin(start), int(end["seq"])
+            if not same_stream(end.get("origin"), ing.origin):
+                return []  # planned on a stream since deleted (failOnDataLoss=false): its rows are gone
             if lo >= hi:
                 return []
             return [InputPartition(p) for p in ing.plan(lo, hi, by_reference=self.opts.spill_references)]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed up to ``end`` (one batch late): acks may now cover it."""
-        if self._ingestor is not None and self._ingestor.started:
+        from jsspark.live.ingestor import same_stream
+
+        if self._ingestor is not None and self._ingestor.started and same_stream(end.get("origin"),
+                                                                                  self._ingestor.origin):
             with scrubbed(self.opts.storage_options):
                 self._ingestor.commit(int(end["seq"]))
 
@@ -168,7 +189,10 @@ def _bounds(opts: LiveReadOptions) -> Bounds:
     except SnapshotError:
         raise
     except Exception as e:
-        raise SnapshotError(redact(f"jetstream (live): batch read of stream {opts.stream!r}: {type(e).__name__}: {e}",
+        from jsspark.errors import APIError
+
+        what = str(e) if isinstance(e, APIError) else f"{type(e).__name__}: {e}"  # an APIError's text names its class
+        raise SnapshotError(redact(f"jetstream (live): batch read of stream {opts.stream!r}: {what}",
                                    opts.conn)) from None
 
 

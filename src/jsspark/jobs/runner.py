@@ -302,7 +302,7 @@ class Job:
             if plan.facts.needs_acks:
                 opts.update({"consumerMode": "server", "consumer": durable})
             else:
-                opts.update({"consumerMode": "ordered", "consumer": durable})
+                opts["consumerMode"] = "ordered"  # an ephemeral consumer: no name to give it
             existing = plan.facts.durable if plan.facts.needs_acks else None
             if existing is not None:
                 opts["deliverPolicy"] = existing.get("deliver_policy", "all")

@@ -21,6 +21,14 @@ with an error saying why (``wire_headers``), instead of silently losing values.
 dict, and makes ``flush()`` mean what jsspark relies on (acks and flow-control replies on the
 server before it reports them sent): nats-py writes a flush's PING ahead of the commands still
 in its buffer, so the PONG could come back before they had been sent.
+
+**TLS wanted, none offered.** nats-py upgrades a connection to TLS only when the server's INFO
+says ``tls_required``: with TLS options set (or a ``tls://`` URL) and a server (or a man in the
+middle) that does not offer TLS, it would send CONNECT, credentials included, in plaintext.
+nats.go refuses that before CONNECT (``ErrSecureConnWanted``); so does the client class, in
+``_connect_command``, the one call nats-py makes right before it writes CONNECT (after any TLS
+upgrade): unless the socket is a TLS one, it raises ``SecureConnWanted`` instead (on a
+reconnect too, where nats-py then tries again).
 """
 
 from __future__ import annotations
@@ -79,6 +87,18 @@ def client_class() -> type:
     from nats.aio.client import PING_PROTO, Client
 
     class RawHeaderClient(Client):  # type: ignore[misc]
+        def _connect_command(self) -> bytes:
+            """Refuse to send CONNECT in plaintext when TLS is wanted (module docstring)."""
+            server = getattr(self, "_current_server", None)
+            uri = getattr(server, "uri", None)
+            wanted = "tls" in self.options or "tls_hostname" in self.options or getattr(uri, "scheme", "") == "tls"
+            if wanted and not _is_tls(self):
+                where = f"{uri.hostname}:{uri.port}" if uri is not None else "the server"
+                raise SecureConnWanted(f"nats: secure connection wanted: TLS is set (tlsCa/tlsCert/tlsHostname or a "
+                                       f"tls:// URL) but the server at {where} does not offer TLS; nothing was sent "
+                                       "to it (no CONNECT, no credentials)")
+            return super()._connect_command()  # type: ignore[no-any-return]
+
         async def _process_headers(self, headers: bytes) -> dict[str, str] | None:  # type: ignore[override]
             """nats-py folds headers into a dict (last value wins); keep the wire block too."""
             hdr = await super()._process_headers(headers)
@@ -114,6 +134,24 @@ def client_class() -> type:
             return await super()._process_pong()
 
     return RawHeaderClient
+
+
+def _is_tls(client: Any) -> bool:
+    """Whether the client's socket is a TLS one now (asyncio's ``ssl_object``; unknown: no)."""
+    writer = getattr(getattr(client, "_transport", None), "_io_writer", None)
+    return writer is not None and writer.get_extra_info("ssl_object") is not None
+
+
+def _secure_conn_wanted() -> type:
+    from nats.errors import Error
+
+    class SecureConnWanted(Error):  # type: ignore[misc]
+        """nats.go's ``ErrSecureConnWanted``: TLS wanted, the server offers none."""
+
+    return SecureConnWanted
+
+
+SecureConnWanted = _secure_conn_wanted()
 
 
 def _quiet(conn: Connection) -> Any:

@@ -9,13 +9,17 @@ Why these three, and why reset rather than recreate for durables (ADR "durable s
   messages are unacked, so the local buffer is bounded), no ``ack_wait`` and
   ``max_deliver -1``. The start position and filter come from the options, as with a
   server-managed stream source.
-- **user-managed**: bind to an operator's durable by name + deliver subject. Binding *is* a
-  ``$JS.API.CONSUMER.RESET`` with an empty body, exactly as nats-server's sourcing does: it
-  restarts delivery at the ack floor + 1 and answers with the consumer's config, which must say
-  ``flow_control`` (else 10217, the server's own refusal text) and deliver to the subject given.
+- **user-managed**: bind to an operator's durable by name + deliver subject. Its
+  ``CONSUMER.INFO`` first (10014 when missing), which must say ``flow_control`` (else 10217, the
+  server's own refusal text), deliver to the subject given, have no ``deliver_group`` and not be
+  paused (``check_bound``); only then the binding proper: a ``$JS.API.CONSUMER.RESET`` with an
+  empty body, exactly as nats-server's sourcing does, which restarts delivery at the ack floor + 1.
+- server-managed durables carry ``metadata`` ``jsspark: live``: server mode updates only a
+  durable it made (``create_durable``), never an operator's of the same name.
 - **ordered** (Limits origins only): an ephemeral ``ack_policy none`` push consumer started at
   the next needed sequence; on a gap it is deleted and recreated there, as an ordered consumer
-  does. It never acks, so it must not be used where acks remove messages.
+  does. It never acks, so it is refused where deliveries or acks remove messages (Interest,
+  WorkQueue: ``Ingestor._check_ordered``).
 
 A durable is never deleted and recreated: on an Interest origin that would drop interest and
 lose messages. Gaps and (re)binds use the reset API.
@@ -31,6 +35,8 @@ from jsspark.live.options import Connection, LiveReadOptions
 
 HEARTBEAT_NS = 1_000_000_000
 REQUEST_TIMEOUT = 10.0
+# In a server-managed durable's metadata: jsspark created it, so it may update it (create_durable).
+OWNER_KEY, OWNER_VALUE = "jsspark", "live"
 
 
 def _raise_api(resp: dict[str, Any]) -> None:
@@ -40,11 +46,26 @@ def _raise_api(resp: dict[str, Any]) -> None:
         raise APIError.from_dict(err)
 
 
+class JetStreamNotEnabled(RuntimeError):
+    """Nothing answers the JetStream API where requests go (nats.go's "jetstream not enabled")."""
+
+
 async def js_request(nc: Any, conn: Connection, api: str, body: dict[str, Any] | None,
                      timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
-    """One JetStream API request (``api`` after the prefix, e.g. ``STREAM.INFO.ORDERS``)."""
+    """One JetStream API request (``api`` after the prefix, e.g. ``STREAM.INFO.ORDERS``). No
+    responders means no JetStream at that prefix: said so, naming the prefix (nats-py's "no
+    responders available for request" names nothing)."""
+    from nats.errors import NoRespondersError
+
     payload = b"" if body is None else json.dumps(body).encode()
-    msg = await nc.request(f"{conn.js_prefix}.{api}", payload, timeout=timeout)
+    try:
+        msg = await nc.request(f"{conn.js_prefix}.{api}", payload, timeout=timeout)
+    except NoRespondersError:
+        where = (f"apiPrefix {conn.api_prefix!r}" if conn.api_prefix else
+                 f"domain {conn.domain!r} ({conn.js_prefix})" if conn.domain else f"{conn.js_prefix} (no domain)")
+        raise JetStreamNotEnabled(f"nats: jetstream not enabled: no JetStream API answers at {where}; JetStream is "
+                                  "not enabled on this server or for this account there, or the domain/apiPrefix is "
+                                  "wrong") from None
     resp = json.loads(msg.data or b"{}")
     _raise_api(resp)
     return resp
@@ -72,6 +93,7 @@ def durable_config(opts: LiveReadOptions) -> dict[str, Any]:
         "max_ack_pending": opts.max_ack_pending,
         "max_deliver": -1,
         "replay_policy": "instant",
+        "metadata": {OWNER_KEY: OWNER_VALUE},
     }
     if opts.opt_start_seq is not None:
         cfg["opt_start_seq"] = opts.opt_start_seq
@@ -117,9 +139,38 @@ def _filters(cfg: dict[str, Any], opts: LiveReadOptions) -> None:
 
 
 async def create_durable(nc: Any, opts: LiveReadOptions) -> dict[str, Any]:
-    """Create (or find unchanged) the server-managed durable; the server validates the config."""
-    body = {"stream_name": opts.stream, "config": durable_config(opts), "action": ""}
-    return await js_request(nc, opts.conn, f"CONSUMER.CREATE.{opts.stream}.{opts.consumer}", body)
+    """Create (or find unchanged) the server-managed durable; the server validates the config.
+
+    ``action create``: the server answers an existing durable of equal config with it, and
+    refuses another config with 10148 (``addConsumerWithAssignmentAndMode``). A durable that
+    exists with another config is updated only if jsspark made it (``owned``: options changed
+    since); an operator's durable of that name is never taken over."""
+    api, config = f"CONSUMER.CREATE.{opts.stream}.{opts.consumer}", durable_config(opts)
+    try:
+        return await js_request(nc, opts.conn, api, {"stream_name": opts.stream, "config": config, "action": "create"})
+    except APIError as e:
+        if e.err_code != 10148:  # consumer already exists (with another config)
+            raise
+        exists = e
+    info = await consumer_info(nc, opts.conn, opts.stream, opts.consumer)
+    if not owned(info, opts):
+        raise NotOurDurable(f"{exists}: durable {opts.consumer!r} on stream {opts.stream} exists with another config and "
+                            "was not created by jsspark's consumerMode server, so it is not changed to jsspark's; bind "
+                            "it with consumerMode user (and its deliverSubject), or give option consumer another name")
+    return await js_request(nc, opts.conn, api, {"stream_name": opts.stream, "config": config, "action": "update"})
+
+
+class NotOurDurable(RuntimeError):
+    """Server mode met an existing durable it did not create (``create_durable``)."""
+
+
+def owned(info: dict[str, Any], opts: LiveReadOptions) -> bool:
+    """Whether jsspark's server mode created the durable of ``info``: its metadata says so, or
+    (made before the mark) a flow-control durable delivering to the subject server mode gives it."""
+    cfg = info.get("config") or {}
+    if (cfg.get("metadata") or {}).get(OWNER_KEY) == OWNER_VALUE:
+        return True
+    return cfg.get("ack_policy") == "flow_control" and cfg.get("deliver_subject") == deliver_subject_for(opts)
 
 
 async def create_ordered(nc: Any, opts: LiveReadOptions, start_seq: int | None, deliver_subject: str) -> dict[str, Any]:
@@ -194,14 +245,30 @@ async def oldest_stored(nc: Any, conn: Connection, stream: str, config: dict[str
     return oldest
 
 
+class NotBindable(RuntimeError):
+    """A user-mode durable that would deliver nothing to the reader (``check_bound``)."""
+
+
 def check_bound(info: dict[str, Any], opts: LiveReadOptions) -> None:
     """A durable jsspark reads from must be a flow-control push consumer delivering where we
-    listen; otherwise refuse with the server's texts (10217 / 10215) for a source consumer."""
+    listen; otherwise refuse with the server's texts (10217 / 10215) for a source consumer.
+    A user-mode durable with a ``deliver_group`` delivers only to a queue subscription of that
+    group, and a paused one delivers nothing until its ``pause_until``: both would bind and then
+    read nothing, so both are refused, saying why (resume it: ``nats consumer resume``)."""
     cfg = info.get("config") or {}
     if cfg.get("ack_policy") != "flow_control":
         raise api_error("JSSourceConsumerRequiresAckFCErr")
     if opts.mode == "user" and cfg.get("deliver_subject") != opts.deliver_subject:
         raise api_error("JSSourceDurableConsumerCfgInvalid")
+    if opts.mode != "user":
+        return
+    if cfg.get("deliver_group"):
+        raise NotBindable(f"durable {opts.consumer!r} on stream {opts.stream} has deliver_group "
+                          f"{cfg['deliver_group']!r}: it delivers only to a queue group, which the reader is not; "
+                          "remove the deliver_group or use another durable")
+    if info.get("paused"):
+        raise NotBindable(f"durable {opts.consumer!r} on stream {opts.stream} is paused until {cfg.get('pause_until')} "
+                          "and delivers nothing until then; resume it (nats consumer resume) to read from it")
 
 
 async def stream_info(nc: Any, conn: Connection, stream: str, timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:

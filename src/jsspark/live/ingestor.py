@@ -55,6 +55,14 @@ Design (why each piece is there):
   breaks a stall (no heartbeat for ``STALL_SECONDS``). A reset made by someone else shows up as
   dseq 1 (or a heartbeat with ``Nats-Last-Consumer: 0``) and just starts a new generation.
   The durable is never deleted (ordered mode, which has no durable, recreates its ephemeral).
+- **The origin deleted and created again**: its sequences start over, so every restart of
+  delivery first asks ``STREAM.INFO`` whether the origin is still the stream (its creation time)
+  the reader holds sequences of (``_same_origin``), and a start compares the checkpoint's origin
+  (``start(origin=)``): another one fails with ``DataLossError``, or (``failOnDataLoss=false``)
+  the reader drops what it held and reads the new stream from its start (``_recreated``). A
+  deleted origin is waited for. In user mode a delivery generation we did not start (the
+  operator's new durable of that name delivers on its own) waits for our restart's check
+  (``_foreign_generation``).
 - **An ack that crosses someone else's reset**: an answer to a flow-control request sent just
   before that reset can reach the server just after it (a reset leaves the request
   outstanding, so the server takes the answer's ack). It names a delivery seq of the old
@@ -95,11 +103,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jsspark.datasource.options import OptionError
 from jsspark.datasource.pacing import TriggerPacing
+from jsspark.datasource.partition import DataLossError
 from jsspark.datasource.redaction import redact_storage
 from jsspark.engine.headers import HEADER_LINE
 from jsspark.engine.headers import decode as decode_headers
 from jsspark.engine.headers import repaired as repaired_headers
+from jsspark.errors import APIError
 from jsspark.live import consumer as C
 from jsspark.live import wire
 from jsspark.live.client import client_class, open_client
@@ -148,6 +159,22 @@ STALLED = "Nats-Consumer-Stalled"
 
 class LiveSourceError(RuntimeError):
     """The live source cannot go on (bad consumer, server refused, timed out); secrets redacted."""
+
+
+def same_stream(a: str | None, b: str | None) -> bool:
+    """Whether two origin keys (``Ingestor.origin``) name the same origin stream: the same
+    identity (its creation time, hashed), as the lake source compares table ids. An offset
+    written before offsets carried an origin, or an identity the reader could not learn
+    (``nats-unknown``), cannot tell: taken as the same."""
+    from jsspark.datasource.planning import Origin
+
+    if not a or not b:
+        return True
+    ta, tb = Origin.parse(a).table_id, Origin.parse(b).table_id
+    return ta == tb or UNKNOWN_IDENTITY in (ta, tb)
+
+
+UNKNOWN_IDENTITY = "nats-unknown"
 
 
 def parse_ack_reply(reply: str) -> tuple[int, int, int, int, int]:
@@ -240,16 +267,23 @@ class Ingestor:
         self.orphan_resets = 0  # resets back to acked messages a WorkQueue still stores (_orphans)
         self.ack_repairs = 0  # resets after an ack out of order or messages stranded (_check_acks)
         self._workqueue: bool | None = None  # the origin's retention is workqueue (asked once)
+        self._retention: str | None = None  # the origin's retention, if STREAM.INFO told it (_learn_origin)
         self.origin = ""  # this reader's origin key for its offsets, once bound (_learn_origin)
+        self._unbound = False  # the last restart of delivery failed: a dseq 1 now is no reset of ours
+        self._from_consumer = False  # the next restart of delivery takes floor from the consumer (_bind)
+        self._landed_off = False  # a landing sink's marks name an earlier stream of this name (_forget)
 
     # -- lifecycle -----------------------------------------------------------------------------
     @property
     def started(self) -> bool:
         return self._thread is not None
 
-    def start(self, floor: int | None) -> None:
+    def start(self, floor: int | None, origin: str | None = None) -> None:
         """Connect, bind the consumer and start delivery above ``floor`` (``None``: the
-        consumer's own position, for a brand-new query)."""
+        consumer's own position, for a brand-new query). ``origin``: the origin key the
+        checkpoint's offset carries; another stream of this name (deleted and created again
+        since) fails with ``DataLossError``, or with ``failOnDataLoss=false`` is read from its
+        start (``_recreated``)."""
         if self.started:
             return
         try:
@@ -263,10 +297,14 @@ class Ingestor:
         if floor is not None:
             self.floor = self._highest = floor
         try:
-            self._call(self._bind(floor is None), self.opts.wait_timeout)
+            self._call(self._bind(floor is None, origin), self.opts.wait_timeout)
+        except (DataLossError, OptionError):
+            raise
         except BaseException as e:
-            raise LiveSourceError(redact(f"jetstream (live): cannot bind consumer {self.opts.consumer!r} "
-                                         f"on stream {self.opts.stream!r}: {e}", self.opts.conn)) from None
+            what = ("cannot create an ordered consumer" if self.opts.mode == "ordered" else
+                    f"cannot bind consumer {self.opts.consumer!r}")
+            raise LiveSourceError(redact(f"jetstream (live): {what} on stream {self.opts.stream!r}: {e}",
+                                         self.opts.conn)) from None
 
     def _call(self, coro: Any, timeout: float) -> Any:
         if self._loop is None:
@@ -327,20 +365,116 @@ class Ingestor:
 
         return self._call(ask(), timeout)
 
-    async def _bind(self, from_consumer: bool) -> None:
+    async def _bind(self, from_consumer: bool, origin: str | None = None) -> None:
         cls = wire.client_class(client_class()) if self._bulk else client_class()
         self._nc = await open_client(self.opts.conn, self.opts.wait_timeout / 2, cls,
                                      reconnected_cb=self._on_reconnect, error_cb=self._on_error)
         if self.opts.mode != "ordered":  # an ordered consumer gets a new inbox at each (re)creation
             await self._subscribe(C.deliver_subject_for(self.opts))
         await self._learn_origin()
-        info = await self._restart_delivery(raise_errors=True)
-        if from_consumer:
-            key = "delivered" if self.opts.mode == "ordered" else "ack_floor"
+        self._check_ordered()
+        if not same_stream(origin, self.origin):
             with self._cv:
-                self.floor = int((info.get(key) or {}).get("stream_seq", 0))
-                self._highest = max(self._highest, self.floor)
+                held = self.floor
+            self._recreated(origin or "", self.origin, held)
+            from_consumer = True
+        self._from_consumer = from_consumer
+        await self._restart_delivery(raise_errors=True)
         self._watch = asyncio.get_running_loop().create_task(self._watchdog())
+
+    def _check_ordered(self) -> None:
+        """``consumerMode ordered`` reads without acks, so only a Limits origin keeps what it
+        delivered until Spark commits it: an Interest stream removes a message once delivered to
+        an AckNone consumer that is its only interest (a failed batch would lose it), and a
+        WorkQueue refuses such a consumer (10098). Refused before anything is created."""
+        if self.opts.mode != "ordered" or self._retention in (None, "limits"):
+            return
+        raise OptionError(
+            f"jetstream (live): consumerMode ordered reads without acks, but stream {self.opts.stream} has retention "
+            f"{self._retention}: " + ("the server removes each message once delivered to a consumer without acks, "
+                                      "before Spark commits it, so a failed batch would lose it"
+                                      if self._retention == "interest" else
+                                      "the server refuses a consumer without acks on it (10098)")
+            + "; use consumerMode server (or user), which acks only what Spark committed")
+
+    def _take_position(self, info: dict[str, Any]) -> None:
+        """After a new query's bind, or a restart on a new stream of this name: ``floor`` is the
+        consumer's own position (``info``: its answer to the reset or creation)."""
+        if not self._from_consumer:
+            return
+        key = "delivered" if self.opts.mode == "ordered" else "ack_floor"
+        with self._cv:
+            self.floor = int((info.get(key) or {}).get("stream_seq", 0))
+            self._highest = max(self._highest, self.floor)
+        self._from_consumer = False
+
+    def _recreated(self, old: str, new: str, after: int) -> None:
+        """The origin stream is another one of this name (deleted and created again): its
+        sequences start over, so what this reader holds or Spark committed says nothing about
+        it, and skipping (and acking) the new stream's messages at or below ``after`` would lose
+        them. As the lake source (``planning.recreated``): ``DataLossError`` naming both
+        identities, or with ``failOnDataLoss=false`` the new stream from its start (the
+        consumer's own position, as for a new query), with a warning."""
+        from jsspark.datasource.planning import Origin
+
+        what = (f"jetstream (live): stream {self.opts.stream} was deleted and created again (the reader's offsets "
+                f"are on origin {Origin.parse(old).table_id if old else '?'}, the stream is now "
+                f"{Origin.parse(new).table_id})")
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{what}: what the old stream held after sequence {after} is lost, and the new "
+                                "stream's sequences start over. Start the query with a new checkpoint, or set "
+                                "failOnDataLoss=false to read the new stream from its start.")
+        log.warning("%s; failOnDataLoss=false: reading the new stream from its start (what this reader held of "
+                    "the old one and Spark had not committed is dropped)", what)
+        self._forget()
+        self.origin = new
+
+    def _forget(self) -> None:
+        """Drop everything held of an earlier origin stream (``_recreated``); a landing sink's
+        marks name its sequences, so acks follow Spark's commits only from here on."""
+        with self._cv:
+            done = [c.path for c in self._chunks]
+            self._chunks, self._puts, self._rows, self._seqs = [], {}, Pending(), []
+            self.floor = self._highest = self._landed = 0
+            self._landed_off = True
+            self._awaiting = True
+            self._cv.notify_all()
+        if done and self._dir is not None:
+            self._dir.delete(done)
+
+    def _origin_key(self, identity: str) -> str:
+        from jsspark.datasource.planning import Origin
+        from jsspark.live.snapshot import filters_of
+
+        durable = None if self.opts.mode == "ordered" else self.opts.consumer
+        return Origin.of(self.opts.stream, f"nats-{identity}", durable, filters_of(self.opts)).key
+
+    async def _same_origin(self) -> bool:
+        """Before a running reader restarts delivery: is the origin still the stream it reads?
+        Deleted (``10059``): no, for now; delivery is tried again every ``STALL_SECONDS``, as the
+        server's sourcing retries, with a warning each time (nothing is lost while it waits; a
+        stream created again then meets ``_recreated``). Created again: ``_recreated``."""
+        from jsspark.engine.sourcing import server_hash
+
+        if self.origin.split(".", 3)[1:2] == [UNKNOWN_IDENTITY]:
+            return True  # not permitted STREAM.INFO: cannot tell (_learn_origin)
+        try:
+            info = await C.stream_info(self._nc, self.opts.conn, self.opts.stream, LOOKUP_TIMEOUT)
+        except APIError as e:
+            if e.err_code != 10059:
+                raise
+            self.last_error = self._redact(f"stream {self.opts.stream} not found (10059): deleted")
+            log.warning("jetstream (live): origin stream %s was deleted; waiting for it (a stream created again "
+                        "under this name fails the query with DataLossError, or with failOnDataLoss=false is "
+                        "read from its start)", self.opts.stream)
+            return False
+        new = self._origin_key(server_hash(str(info.get("created"))))
+        if not same_stream(self.origin, new):
+            with self._cv:
+                held = self.floor
+            self._recreated(self.origin, new, held)
+            self._from_consumer = True
+        return True
 
     async def _learn_origin(self) -> None:
         """``origin``: this reader's origin key (``datasource.planning.Origin``), which its offsets
@@ -349,9 +483,7 @@ class Ingestor:
         and the consumer (a durable's name; an ordered consumer's filters). The same
         ``STREAM.INFO`` gives the retention. A user allowed only the consumer API gets identity
         ``unknown`` (``_oldest_stored`` then finds out the retention, and says it cannot)."""
-        from jsspark.datasource.planning import Origin
         from jsspark.engine.sourcing import server_hash
-        from jsspark.live.snapshot import filters_of
 
         identity = "unknown"
         try:
@@ -359,11 +491,11 @@ class Ingestor:
         except Exception:
             info = None
         if info is not None:
-            self._workqueue = (info.get("config") or {}).get("retention") == "workqueue"
+            self._retention = str((info.get("config") or {}).get("retention", "limits"))
+            self._workqueue = self._retention == "workqueue"
             if info.get("created"):
                 identity = server_hash(str(info["created"]))
-        durable = None if self.opts.mode == "ordered" else self.opts.consumer
-        self.origin = Origin.of(self.opts.stream, f"nats-{identity}", durable, filters_of(self.opts)).key
+        self.origin = self._origin_key(identity)
 
     async def _subscribe(self, deliver: str) -> None:
         """Take deliveries on ``deliver`` (instead of the subject taken so far, if any)."""
@@ -394,6 +526,10 @@ class Ingestor:
             self._held_fc = None
         try:
             nc, o = self._nc, self.opts
+            if not raise_errors and not await self._same_origin():
+                self._unbound = True
+                return {}
+            self._unbound = False  # the reset's first deliveries can come before its answer
             if o.mode == "ordered":
                 if self._consumer_name != o.consumer:
                     with contextlib.suppress(Exception):
@@ -405,26 +541,31 @@ class Ingestor:
                 info = await C.create_ordered(nc, o, start, self._deliver)
                 self._consumer_name = info["name"]
             else:
-                created = None
+                # server: create it (or find it); user: look it up first (10014 when there is none: a
+                # reset of no consumer gets no answer at all), and reset only one we accept
                 if o.mode == "server":
                     created = await C.create_durable(nc, o)
-                    C.check_bound(created, o)
+                else:
+                    created = await C.consumer_info(nc, o.conn, o.stream, o.consumer)
+                C.check_bound(created, o)
                 start, floor = await self._orphans(created)
                 info = await C.reset_consumer(nc, o.conn, o.stream, o.consumer, start)
                 C.check_bound(info, o)
                 if start is not None:  # the reset moved the ack floor back to the orphans: they stay acked
                     info = {**info, "ack_floor": floor}
+            self._take_position(info)
             self.resets += 1
             self._last_heard = time.monotonic()
             return info
         except Exception as e:
             self.last_error = self._redact(str(e))
+            self._unbound = True
             if raise_errors:
                 raise
-            from jsspark.errors import APIError
-
-            if isinstance(e, APIError) and e.err_code in (10214, 10215, 10217):
-                self._fatal = e
+            if isinstance(e, DataLossError) or (isinstance(e, APIError) and e.err_code in (10214, 10215, 10217)):
+                with self._cv:
+                    self._fatal = e
+                    self._cv.notify_all()
             log.warning("jetstream (live): restarting delivery failed, will retry: %s", self.last_error)
             return {}
         finally:
@@ -697,10 +838,12 @@ class Ingestor:
             hdr = repaired_headers(hdr)
         with self._cv:
             if self._awaiting:
-                if dseq != 1:
-                    return  # still from before our reset
+                if dseq != 1 or self._unbound:
+                    return  # still from before our reset, or from no reset of ours (the restart failed)
                 self._new_generation()
             elif dseq == 1 and self._last_dseq != 0:
+                if self._foreign_generation():
+                    return
                 self._new_generation()  # someone reset the consumer
             if dseq != self._last_dseq + 1:
                 if dseq > self._last_dseq + 1:
@@ -743,7 +886,7 @@ class Ingestor:
             if self._awaiting:
                 if self._restarting:
                     return
-                if last_c == 0:
+                if last_c == 0 and not self._unbound:
                     self._new_generation()  # reset done, nothing delivered yet
                     return
                 if time.monotonic() - self._restart_ended < STALL_SECONDS:
@@ -753,11 +896,23 @@ class Ingestor:
                 # not acted on). Restart again, as the server's sourcing does on a mismatch.
             elif last_c == self._last_dseq:
                 return
-            elif last_c == 0:
+            elif last_c == 0 and not self._foreign_generation():
                 self._new_generation()  # someone reset the consumer, nothing delivered yet
                 return
             self._awaiting = True
         self._schedule_restart()  # the consumer delivered messages we never saw
+
+    def _foreign_generation(self) -> bool:
+        """A delivery generation we did not start, on an operator's durable (user mode): it may
+        be a new durable of that name on a stream created again under its name, whose sequences
+        start over (``_recreated``). Not taken (a message at or below what we hold would be
+        skipped and then acked) until our own restart, which checks the origin first, restarts
+        it at the ack floor + 1, where the other reset had. (Under ``_cv``.)"""
+        if self.opts.mode != "user":
+            return False
+        self._awaiting = True
+        self._schedule_restart()
+        return True
 
     def _ack_pair(self) -> tuple[int, int] | None:
         """The newest (stream seq, delivery seq) of this generation at or below ``floor``."""
@@ -825,7 +980,7 @@ class Ingestor:
     def _marked(self) -> bool:
         """A landing sink may mark this reader's spill (``spill.mark_landed``): it reads rows by
         reference, into a local directory. Others never get a mark, so they do not look for one."""
-        return self.opts.spill_references and self._dir is not None and not self._dir.remote
+        return self.opts.spill_references and self._dir is not None and not self._dir.remote and not self._landed_off
 
     def _read_landed(self) -> bool:
         """Take up the landing sink's mark (``spill.mark_landed``, local spill directories only):
@@ -966,6 +1121,8 @@ class Ingestor:
             log.warning("%s (the rows stay buffered)", e)
 
     def _check(self) -> None:
+        if isinstance(self._fatal, DataLossError):
+            raise DataLossError(str(self._fatal))
         if self._fatal is not None:
             raise LiveSourceError(redact(f"jetstream (live): {self._fatal}", self.opts.conn))
 

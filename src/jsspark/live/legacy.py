@@ -40,6 +40,7 @@ import contextlib
 import time
 from typing import Any
 
+from jsspark.datasource.partition import DataLossError
 from jsspark.live import consumer as C
 from jsspark.live.ingestor import Ingestor, LiveSourceError, log, parse_ack_reply
 from jsspark.live.options import LiveReadOptions, redact
@@ -112,6 +113,8 @@ class LegacyIngestor(Ingestor):
             self._awaiting = True
         try:
             o = self.opts
+            if not raise_errors and not await self._same_origin():  # deleted, or created again
+                return {}
             if o.mode == "user":
                 raise LiveSourceError("jetstream (live): consumerMode user needs nats-server 2.14 or newer (a "
                                       "flow_control durable); on this server use the server-managed durable")
@@ -123,6 +126,7 @@ class LegacyIngestor(Ingestor):
             if (info.get("config") or {}).get("ack_policy") != cfg["ack_policy"]:
                 raise LiveSourceError(f"jetstream (live): durable {o.consumer!r} on {o.stream!r} is not "
                                       f"ack_policy {cfg['ack_policy']}")
+            self._take_position(info)
             self._explicit = cfg["ack_policy"] == "explicit"
             delivered = info.get("delivered") or {}
             last, dseq = int(delivered.get("stream_seq", 0)), int(delivered.get("consumer_seq", 0))
@@ -151,6 +155,8 @@ class LegacyIngestor(Ingestor):
             self.last_error = self._redact(str(e))
             if raise_errors:
                 raise
+            if isinstance(e, DataLossError):
+                self._fatal = e
             log.warning("jetstream (live): repairing delivery failed, will retry: %s", self.last_error)
             return {}
         finally:

@@ -36,7 +36,7 @@ READ_OPTIONS = (
     "stream", "consumer", "consumerMode", "deliverSubject", "deliverPolicy", "optStartSeq", "optStartTime",
     "filterSubject", "filterSubjects", "headersOnly", "maxAckPending", "maxMessagesPerTrigger", "minMessagesPerTrigger",
     "maxTriggerDelay", "spillDir", "chunkRows",
-    "waitTimeout", "reportLatestOffset", "spillReferences",
+    "waitTimeout", "reportLatestOffset", "spillReferences", "failOnDataLoss",
 )
 # The lake source's option names (JetStream ConsumerConfig JSON) for the same settings.
 CONSUMER_CONFIG_NAMES = {
@@ -177,12 +177,16 @@ class Connection:
         if self.token is not None:
             kw["token"] = self.token
         if self.creds is not None:
+            _readable("creds", self.creds)  # nats-py reads it only at CONNECT, failing with a bare errno
             kw["user_credentials"] = self.creds
         if self.nkey_seed is not None:
             kw["nkeys_seed_str"] = self.nkey_seed
         if self.tls_ca or self.tls_cert:
             import ssl
 
+            for option, path in (("tlsCa", self.tls_ca), ("tlsCert", self.tls_cert), ("tlsKey", self.tls_key)):
+                if path:
+                    _readable(option, path)
             ctx = ssl.create_default_context(cafile=self.tls_ca) if self.tls_ca else ssl.create_default_context()
             if self.tls_cert:
                 ctx.load_cert_chain(self.tls_cert, self.tls_key)
@@ -190,6 +194,16 @@ class Connection:
         if self.tls_hostname:  # also alone: nats-py checks the server's certificate against it with the system's CAs
             kw["tls_hostname"] = self.tls_hostname
         return kw
+
+
+def _readable(option: str, path: str) -> None:
+    """A file option's file, where the connection is made: a missing or unreadable one fails
+    naming the option and the path (Python's own error names neither: ``[Errno 2] No such file``)."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        raise OptionError(f"jetstream (live): option {option}: cannot read {path!r}: {e.strerror or e}") from None
 
 
 def redact(text: str, conn: Connection | None) -> str:
@@ -256,6 +270,8 @@ class LiveReadOptions:
     report_latest_offset: bool = False
     # rows by reference (``live.spill.REFERENCE_SCHEMA``) for a landing sink: set by the job runner
     spill_references: bool = False
+    # the origin deleted and created again: fail (DataLossError), or read the new stream from its start
+    fail_on_data_loss: bool = True
     # ``storage.<key>`` options: delta-rs storage options for a ``spillDir`` on an object store
     storage_options: dict[str, str] | None = field(default=None, repr=False)
 
@@ -292,6 +308,11 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
             raise OptionError("jetstream (live): with consumerMode user the start position, filter and headersOnly "
                               "are the durable's own; do not set deliverPolicy/optStartSeq/optStartTime/filterSubject(s)/"
                               "headersOnly")
+    if mode == "ordered":
+        given = [k for k in ("consumer", "deliverSubject") if k in opts]
+        if given:
+            raise OptionError(f"jetstream (live): consumerMode ordered creates its own ephemeral consumer and inbox; "
+                              f"do not set {'/'.join(given)} (a durable is read with consumerMode server or user)")
     start_seq = _int(opts, "optStartSeq", None, 1)
     if policy == "by_start_sequence" and start_seq is None:
         raise OptionError("jetstream (live): deliverPolicy by_start_sequence needs optStartSeq")
@@ -321,6 +342,7 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         wait_timeout=wait,
         report_latest_offset=parse_bool("reportLatestOffset", opts.get("reportLatestOffset", "false")),
         spill_references=parse_bool("spillReferences", opts.get("spillReferences", "false")),
+        fail_on_data_loss=parse_bool("failOnDataLoss", opts.get("failOnDataLoss", "true")),
         storage_options=storage,
     )
 

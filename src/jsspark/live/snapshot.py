@@ -131,11 +131,13 @@ def _check_rules(opts: LiveReadOptions, stream_cfg: dict[str, Any]) -> None:
     elif opts.filter_subject:
         wire["filter_subject"] = opts.filter_subject
     if opts.opt_start_time is not None:  # the server's answer to a time it cannot parse (Go's time.Parse)
-        from jsspark.config.timestamps import go_time_error
+        from jsspark.config.timestamps import GoTimeError, parse_go_rfc3339
 
-        if problem := go_time_error(opts.opt_start_time):
+        try:
+            parse_go_rfc3339(opts.opt_start_time)
+        except GoTimeError as problem:
             raise APIError.from_dict({"code": 400, "err_code": 10025, "description": f"invalid JSON: {problem}"},
-                                     field="optStartTime")
+                                     field="optStartTime") from None
     check_consumer_config(ConsumerConfig.model_validate(wire), StreamConfig.model_validate(stream_cfg))
 
 

@@ -69,9 +69,10 @@ def test_errors_lose_the_secrets(s3: dict[str, str], monkeypatch: pytest.MonkeyP
     def leaky(self: Any, name: str) -> Any:
         raise OSError(f"GET https://lake.example/{name}?X-Amz-Signature={MOTO_SECRET}: 403 Forbidden")
 
-    monkeypatch.setattr(Lake, "stream_info", leaky)
+    monkeypatch.setattr(Lake, "stream", leaky)  # the first storage read a reader and a writer make
     options = {"path": loc, "stream": "SRC", **_spark_options(s3)}
-    for call in (lambda: parse_read_options(options), lambda: JetStreamDataSource(options).schema()):
+    for call in (lambda: parse_read_options(options), lambda: JetStreamDataSource(options).schema(),
+                 lambda: parse_write_options(options)):
         with pytest.raises(StorageError) as info:
             call()
         assert MOTO_SECRET not in str(info.value) and "X-Amz-Signature=***: 403 Forbidden" in str(info.value)

@@ -492,7 +492,9 @@ class Lake:
 
     def vacuum(self, name: str, retention_hours: int = 168) -> list[str]:
         """Delete a stream's files that no table version within ``retention_hours`` needs, and the
-        files of its lost commits older than that (``MessageTable.vacuum``)."""
+        files of its lost commits older than that (``MessageTable.vacuum``). A retention shorter
+        than a write takes deletes the files of commits still in flight (delta-rs #3645): on a
+        stream being written, keep it at hours, as upkeep does (Delta's 7 days)."""
         return self.stream(name).table.vacuum(retention_hours)
 
     # -- reads ---------------------------------------------------------------------------------

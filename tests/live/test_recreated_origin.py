@@ -59,6 +59,22 @@ def _recreate(nats: SyncNats, stream: str, **cfg: Any) -> str:
     return str(nats.api(f"STREAM.INFO.{stream}")["created"])
 
 
+def _data_loss(r: Any, end: dict[str, Any]) -> DataLossError:
+    """The ``DataLossError`` the running reader's planning raises once it sees the new stream."""
+    failure: list[DataLossError] = []
+
+    def failed() -> bool:
+        try:
+            r.latestOffset(end, None)
+        except DataLossError as e:
+            failure.append(e)
+            return True
+        return False
+
+    wait_for(failed, 30, "the reader to notice the recreated stream")
+    return failure[0]
+
+
 @pytest.mark.parametrize("mode", ["server", "ordered"])
 def test_running_reader_fails_with_data_loss(server: NatsServer, nats: SyncNats, tmp_path: Path, mode: str) -> None:
     stream = f"RUNFAIL{mode.upper()}"
@@ -66,18 +82,7 @@ def test_running_reader_fails_with_data_loss(server: NatsServer, nats: SyncNats,
     try:
         end = _first_batch(nats, r, stream)
         _recreate(nats, stream)
-        failure: list[BaseException] = []
-
-        def failed() -> bool:
-            try:
-                r.latestOffset(end, None)
-            except DataLossError as e:
-                failure.append(e)
-                return True
-            return False
-
-        wait_for(failed, 30, "the reader to notice the recreated stream")
-        text = str(failure[0])
+        text = str(_data_loss(r, end))
         old_id = end["origin"].split(".")[1]
         assert f"stream {stream} was deleted and created again" in text and old_id in text
         assert "failOnDataLoss=false" in text and "after sequence 10" in text
@@ -167,18 +172,7 @@ def test_user_mode_durable_created_again_on_a_new_workqueue(server: NatsServer, 
         nats.add_stream(name=stream, subjects=[f"{stream.lower()}.>"], retention="workqueue")
         _user_durable(nats, stream)
         _publish(nats, stream, "new", 15)
-        failure: list[BaseException] = []
-
-        def failed() -> bool:
-            try:
-                r.latestOffset(end, None)
-            except DataLossError as e:
-                failure.append(e)
-                return True
-            return False
-
-        wait_for(failed, 30, "the reader to notice the recreated stream")
-        assert f"stream {stream} was deleted and created again" in str(failure[0])
+        assert f"stream {stream} was deleted and created again" in str(_data_loss(r, end))
         assert nats.state(stream)["messages"] == 15  # none acked away unread
     finally:
         r.stop()

@@ -84,6 +84,17 @@ def _deleted_is_not_found(method: Callable[..., T]) -> Callable[..., T]:
     return run
 
 
+def _as_created(table: MessageTable, start: dict[str, Any]) -> bool:
+    """Whether ``table`` holds exactly what a creation starting at ``start`` writes (version 0,
+    that recorded state): a creation killed before its catalog commit, or a concurrent one's.
+    One that cannot be read (half written, being removed) is not."""
+    try:
+        snap = table.snapshot()
+        return snap.version == 0 and table.recorded_state(snap) == start
+    except (FileNotFoundError, OSError, DeltaError):
+        return False
+
+
 REPUBLISH_AFTER = "republish_after"  # catalog body: the last seq when republish was last set or changed
 
 
@@ -189,12 +200,8 @@ class Lake:
         start = LakeStream.initial_state(cfg.first_seq)
         table = MessageTable(uri, self.storage_options)
         if table.exists():
-            try:
-                snap = table.snapshot()
-                if snap.version == 0 and table.recorded_state(snap) == start:
-                    return table.table_id()
-            except (FileNotFoundError, OSError, DeltaError):
-                pass
+            if _as_created(table, start):
+                return table.table_id()
             if self.catalog.get(STREAM, cfg.name) is not None:
                 return None  # a stream of the name owns it now
             _remove_tree(uri, self.storage_options)

@@ -200,8 +200,7 @@ def _readable(option: str, path: str) -> None:
     """A file option's file, where the connection is made: a missing or unreadable one fails
     naming the option and the path (Python's own error names neither: ``[Errno 2] No such file``)."""
     try:
-        with open(path, "rb"):
-            pass
+        open(path, "rb").close()  # opened only to see that it can be
     except OSError as e:
         raise OptionError(f"jetstream (live): option {option}: cannot read {path!r}: {e.strerror or e}") from None
 

@@ -53,3 +53,21 @@ def test_a_next_seq_past_int64_is_refused(tmp_path) -> None:
         lake.add_stream(name="T", subjects=["t.>"], first_seq=2**63)
     with pytest.raises(Exception, match="stream not found"):
         lake.stream_info("T")
+
+
+def test_a_publish_past_the_last_int64_seq_is_refused_by_name(tmp_path) -> None:
+    """A stream at the last int64 sequence stores its last message there; one more (alone, or
+    in a batch that would cross it) is refused naming the bound, with nothing stored (it was a
+    bare OverflowError from numpy)."""
+    import pyarrow as pa
+
+    lake = jsspark.connect(str(tmp_path / "lake"))
+    lake.add_stream(name="S", subjects=["s.>"], first_seq=2**63 - 2)
+    assert lake.publish("s.a", b"1").seq == 2**63 - 2
+    with pytest.raises(JSSparkError, match=r"would pass 9223372036854775807.*nothing stored"):
+        lake.publish_batch("S", pa.table({"subject": ["s.a", "s.b"], "data": [b"2", b"3"]}))
+    assert lake.publish("s.a", b"2").seq == 2**63 - 1
+    with pytest.raises(JSSparkError, match="after sequence 9223372036854775807 would pass"):
+        lake.publish("s.a", b"3")
+    state = lake.stream_info("S").state
+    assert (state.messages, state.last_seq) == (2, 2**63 - 1)

@@ -576,6 +576,11 @@ class LakeStream:
         # Interest retention: a message no consumer wants is not stored, but uses its sequence.
         wanted = self._wanted(subjects) if _v(cfg.retention) == "interest" else None
         self._check_sizes(hdr_len, data_len, batch.headers)  # the server's first check, before dedup
+        if snap.last_seq + n > MAX_SEQ:  # a server's uint64 goes on; the int64 seq column cannot
+            raise JSSparkError(
+                f"stream {self.name}: {n} message(s) after sequence {snap.last_seq} would pass {MAX_SEQ}, "
+                "the last sequence a lake stream's int64 seq column holds; nothing stored"
+            )
         if H.any_has_prefix(batch.headers, H.CHECKED_ONE_BY_ONE):
             checked = self._check_sequential(snap, index, batch, subjects, msg_ids, known_ids, wanted)
         else:

@@ -131,7 +131,7 @@ HELD = textwrap.dedent(
     import json, sys, pyarrow as pa, jsspark
     from jsspark.engine import table
     from jsspark.errors import APIError
-    location, name, method, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    location, name, method, n, op = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
     original = getattr(table.MessageTable, method)
     first = [True]
 
@@ -145,18 +145,24 @@ HELD = textwrap.dedent(
     setattr(table.MessageTable, method, held)
     lake = jsspark.connect(location)
     try:
-        ack = lake.publish_batch(name, pa.table({"subject": [f"{name}.b"] * n, "data": [b"b"] * n}))
-        print(json.dumps({"stored": ack.stored}))
+        if op == "purge":
+            print(json.dumps({"purged": lake.purge(name)}))
+        elif op == "delete":
+            print(json.dumps({"deleted": lake.delete_msg(name, n)}))
+        else:
+            ack = lake.publish_batch(name, pa.table({"subject": [f"{name}.b"] * n, "data": [b"b"] * n}))
+            print(json.dumps({"stored": ack.stored}))
     except APIError as e:
         print(json.dumps({"error": e.to_dict()}))
     """
 )
 
 
-def _held_publish(location: str, name: str, method: str, n: int) -> subprocess.Popen[str]:
-    """A process publishing ``n`` messages to ``name`` whose first ``MessageTable.method`` call
-    waits, once it printed ``held``, until a line on its stdin."""
-    p = subprocess.Popen([sys.executable, "-c", HELD, location, name, method, str(n)],
+def _held_publish(location: str, name: str, method: str, n: int, op: str = "publish") -> subprocess.Popen[str]:
+    """A process publishing ``n`` messages to ``name`` (or ``op`` "purge": purging it, "delete":
+    deleting message ``n``) whose first ``MessageTable.method`` call waits, once it printed
+    ``held``, until a line on its stdin."""
+    p = subprocess.Popen([sys.executable, "-c", HELD, location, name, method, str(n), op],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stdout.readline().strip() == "held"
     return p
@@ -194,6 +200,33 @@ def test_an_update_that_replied_decides_a_publish_planned_before_it(
             assert outcome == {"error": server.publish(f"{name}.b", b"b")["error"]}
         else:
             assert answers == {None} and "stored" in outcome
+        assert lake.state(name) == server.state(name)
+    finally:
+        server.delete_stream(name)
+        server.close()
+
+
+@pytest.mark.parametrize(("op", "update"), [("purge", {"sealed": True}), ("purge", {"deny_purge": True}),
+                                           ("delete", {"sealed": True}), ("delete", {"deny_delete": True})])
+def test_an_update_that_replied_decides_a_removal_planned_before_it(
+    nats_server: Any, tmp_path: Path, op: str, update: dict[str, Any]
+) -> None:
+    """A purge or message delete planned on the old config, its commit held while another
+    process seals the stream or denies the removal: once the update replied, the removal is
+    refused as the server refuses it after the update (10109, 10075 or 10057), nothing removed."""
+    location, name = str(tmp_path / "lake"), "R"
+    cfg = {"name": name, "subjects": [f"{name}.>"]}
+    lake, server = LakeBackend(jsspark.connect(location)), UpdatingServer(nats_server.url)
+    try:
+        for b in (lake, server):
+            assert b.add_stream(cfg) == {"ok": True}
+            for _ in range(5):
+                b.publish(f"{name}.a", b"a")
+        held = _held_publish(location, name, "commit", 2, op)  # delete: message 2
+        assert lake.lake.update_stream(**cfg, **update).config.to_json() == server.update_stream({**cfg, **update})["config"]
+        want = server.purge(name) if op == "purge" else server.delete_msg(name, 2)
+        assert "error" in want
+        assert _released(held) == want
         assert lake.state(name) == server.state(name)
     finally:
         server.delete_stream(name)

@@ -963,15 +963,13 @@ class LakeStream:
         filter. A filter of ``>`` is no filter, as in the file store."""
         if seq and keep:  # the request's own check comes first
             raise api_error("JSBadRequestErr")
-        if self.config.sealed:  # before deny_purge, which sealing always sets: the server answers 10109
-            raise api_error("JSStreamSealedErr")
-        if self.config.deny_purge:
-            raise api_error("JSStreamPurgeFailedF", err="stream purge not permitted")
+        self._may_purge()
         subject = None if subject in ("", ">") else subject
         if not subject and not keep and seq is not None and seq > 1:
             return self._compact(seq)
 
         def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
+            self._may_purge()  # again on the config a re-plan read: an update that replied decides
             rows = index.rows
             mask = match_filter(rows["subject"], subject) if subject else pa.array(np.ones(rows.num_rows, dtype=bool))
             if seq is not None and 0 < seq <= MAX_SEQ:  # a larger bound is past every stored seq
@@ -1024,6 +1022,7 @@ class LakeStream:
             )
 
         def attempt(snap: Snapshot, index: MessageIndex) -> int:
+            self._may_purge()
             mask = index.seq_array() < seq
             last_seq = max(snap.last_seq, seq - 1)
             if not mask.any() and last_seq == snap.last_seq:
@@ -1032,13 +1031,23 @@ class LakeStream:
 
         return self._optimistic("compacting to a sequence", attempt)
 
-    def delete_msg(self, seq: int) -> None:
+    def _may_purge(self) -> None:
+        if self.config.sealed:  # before deny_purge, which sealing always sets: the server answers 10109
+            raise api_error("JSStreamSealedErr")
+        if self.config.deny_purge:
+            raise api_error("JSStreamPurgeFailedF", err="stream purge not permitted")
+
+    def _may_delete(self) -> None:
         if self.config.sealed:
             raise api_error("JSStreamSealedErr")
         if self.config.deny_delete:
             raise api_error("JSStreamMsgDeleteFailedF", err="message delete not permitted")
 
+    def delete_msg(self, seq: int) -> None:
+        self._may_delete()
+
         def choose(snap: Snapshot, index: MessageIndex) -> np.ndarray:
+            self._may_delete()  # again on the config a re-plan read: an update that replied decides
             if not index.has(seq):
                 # the file store's answers: past the end of the stream, below its first message,
                 # or already deleted inside it (``removeMsgFromBlock`` finds it in the delete map)

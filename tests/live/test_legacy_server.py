@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from jsspark.live.ingestor import Ingestor
-from jsspark.live.legacy import LegacyIngestor, ingestor_for
+from jsspark.live.legacy import LegacyIngestor, ingestor_for, legacy_durable_config
 from jsspark.live.options import parse_live_read_options
 from jsspark.nats_server import NatsServer
 from tests.live.conftest import SyncNats
@@ -187,3 +187,31 @@ def test_old_server_killed_and_restarted_mid_ingest(old: NatsServer, onats: Sync
         wait_for(lambda: onats.state("OLDK")["messages"] == 0, 10, "the WorkQueue to drain")
     finally:
         ing.stop()
+
+
+def test_old_server_mode_never_takes_over_an_operators_durable(old: NatsServer, onats: SyncNats, tmp_path: Path) -> None:
+    """The fallback creates its AckAll durable with action create too: an operator's durable of
+    the name (another deliver subject, explicit acks) is refused with 10148 and left as it was;
+    one an older jsspark made (no mark: AckAll to the subject server mode gives) is updated."""
+    onats.add_stream(name="OLDHJ", subjects=["oldhj.>"])
+    fast_publish(onats, "oldhj", 0, 20)
+    ops = {"durable_name": "ops", "ack_policy": "explicit", "deliver_subject": "dlv.ops", "max_ack_pending": 7}
+    assert "error" not in onats.api("CONSUMER.CREATE.OLDHJ.ops", {"stream_name": "OLDHJ", "config": ops})
+    ing = ingestor_for(opts(old.url, "OLDHJ", tmp_path, consumer="ops"))
+    try:
+        with pytest.raises(Exception, match=r"10148.*durable 'ops' on stream OLDHJ .*not created by jsspark"):
+            ing.start(None)
+    finally:
+        ing.stop()
+    cfg = onats.api("CONSUMER.INFO.OLDHJ.ops")["config"]
+    assert (cfg["deliver_subject"], cfg["max_ack_pending"], cfg["ack_policy"]) == ("dlv.ops", 7, "explicit")
+    older = {k: v for k, v in legacy_durable_config(opts(old.url, "OLDHJ", tmp_path, consumer="was"), "limits").items()
+             if k != "metadata"}
+    assert "error" not in onats.api("CONSUMER.CREATE.OLDHJ.was", {"stream_name": "OLDHJ", "config": older})
+    ing = ingestor_for(opts(old.url, "OLDHJ", tmp_path, consumer="was", maxAckPending="50"))
+    ing.start(None)
+    try:
+        assert drain(ing, ing.floor, 20)[1] == list(range(1, 21))
+    finally:
+        ing.stop()
+    assert onats.api("CONSUMER.INFO.OLDHJ.was")["config"]["max_ack_pending"] == 50

@@ -138,14 +138,15 @@ def _filters(cfg: dict[str, Any], opts: LiveReadOptions) -> None:
         cfg["filter_subject"] = opts.filter_subject
 
 
-async def create_durable(nc: Any, opts: LiveReadOptions) -> dict[str, Any]:
-    """Create (or find unchanged) the server-managed durable; the server validates the config.
+async def create_durable(nc: Any, opts: LiveReadOptions, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Create (or find unchanged) the server-managed durable (``config``: ``durable_config``'s,
+    or the fallback's before 2.14); the server validates the config.
 
     ``action create``: the server answers an existing durable of equal config with it, and
     refuses another config with 10148 (``addConsumerWithAssignmentAndMode``). A durable that
     exists with another config is updated only if jsspark made it (``owned``: options changed
     since); an operator's durable of that name is never taken over."""
-    api, config = f"CONSUMER.CREATE.{opts.stream}.{opts.consumer}", durable_config(opts)
+    api, config = f"CONSUMER.CREATE.{opts.stream}.{opts.consumer}", config or durable_config(opts)
     try:
         return await js_request(nc, opts.conn, api, {"stream_name": opts.stream, "config": config, "action": "create"})
     except APIError as e:
@@ -153,7 +154,7 @@ async def create_durable(nc: Any, opts: LiveReadOptions) -> dict[str, Any]:
             raise
         exists = e
     info = await consumer_info(nc, opts.conn, opts.stream, opts.consumer)
-    if not owned(info, opts):
+    if not owned(info, opts, config["ack_policy"]):
         raise NotOurDurable(f"{exists}: durable {opts.consumer!r} on stream {opts.stream} exists with another config and "
                             "was not created by jsspark's consumerMode server, so it is not changed to jsspark's; bind "
                             "it with consumerMode user (and its deliverSubject), or give option consumer another name")
@@ -164,13 +165,14 @@ class NotOurDurable(RuntimeError):
     """Server mode met an existing durable it did not create (``create_durable``)."""
 
 
-def owned(info: dict[str, Any], opts: LiveReadOptions) -> bool:
+def owned(info: dict[str, Any], opts: LiveReadOptions, ack_policy: str = "flow_control") -> bool:
     """Whether jsspark's server mode created the durable of ``info``: its metadata says so, or
-    (made before the mark) a flow-control durable delivering to the subject server mode gives it."""
+    (made before the mark) a durable with server mode's ack policy (flow control; AckAll or
+    explicit before 2.14) delivering to the subject server mode gives it."""
     cfg = info.get("config") or {}
     if (cfg.get("metadata") or {}).get(OWNER_KEY) == OWNER_VALUE:
         return True
-    return cfg.get("ack_policy") == "flow_control" and cfg.get("deliver_subject") == deliver_subject_for(opts)
+    return cfg.get("ack_policy") == ack_policy and cfg.get("deliver_subject") == deliver_subject_for(opts)
 
 
 async def create_ordered(nc: Any, opts: LiveReadOptions, start_seq: int | None, deliver_subject: str) -> dict[str, Any]:

@@ -120,8 +120,7 @@ class LegacyIngestor(Ingestor):
                                       "flow_control durable); on this server use the server-managed durable")
             retention = str((await C.stream_info(self._nc, o.conn, o.stream))["config"].get("retention", "limits"))
             cfg = legacy_durable_config(o, retention)
-            body = {"stream_name": o.stream, "config": cfg, "action": ""}
-            await C.js_request(self._nc, o.conn, f"CONSUMER.CREATE.{o.stream}.{o.consumer}", body)
+            await C.create_durable(self._nc, o, cfg)  # never another application's durable of the name
             info = await C.consumer_info(self._nc, o.conn, o.stream, o.consumer)
             if (info.get("config") or {}).get("ack_policy") != cfg["ack_policy"]:
                 raise LiveSourceError(f"jetstream (live): durable {o.consumer!r} on {o.stream!r} is not "

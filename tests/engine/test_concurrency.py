@@ -14,8 +14,9 @@ import pyarrow.compute as pc
 import pytest
 
 import jsspark
+from jsspark.engine.stream import Incoming
 from jsspark.engine.table import MessageTable
-from jsspark.errors import api_error
+from jsspark.errors import APIError, api_error
 from tests.engine.backends import LakeBackend
 from tests.engine.test_update_stream import UpdatingServer
 
@@ -268,3 +269,20 @@ def test_vacuum_while_another_process_publishes(tmp_path: Path, monkeypatch: pyt
     state = lake.stream_info("S").state
     assert (state.messages, state.last_seq) == (1, 3)
     assert lake.get_msg("S", 3).data == b"3"
+
+
+def test_a_held_engine_reads_a_config_another_writer_updated(tmp_path: Path) -> None:
+    """An engine held across publishes skips the config-mark lookup while it made every commit
+    since it last looked; once another writer's update committed its mark, the next publish
+    looks, reads the new config and is decided on it (sealed: 10109, nothing stored)."""
+    location = str(tmp_path / "lake")
+    mine, other = jsspark.connect(location), jsspark.connect(location)
+    mine.add_stream(name="S", subjects=["S.>"])
+    engine = mine.stream("S")
+    for i in range(3):
+        assert engine.publish_batch(Incoming.one("S.a", b"%d" % i, None)).acks()[0].seq == i + 1
+    other.update_stream(name="S", subjects=["S.>"], sealed=True)
+    with pytest.raises(APIError) as refused:
+        engine.publish_batch(Incoming.one("S.a", b"late", None))
+    assert refused.value.err_code == 10109
+    assert other.stream_info("S").state.messages == 3

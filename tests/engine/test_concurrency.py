@@ -175,6 +175,20 @@ def _released(p: subprocess.Popen[str]) -> dict[str, Any]:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _filled(cfg: dict[str, Any], n: int, lake: LakeBackend, server: UpdatingServer) -> None:
+    """The stream ``cfg`` on both, with ``n`` messages on ``<name>.a``."""
+    for b in (lake, server):
+        assert b.add_stream(cfg) == {"ok": True}
+        for _ in range(n):
+            b.publish(f"{cfg['name']}.a", b"a")
+
+
+def _updated(cfg: dict[str, Any], update: dict[str, Any], lake: LakeBackend, server: UpdatingServer) -> None:
+    """``update`` applied to the stream on both; the stored configs equal."""
+    mine = lake.lake.update_stream(**cfg, **update).config.to_json()
+    assert mine == server.update_stream({**cfg, **update})["config"]
+
+
 @pytest.mark.parametrize("update", [{"sealed": True}, {"max_msgs": 10}, {"deny_delete": True, "max_msgs_per_subject": 5}])
 def test_an_update_that_replied_decides_a_publish_planned_before_it(
     nats_server: Any, tmp_path: Path, update: dict[str, Any]
@@ -188,12 +202,9 @@ def test_an_update_that_replied_decides_a_publish_planned_before_it(
     cfg = {"name": name, "subjects": [f"{name}.>"]}
     lake, server = LakeBackend(jsspark.connect(location)), UpdatingServer(nats_server.url)
     try:
-        for b in (lake, server):
-            assert b.add_stream(cfg) == {"ok": True}
-            for _ in range(20):
-                b.publish(f"{name}.a", b"a")
+        _filled(cfg, 20, lake, server)
         held = _held_publish(location, name, "commit", 50)  # planned on the old config
-        assert lake.lake.update_stream(**cfg, **update).config.to_json() == server.update_stream({**cfg, **update})["config"]
+        _updated(cfg, update, lake, server)
         answers = {server.publish(f"{name}.b", b"b").get("error", {}).get("err_code") for _ in range(50)}
         outcome = _released(held)
         if update.get("sealed"):
@@ -219,12 +230,9 @@ def test_an_update_that_replied_decides_a_removal_planned_before_it(
     cfg = {"name": name, "subjects": [f"{name}.>"]}
     lake, server = LakeBackend(jsspark.connect(location)), UpdatingServer(nats_server.url)
     try:
-        for b in (lake, server):
-            assert b.add_stream(cfg) == {"ok": True}
-            for _ in range(5):
-                b.publish(f"{name}.a", b"a")
+        _filled(cfg, 5, lake, server)
         held = _held_publish(location, name, "commit", 2, op)  # delete: message 2
-        assert lake.lake.update_stream(**cfg, **update).config.to_json() == server.update_stream({**cfg, **update})["config"]
+        _updated(cfg, update, lake, server)
         want = server.purge(name) if op == "purge" else server.delete_msg(name, 2)
         assert "error" in want
         assert _released(held) == want

@@ -223,3 +223,15 @@ def test_an_update_records_where_a_republish_it_sets_begins(tmp_path: Any) -> No
     assert lake.republish_after("EV") == 4
     lake.update_stream(name="EV", subjects=["ev.>"], max_msgs=100)
     assert lake.republish_after("EV") == 0
+
+
+def test_an_update_keeps_the_first_seq_a_purge_gave_a_never_written_stream(pair: Pair) -> None:
+    """A purge moves a never-written stream's first seq from 0 to 1 (``mark_purged``); the
+    config update's own commit (``record_config``) keeps it, as the server's state does.
+    Found by ``fuzz_differential --mode stream``, seed 360296."""
+    s = pair.stream(max_msgs=4)
+    pair.purge(s)
+    pair.update_stream({"name": s, "subjects": [subj(s, ">")], "max_msgs": 5})
+    pair.check(s)
+    pair.publish(subj(s, "a"), b"x")
+    pair.check(s)

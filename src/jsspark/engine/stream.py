@@ -311,13 +311,18 @@ class LakeStream:
         recorded = self.table.recorded_state(snap)
         if recorded is None:
             snap, index = self._load()
-            recorded = self._state_of(index, snap.last_seq)
+            recorded = self._state_of(index, snap)
         return StreamState(consumer_count=consumer_count, **{k: v for k, v in recorded.items() if k != LAST_MSG_ID})
 
-    def _state_of(self, index: MessageIndex, last_seq: int) -> dict[str, Any]:
-        """The state to record with a commit that stores and removes nothing."""
-        state = index.state_after(_EMPTY_INDEX_ROWS, None, last_seq, self._last_ts_ns)
+    def _state_of(self, index: MessageIndex, snap: Snapshot) -> dict[str, Any]:
+        """The state to record with a commit that stores and removes nothing. A never-written
+        stream's first seq is 0, or 1 once purged (``mark_purged``): only the record says which."""
+        state = index.state_after(_EMPTY_INDEX_ROWS, None, snap.last_seq, self._last_ts_ns)
         state[LAST_MSG_ID] = self._last_msg_id(index)
+        if not snap.last_seq and not state["messages"]:
+            recorded = self.table.recorded_state(snap)
+            if recorded is not None:
+                state["first_seq"] = recorded["first_seq"]
         return state
 
     # -- publish -------------------------------------------------------------------------------
@@ -410,7 +415,7 @@ class LakeStream:
         checks ``Sealed`` and the limits under the stream lock)."""
 
         def attempt(snap: Snapshot, index: MessageIndex) -> None:
-            state = self._state_of(index, snap.last_seq)
+            state = self._state_of(index, snap)
             version = self.table.commit(snap, None, last_seq=snap.last_seq, state=state,
                                         app_transactions=[Transaction(CONFIG_APP_ID, self.config_rev)])
             self._after_commit(index, snap, version, None, None, state)
@@ -1009,7 +1014,7 @@ class LakeStream:
         """A never-written stream reports first_seq 0 until its first purge, then last+1: record it."""
 
         def attempt(snap: Snapshot, index: MessageIndex) -> None:
-            state = self._state_of(index, snap.last_seq)
+            state = self._state_of(index, snap)
             if state["messages"] or state["first_seq"]:
                 return
             state["first_seq"] = snap.last_seq + 1
@@ -1216,7 +1221,7 @@ class LakeStream:
         """Bound the file count: merge small files (publish batches make one per partition)."""
 
         def attempt(snap: Snapshot, index: MessageIndex) -> dict[str, Any]:
-            metrics = self.table.compact(snap, self._state_of(index, snap.last_seq), target_size)
+            metrics = self.table.compact(snap, self._state_of(index, snap), target_size)
             if metrics.get("numFilesAdded", 0) or metrics.get("numFilesRemoved", 0):
                 self._relaid(index, snap.table.version())
                 now = self.table.snapshot()  # every file changed

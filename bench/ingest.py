@@ -43,8 +43,11 @@ Why (c) is the target: an ingest job runs for days, so what decides whether it k
 rate a running job drains what arrives. (a) adds the query start once per job life, and (b)
 on this machine is capped by the publisher (see its line), which is not the system measured.
 
-Also printed: a nats-py ordered consumer that does nothing with the messages, and the live
-source's driver half alone (consumer, spill files, read back, stored in mirror form, no Spark).
+Also printed: a nats-py ordered consumer that does nothing with the messages, the live
+source's driver half alone (consumer, spill files, read back, stored in mirror form, no Spark),
+its receiving alone, and a bare socket on the same kind of consumer (``bare_receiver``): what
+nats-server can deliver to any client, so that the distance between it and the receiving
+alone is the live source's own client, not the server.
 """
 
 from __future__ import annotations
@@ -195,6 +198,70 @@ def ordered_consumer(nats: Nats, origin: str, n: int) -> float:
     return nats.run(go())
 
 
+def bare_receiver(nats: Nats, port: int, origin: str, n: int, mode: str, window: int | None,
+                  server_pid: int | None) -> tuple[float, float | None]:
+    """The fastest any client could take the first ``n`` messages of ``origin`` through the
+    job's kind of push consumer: a raw socket that parses nothing, keeps nothing, and answers
+    each flow-control request at once (a durable's acking everything delivered so far, so its
+    pending set stays small, as the server's own durable sourcing keeps it; a landing job must
+    hold its acks until its commit). What it cannot do the server cannot deliver; what the
+    ``receiving alone`` line adds to it is the live source's own client. (seconds, nats-server
+    CPU-s or ``None``)."""
+    name, deliver = f"bench_bare_{mode}", f"bench.bare.{mode}"
+    config: dict[str, Any] = {"deliver_subject": deliver, "flow_control": True, "idle_heartbeat": 1_000_000_000,
+                              "deliver_policy": "all"}
+    if mode == "durable":
+        config.update({"durable_name": name, "ack_policy": "flow_control", "max_deliver": -1,
+                       "max_ack_pending": window or LiveReadOptions.max_ack_pending})
+    else:  # as the live source's ordered consumer: an ephemeral without acks
+        config.update({"ack_policy": "none", "max_deliver": 1, "mem_storage": True, "num_replicas": 1})
+
+    async def go() -> tuple[float, float | None]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 22)
+        await reader.readline()  # INFO
+        writer.write(b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"protocol":1}\r\n'
+                     b"SUB %s 1\r\nPING\r\n" % deliver.encode())
+        while await reader.readline() != b"PONG\r\n":
+            continue
+        before = process_cpu(server_pid)
+        t0 = time.perf_counter()
+        await nats._api(f"CONSUMER.CREATE.{origin}" + (f".{name}" if mode == "durable" else ""),
+                        {"stream_name": origin, "config": config})
+        tail, pair = b"", b"NATS/1.0\r\n\r\n"
+        while True:
+            chunk = await reader.read(1 << 20)
+            if not chunk:
+                raise RuntimeError("bench: nats-server closed the bare receiver's connection")
+            buf = tail + chunk
+            at = buf.rfind(b"$JS.ACK.")
+            token = buf[at:buf.find(b" ", at)].split(b".") if at >= 0 and buf.find(b" ", at) > 0 else []
+            if len(token) >= 9:  # the newest delivery: what an ack names
+                i = 5 if len(token) == 9 else 7
+                if mode == "durable":
+                    pair = b"NATS/1.0\r\nNats-Last-Consumer: %s\r\nNats-Last-Stream: %s\r\n\r\n" % (token[i + 1], token[i])
+                if int(token[i]) >= n:
+                    break
+            for key in (b"$JS.FC.", b"Nats-Consumer-Stalled: "):
+                k = buf.find(key)
+                while k >= 0:
+                    end = buf.find(b"\r" if key[0] == 78 else b" ", k)
+                    if end >= len(tail):  # not answered with the read before
+                        subject = buf[k + (len(key) if key[0] == 78 else 0):end]
+                        writer.write(b"HPUB %s %d %d\r\n%s\r\n" % (subject, len(pair), len(pair), pair))
+                    k = buf.find(key, end) if end >= 0 else -1
+            if b"PING\r\n" in buf[max(len(tail) - 5, 0):]:
+                writer.write(b"PONG\r\n")
+            tail = buf[-512:]
+        dt = time.perf_counter() - t0
+        after = process_cpu(server_pid)
+        writer.close()
+        if mode == "durable":
+            await nats._api(f"CONSUMER.DELETE.{origin}.{name}")
+        return dt, (after - before if before is not None and after is not None else None)
+
+    return nats.run(go())
+
+
 def ingestor_alone(url: str, origin: str, n: int, work: Path, mode: str, store: bool = True,
                    server_pid: int | None = None, max_ack_pending: int | None = None) -> tuple[float, float | None]:
     """The live source's driver half without Spark: receive, spill, read back, store; with
@@ -206,8 +273,10 @@ def ingestor_alone(url: str, origin: str, n: int, work: Path, mode: str, store: 
     500,000), so a window above the job's would make this floor slower than the job can be.
     (seconds, nats-server CPU-s or ``None``)."""
     name = "bench_ingestor" if store else "bench_receiver"
-    options = {"servers": url, "stream": origin, "consumer": name, "spillDir": str(work / f"spill-{name}"),
+    options = {"servers": url, "stream": origin, "spillDir": str(work / f"spill-{name}"),
                "consumerMode": "server" if mode == "durable" else "ordered"}
+    if mode == "durable":  # an ordered consumer is an ephemeral the source names itself
+        options["consumer"] = name
     if max_ack_pending is not None:
         options["maxAckPending"] = str(max_ack_pending)
     if store:
@@ -371,6 +440,8 @@ def main() -> None:
             alone, _ = ingestor_alone(srv.url, "ON", n, work, args.consumer, max_ack_pending=window)
             server_pid = srv.proc.pid if srv.proc is not None else None
             receiver, receiver_cpu = ingestor_alone(srv.url, "ON", n, work, args.consumer, False, server_pid, window)
+            bares = [bare_receiver(nats, srv.port, "ON", n, args.consumer, window, server_pid) for _ in range(args.repeat)]
+            bare, bare_cpu = sorted(bares)[len(bares) // 2]
             if args.consumer == "durable":  # no idle durables on the origin during the native runs
                 for name in ("bench_ingestor", "bench_receiver"):
                     nats.api(f"CONSUMER.DELETE.ON.{name}")
@@ -467,7 +538,10 @@ def main() -> None:
         print(f"  jsspark ingestor alone (no Spark), backlog:      {rate(n, alone)}   x{native_a / alone:5.2f} of native (a)")
         server_cpu = "" if receiver_cpu is None else f"; nats-server {receiver_cpu:.2f} CPU-s"
         print(f"  jsspark receiving alone, nothing stored:         {rate(n, receiver)}   x{native_c / receiver:5.2f} of native (c)"
-              f"{server_cpu} (the {args.consumer} consumer's delivery: no landing of it can be faster)")
+              f"{server_cpu} (the live source's client over the {args.consumer} consumer's delivery)")
+        server_cpu = "" if bare_cpu is None else f"; nats-server {bare_cpu:.2f} CPU-s"
+        print(f"  a bare socket, parses and keeps nothing:         {rate(n, bare)}   x{native_c / bare:5.2f} of native (c)"
+              f"{server_cpu} (the most any client gets from this consumer; median of {len(bares)})")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -22,8 +22,10 @@ async def last_seq(nc: Any, stream: str) -> int:
     return int(json.loads(msg.data)["state"]["last_seq"])
 
 
-async def fill(nc: Any, stream: str, subjects: list[str], payload: bytes, n: int) -> float:
-    """Publish ``n`` messages (subjects in turn) into ``stream``; seconds until it holds them all."""
+async def fill(nc: Any, stream: str, subjects: list[str], payload: bytes, n: int, msg_ids: bool = False) -> float:
+    """Publish ``n`` messages (subjects in turn) into ``stream``; seconds until it holds them all.
+    ``msg_ids``: each carries a ``Nats-Msg-Id`` header (unique in the stream), as producers that
+    deduplicate send them."""
     base = await last_seq(nc, stream)
     t0 = time.perf_counter()
     sent = 0
@@ -31,7 +33,8 @@ async def fill(nc: Any, stream: str, subjects: list[str], payload: bytes, n: int
     while sent < n:
         step = min(CHUNK, n - sent)
         for i in range(sent, sent + step):
-            await nc.publish(subjects[i % k], payload)
+            headers = {"Nats-Msg-Id": f"{stream}-{base + i + 1}"} if msg_ids else None
+            await nc.publish(subjects[i % k], payload, headers=headers)
         sent += step
         await nc.flush()
         while await last_seq(nc, stream) - base < sent - WINDOW:

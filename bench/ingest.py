@@ -2,6 +2,11 @@
 
     python3 dev.py bench ingest [--messages 500000] [--size 100] [--consumer ordered|durable]
                                 [--max-ack-pending N] [--trigger "1 second"] [--repeat 3] [--skip-spark]
+                                [--msg-ids] [--form mirror|source]
+
+``--msg-ids`` gives every message a ``Nats-Msg-Id`` header (as producers that deduplicate send
+them); ``--form source`` makes both sides a stream sourcing the origin instead of a mirror
+(new sequences, a ``Nats-Stream-Source`` header each), as a job's ``sources`` lands.
 
 One nats-server on loopback and two identical Limits origins (``ON`` for the native mirror,
 ``OJ`` for jsspark), each filled with the same ``--messages`` messages of ``--size`` bytes by
@@ -74,7 +79,7 @@ from cpu import SparkCpu, process_cpu  # bench/, next to this script
 from fill import fill
 
 import jsspark
-from jsspark.engine.ingest import store_mirrored
+from jsspark.engine.ingest import store_mirrored, store_sourced
 from jsspark.live.ingestor import Ingestor
 from jsspark.live.options import LiveReadOptions, parse_live_read_options
 from jsspark.live.spill import read_spill
@@ -84,10 +89,10 @@ from jsspark.nats_server import NatsServer
 class Nats:
     """One nats-py connection on its own loop thread (the Spark side needs the main thread)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, msg_ids: bool = False) -> None:
         import nats
 
-        self.url = url
+        self.url, self.msg_ids = url, msg_ids
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         self.nc = self.run(nats.connect(url))
@@ -107,15 +112,19 @@ class Nats:
     def last_seq(self, stream: str) -> int:
         return int(self.api(f"STREAM.INFO.{stream}")["state"]["last_seq"])
 
+    def messages(self, stream: str) -> int:
+        return int(self.api(f"STREAM.INFO.{stream}")["state"]["messages"])
+
     def publish(self, stream: str, n: int, size: int) -> float:
         """Publish ``n`` messages into ``stream`` as fast as its ingest takes them; seconds
         until the stream holds them all."""
         subjects = [f"{stream.lower()}.{i}" for i in range(16)]
-        return self.run(fill(self.nc, stream, subjects, b"x" * size, n))
+        return self.run(fill(self.nc, stream, subjects, b"x" * size, n, self.msg_ids))
 
     def publish_one(self, stream: str, size: int) -> None:
         """One message into ``stream``, acked by the server (a JetStream publish)."""
-        self.run(self.nc.jetstream().publish(f"{stream.lower()}.0", b"x" * size))
+        headers = {"Nats-Msg-Id": f"{stream}-one-{time.time_ns()}"} if self.msg_ids else None
+        self.run(self.nc.jetstream().publish(f"{stream.lower()}.0", b"x" * size, headers=headers))
 
     def close(self) -> None:
         self.run(self.nc.close())
@@ -133,17 +142,25 @@ def wait_for(done: Callable[[], bool], what: str, timeout: float = 900, poll: fl
 
 
 # -- the native side ----------------------------------------------------------------------------
-def native_backlog(nats: Nats, mirror: str, origin: str, start: int, last: int) -> float:
-    """Create a mirror of ``origin`` from ``start``: seconds until it holds up to ``last``."""
+def target(name: str, origin: dict[str, Any], form: str) -> dict[str, Any]:
+    """The config of stream ``name`` taking ``origin`` (a StreamSource) in ``form``: its mirror,
+    or its one source."""
+    return {"name": name, "mirror": origin} if form == "mirror" else {"name": name, "sources": [origin]}
+
+
+def native_backlog(nats: Nats, mirror: str, origin: str, start: int, last: int, form: str = "mirror") -> float:
+    """Create a mirror (or a stream sourcing it) of ``origin`` from ``start``: seconds until it
+    holds everything up to ``last``."""
     t0 = time.perf_counter()
     cfg: dict[str, Any] = {"name": origin}
     if start > 1:
         cfg["opt_start_seq"] = start
-    nats.api(f"STREAM.CREATE.{mirror}", {"name": mirror, "mirror": cfg, "storage": "file"})
-    return wait_for(lambda: nats.last_seq(mirror) >= last, f"native mirror {mirror}") - t0
+    nats.api(f"STREAM.CREATE.{mirror}", {**target(mirror, cfg, form), "storage": "file"})
+    return wait_for(lambda: nats.messages(mirror) >= last - start + 1, f"native {form} {mirror}") - t0
 
 
-def native_durable_backlog(nats: Nats, mirror: str, origin: str, name: str, start: int, last: int) -> float:
+def native_durable_backlog(nats: Nats, mirror: str, origin: str, name: str, start: int, last: int,
+                           form: str = "mirror") -> float:
     """Like ``native_backlog``, with the server's own durable sourcing: a ``flow_control``
     durable ``name`` on ``origin`` configured as jsspark's server-managed one, acked by the
     mirror after it stores. Seconds until the mirror holds up to ``last``; the caller deletes
@@ -156,9 +173,9 @@ def native_durable_backlog(nats: Nats, mirror: str, origin: str, name: str, star
         "durable_name": name, "deliver_subject": deliver, "ack_policy": "flow_control", "flow_control": True,
         "idle_heartbeat": 1_000_000_000, "max_ack_pending": LiveReadOptions.max_ack_pending, "max_deliver": -1,
         "deliver_policy": "by_start_sequence", "opt_start_seq": start}})
-    nats.api(f"STREAM.CREATE.{mirror}", {"name": mirror, "storage": "file",
-                                         "mirror": {"name": origin, "consumer": {"name": name, "deliver_subject": deliver}}})
-    return wait_for(lambda: nats.last_seq(mirror) >= last, f"native durable mirror {mirror}") - t0
+    source = {"name": origin, "consumer": {"name": name, "deliver_subject": deliver}}
+    nats.api(f"STREAM.CREATE.{mirror}", {**target(mirror, source, form), "storage": "file"})
+    return wait_for(lambda: nats.messages(mirror) >= last - start + 1, f"native durable {form} {mirror}") - t0
 
 
 def arrivals(nats: Nats, origin: str, n: int, size: int, target_last: Callable[[], int], poll: float) -> tuple[float, float]:
@@ -263,7 +280,8 @@ def bare_receiver(nats: Nats, port: int, origin: str, n: int, mode: str, window:
 
 
 def ingestor_alone(url: str, origin: str, n: int, work: Path, mode: str, store: bool = True,
-                   server_pid: int | None = None, max_ack_pending: int | None = None) -> tuple[float, float | None]:
+                   server_pid: int | None = None, max_ack_pending: int | None = None,
+                   form: str = "mirror") -> tuple[float, float | None]:
     """The live source's driver half without Spark: receive, spill, read back, store; with
     ``store=False`` receiving alone (frames parsed, spilled, each batch acked as it is taken;
     nothing read back or stored): the floor any landing of this consumer stands on, since
@@ -281,7 +299,7 @@ def ingestor_alone(url: str, origin: str, n: int, work: Path, mode: str, store: 
         options["maxAckPending"] = str(max_ack_pending)
     if store:
         lake = jsspark.connect(str(work / "lake-ingestor"))
-        lake.add_stream(name="ING", mirror={"name": origin})
+        lake.add_stream(**target("ING", {"name": origin}, form))
     before = process_cpu(server_pid)
     t0 = time.perf_counter()
     ing = Ingestor(parse_live_read_options(options))
@@ -293,7 +311,11 @@ def ingestor_alone(url: str, origin: str, n: int, work: Path, mode: str, store: 
             continue
         if store:
             batches = [b for p in ing.plan(start, min(end, n)) for b in read_spill(p)]
-            store_mirrored(lake, "ING", pa.Table.from_batches(batches), txn=("bench", end))
+            rows = pa.Table.from_batches(batches)
+            if form == "mirror":
+                store_mirrored(lake, "ING", rows, txn=("bench", end))
+            else:
+                store_sourced(lake, "ING", rows, origin=origin, txn=("bench", end))
         start = min(end, n)
     dt = time.perf_counter() - t0
     after = process_cpu(server_pid)
@@ -305,11 +327,12 @@ def ingestor_alone(url: str, origin: str, n: int, work: Path, mode: str, store: 
 
 # -- the jsspark side ---------------------------------------------------------------------------
 class SparkSide:
-    def __init__(self, nats: Nats, work: Path, mode: str, trigger: str, max_ack_pending: int | None = None) -> None:
+    def __init__(self, nats: Nats, work: Path, mode: str, trigger: str, max_ack_pending: int | None = None,
+                 form: str = "mirror") -> None:
         from jsspark.local_spark import local_spark
 
         self.nats, self.work, self.mode, self.trigger = nats, work, mode, trigger
-        self.max_ack_pending = max_ack_pending
+        self.max_ack_pending, self.form = max_ack_pending, form
         self.spark = local_spark("jsspark-bench-ingest")
         self.spark.range(10).count()  # the JVM and one Python worker up: a warm session
         self.lake = jsspark.connect(str(work / "lake-spark"))
@@ -337,7 +360,7 @@ class SparkSide:
             if self.max_ack_pending is not None:  # the job's batches follow it (minMessagesPerTrigger)
                 endpoint["options"]["maxAckPending"] = str(self.max_ack_pending)
         t0 = time.perf_counter()
-        self.job = run_job({"stream": {"name": "MJ", "mirror": {"name": origin}},
+        self.job = run_job({"stream": target("MJ", {"name": origin}, self.form),
                             "target": {"location": str(self.work / "lake-spark")},
                             "origins": {origin: endpoint}, "trigger": self.trigger}, self.spark)
         return wait_for(lambda: self._check() >= n, "jsspark job over the backlog", poll=LAKE_POLL) - t0
@@ -418,6 +441,11 @@ def main() -> None:
     ap.add_argument("--trigger", default="1 second", help="the job's trigger (a job file's default)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of view (c) on each side (each over a new backlog of --messages); the median counts")
+    ap.add_argument("--msg-ids", action="store_true",
+                    help="every message carries a Nats-Msg-Id header, as producers that deduplicate send")
+    ap.add_argument("--form", choices=("mirror", "source"), default="mirror",
+                    help="the job's target: a mirror of the origin (origin seqs and times kept), or a stream "
+                         "sourcing it (new seqs, a Nats-Stream-Source header each); the native side likewise")
     ap.add_argument("--skip-spark", action="store_true")
     args = ap.parse_args()
     n, size = args.messages, args.size
@@ -427,17 +455,17 @@ def main() -> None:
     try:
         (work / "nats").mkdir()
         with NatsServer(store_dir=work / "nats") as srv:
-            nats = Nats(srv.url)
+            nats = Nats(srv.url, args.msg_ids)
             for origin in ("ON", "OJ"):
                 nats.api(f"STREAM.CREATE.{origin}", {"name": origin, "subjects": [f"{origin.lower()}.>"], "storage": "file"})
             fills = [nats.publish(o, n, size) for o in ("ON", "OJ")]
             lines.append(f"publisher into an idle origin: {rate(n, min(fills))}")
 
             # the native side: (a) mirror over the backlog, (b) arrivals, (c) a new mirror over a new backlog
-            native_a = native_backlog(nats, "MN", "ON", 1, n)
+            native_a = native_backlog(nats, "MN", "ON", 1, n, args.form)
             ordered = ordered_consumer(nats, "ON", n)
             window = args.max_ack_pending if args.consumer == "durable" else None
-            alone, _ = ingestor_alone(srv.url, "ON", n, work, args.consumer, max_ack_pending=window)
+            alone, _ = ingestor_alone(srv.url, "ON", n, work, args.consumer, max_ack_pending=window, form=args.form)
             server_pid = srv.proc.pid if srv.proc is not None else None
             receiver, receiver_cpu = ingestor_alone(srv.url, "ON", n, work, args.consumer, False, server_pid, window)
             bares = [bare_receiver(nats, srv.port, "ON", n, args.consumer, window, server_pid) for _ in range(args.repeat)]
@@ -455,7 +483,7 @@ def main() -> None:
                 start = nats.last_seq("ON") + 1
                 nats.publish("ON", n + 1, size)  # the backlog of N + 1 the jsspark side drains
                 before, idle_before = process_cpu(server_pid), idle()
-                natives_c.append(native_backlog(nats, "MC", "ON", start, start + n))
+                natives_c.append(native_backlog(nats, "MC", "ON", start, start + n, args.form))
                 cpu_native.append(cpu_delta((before,), (process_cpu(server_pid),)))
                 idle_after = idle()
                 if idle_before is not None and idle_after is not None:
@@ -470,11 +498,11 @@ def main() -> None:
             for _ in range(args.repeat if args.consumer == "durable" else 0):
                 start = nats.last_seq("ON") + 1
                 nats.publish("ON", n + 1, size)
-                durables_c.append(native_durable_backlog(nats, "MD", "ON", "md", start, start + n))
+                durables_c.append(native_durable_backlog(nats, "MD", "ON", "md", start, start + n, args.form))
                 nats.api("STREAM.DELETE.MD")
                 nats.api("CONSUMER.DELETE.ON.md")
             if not args.skip_spark:
-                side = SparkSide(nats, work, args.consumer, args.trigger, window)
+                side = SparkSide(nats, work, args.consumer, args.trigger, window, args.form)
                 try:
                     spark_a = side.backlog_cold("OJ", n)
                     spark_b, pub_b_spark = arrivals(nats, "OJ", n, size, side.last_seq, poll=LAKE_POLL)
@@ -505,8 +533,9 @@ def main() -> None:
         consumer = args.consumer
         if consumer == "durable":
             consumer += f" (maxAckPending {window or LiveReadOptions.max_ack_pending:,})"
-        print(f"{n:,} messages of {size} B; jsspark: run_job mirror, {consumer} consumer, trigger "
-              f"{args.trigger!r}; native: nats-server mirror; one after the other on this machine")
+        ids = ", each with a Nats-Msg-Id header" if args.msg_ids else ""
+        print(f"{n:,} messages of {size} B{ids}; jsspark: run_job {args.form}, {consumer} consumer, trigger "
+              f"{args.trigger!r}; native: nats-server {args.form}; one after the other on this machine")
         for line in lines:
             print(f"  {line}")
         print(f"  {'view':36s} {'native mirror':>22s}   {'jsspark job':>22s}   jsspark/native")

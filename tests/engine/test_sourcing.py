@@ -99,6 +99,9 @@ def test_dedup_in_the_targets_own_window_only_when_configured(tmp_path: Path) ->
     assert len(store_sourced(lake, "DUP", batch, origin="O").seqs) == 2
     assert len(store_sourced(lake, "DUP", rows([4], ids=["a"]), origin="O").seqs) == 0
     assert sourced_seq(lake, "DUP", "O") == 4
+    # ids all new and none repeated (taken without a row loop): every message stored
+    assert len(store_sourced(lake, "DUP", rows([5, 6, 7], ids=["b", None, "c"]), origin="O").seqs) == 3
+    assert len(store_sourced(lake, "DUP", rows([8, 9], ids=["d", "c"]), origin="O").seqs) == 1
 
 
 def test_mirror_filter_and_transform(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ from deltalake import Transaction
 from jsspark.engine import header_rules as rules
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
-from jsspark.engine.arrays import column, one_chunk
+from jsspark.engine.arrays import column
 from jsspark.engine.lake import Lake
 from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, PARTITION_COLUMN, column_stored_size
 from jsspark.engine.sourcing import Origin, identity_number
@@ -61,33 +61,15 @@ class SequenceRegression(ValueError):
     now ignored as the server ignores them (``sseq <= last``)."""
 
 
-def _clean_headers(headers: pa.Array, extra: list[list[tuple[str, str]]] | None = None) -> pa.Array:
+def _clean_headers(headers: pa.Array, stamp: pa.Array | None = None) -> pa.Array:
     """Headers as ingest stores them: without ``Nats-Expected-*`` and ``Nats-Batch-*``, an
-    empty list as no headers. With ``extra`` (a source's own ``Nats-Stream-Source`` per row),
-    an incoming ``Nats-Stream-Source`` is dropped and ``extra`` appended; without it (a mirror)
-    the incoming one is kept. Rows are touched one by one only when something is appended or
-    dropped; otherwise (no headers at all, or none to drop) the column is kept as it is."""
-    headers = one_chunk(headers)
-    n = len(headers)
-    if extra is None:
-        has = pc.fill_null(pc.greater(pc.list_value_length(headers), 0), False)
-        if not pc.any(has).as_py():
-            return pa.nulls(n, H.HEADER_TYPE)
-        names = pc.struct_field(pc.list_flatten(headers), "name")
-        drop = pc.starts_with(names, H.ORIGIN_CHECK_PREFIXES[0])
-        for prefix in H.ORIGIN_CHECK_PREFIXES[1:]:
-            drop = pc.or_(drop, pc.starts_with(names, prefix))
-        if not pc.any(drop).as_py():
-            headers = headers.cast(H.HEADER_TYPE) if headers.type != H.HEADER_TYPE else headers
-            return headers if pc.all(has).as_py() else pc.if_else(has, headers, pa.nulls(n, H.HEADER_TYPE))
-    replaced = (H.STREAM_SOURCE,) if extra is not None else ()
-    rows = []
-    for i, cell in enumerate(headers.to_pylist()):
-        pairs = H.without(H.from_arrow(cell), drop=replaced, drop_prefixes=H.ORIGIN_CHECK_PREFIXES) or []
-        if extra is not None:
-            pairs = pairs + extra[i]
-        rows.append(pairs or None)
-    return H.to_arrow(rows)
+    empty list as no headers. With ``stamp`` (a source's own ``Nats-Stream-Source`` per row), an
+    incoming ``Nats-Stream-Source`` is dropped and ``stamp`` appended; without it (a mirror) the
+    incoming one is kept. Column at a time (``H.without_column``, ``H.append_headers``)."""
+    if stamp is None:
+        return H.without_column(headers, drop_prefixes=H.ORIGIN_CHECK_PREFIXES)
+    kept = H.without_column(headers, drop=(H.STREAM_SOURCE,), drop_prefixes=H.ORIGIN_CHECK_PREFIXES)
+    return H.append_headers(kept, [H.STREAM_SOURCE], [stamp])
 
 
 def _stored_subjects(ls: LakeStream, origin: Origin, subjects: pa.Array) -> pa.Array:
@@ -310,8 +292,8 @@ def store_sourced(lake: Lake, stream: str, rows: pa.Table, *, origin: Any = None
             part, headers = _drop_known_ids(ls, part, headers, window)
         n = part.num_rows
         originals = column(part, "subject").cast(pa.string())
-        stamp = src.headers_column(column(part, "seq").to_pylist(), originals.to_pylist(), identity)
-        headers = _raised_ttls(ls, _clean_headers(headers, [[(H.STREAM_SOURCE, v)] for v in stamp]))
+        stamp = src.headers_column(column(part, "seq"), originals, identity)
+        headers = _raised_ttls(ls, _clean_headers(headers, stamp))
         now = time.time_ns()
         seqs = pa.array(np.arange(last + 1, last + 1 + n, dtype=np.int64))
         ts = pa.array(np.full(n, now, dtype=np.int64))
@@ -350,10 +332,14 @@ def _raised_ttls(ls: LakeStream, headers: pa.Array) -> pa.Array:
 def _drop_known_ids(ls: LakeStream, part: pa.Table, headers: pa.Array, window: int) -> tuple[pa.Table, pa.Array]:
     """Sourced messages whose ``Nats-Msg-Id`` the target saw within its window are skipped
     (the server's duplicate check on the sourced publish), the first of a repeated id kept."""
-    ids = H.column_lookup(headers, H.MSG_ID).to_pylist()
-    if all(i is None for i in ids):
+    id_column = H.column_lookup(headers, H.MSG_ID)
+    present = len(id_column) - id_column.null_count
+    if not present:
         return part, headers
+    ids = id_column.to_pylist()
     known = ls._known_ids(ls.index(), time.time_ns() - window)
+    if pc.count_distinct(id_column).as_py() == present and not known.any_of(ids):
+        return part, headers  # the common case, without a loop: no id repeats, none is known
     seen: set[str] = set()
     keep = []
     for mid in ids:

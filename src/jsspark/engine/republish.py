@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jsspark.config.stream import RePublish, StreamConfig
-from jsspark.engine.headers import HEADER_TYPE
+from jsspark.engine.headers import HEADER_TYPE, append_headers
 from jsspark.subjects import SubjectTransform
 
 if TYPE_CHECKING:
@@ -152,30 +152,6 @@ def _headers_column(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks else pa.array([], HEADER_TYPE)
     return col if col.type == HEADER_TYPE else col.cast(HEADER_TYPE)
-
-
-def append_headers(headers: pa.Array, names: list[str], values: list[pa.Array]) -> pa.Array:
-    """Each row's header pairs followed by ``(names[j], values[j][row])`` (the server appends
-    to the original block, keeping repeats and order)."""
-    n, k = len(headers), len(names)
-    lengths = pc.fill_null(pc.list_value_length(headers), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    old = pc.list_flatten(headers)
-    n_old = len(old)
-    added = pa.StructArray.from_arrays(
-        [pa.array(np.tile(np.array(names, dtype=object), n), pa.string()),
-         pa.concat_arrays([v.cast(pa.string()) for v in values]).take(
-             pa.array((np.arange(n * k) % k) * n + np.arange(n * k) // k, pa.int64()))],
-        fields=list(HEADER_TYPE.value_type),
-    )
-    total = lengths + k
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(total, out=offsets[1:])
-    row = np.repeat(np.arange(n, dtype=np.int64), total)
-    within = np.arange(int(offsets[-1]), dtype=np.int64) - offsets[row]
-    starts = np.cumsum(lengths) - lengths  # each row's first entry in ``old``
-    take = np.where(within < lengths[row], starts[row] + within, n_old + row * k + within - lengths[row])
-    entries = pa.concat_arrays([old.cast(HEADER_TYPE.value_type), added]).take(pa.array(take))
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), entries).cast(HEADER_TYPE)
 
 
 def _bases(
@@ -314,7 +290,6 @@ __all__ = [
     "REPUBLISH_HEADERS",
     "LastSeqLookup",
     "LastSequences",
-    "append_headers",
     "effective_republish",
     "lake_last_seqs",
     "republish_batch",

@@ -17,7 +17,6 @@ it survives purges and expiry and says where a restarted source resumes.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,10 +115,13 @@ class Origin:
         text = f"{head} {seq} {filters} {dests} {subject}"
         return f"{text} {identity}" if identity else text
 
-    def headers_column(self, seqs: Sequence[int], subjects: Sequence[str], identity: str | None) -> list[str]:
+    def headers_column(self, seqs: pa.Array, subjects: pa.Array, identity: str | None) -> pa.Array:
+        """``header`` for each row (origin seqs and original subjects), as a string column."""
         head, filters, dests = self.iname.split(" ")
-        tail = f" {identity}" if identity else ""
-        return [f"{head} {s} {filters} {dests} {subj}{tail}" for s, subj in zip(seqs, subjects, strict=True)]
+        parts = [pa.scalar(head), seqs.cast(pa.string()), pa.scalar(filters), pa.scalar(dests), subjects.cast(pa.string())]
+        if identity:
+            parts.append(pa.scalar(identity))
+        return pc.binary_join_element_wise(*parts, " ")
 
     # -- selecting and mapping ------------------------------------------------------------------
     def filters(self) -> list[str]:

@@ -55,7 +55,7 @@ import pyarrow.fs as pafs
 from jsspark.datasource.redaction import redact_storage
 from jsspark.datasource.schema import ARROW_SCHEMA, HEADERS_ARROW
 from jsspark.engine.files import local_root
-from jsspark.engine.headers import decode
+from jsspark.engine.headers import NotVectorized, decode, decode_column
 
 if TYPE_CHECKING:
     import numpy as np
@@ -163,7 +163,10 @@ def header_cells(blocks: pa.Array | Sequence[bytes | list[tuple[str, str]] | Non
     if isinstance(blocks, pa.Array):
         if blocks.null_count == len(blocks):
             return pa.nulls(len(blocks), HEADERS_ARROW)
-        blocks = blocks.to_pylist()
+        try:
+            return decode_column(blocks, HEADERS_ARROW)
+        except NotVectorized:  # a block to repair or to read with replacements: one at a time
+            blocks = blocks.to_pylist()
     elif all(h is None for h in blocks):
         return pa.nulls(len(blocks), HEADERS_ARROW)
     return pa.array([_header_cells(h) for h in blocks], type=HEADERS_ARROW)

@@ -49,7 +49,7 @@ rate a running job drains what arrives. (a) adds the query start once per job li
 on this machine is capped by the publisher (see its line), which is not the system measured.
 
 Also printed: a nats-py ordered consumer that does nothing with the messages, the live
-source's driver half alone (consumer, spill files, read back, stored in mirror form, no Spark),
+source's driver half alone (consumer, spill files, read back, stored in the ``--form``, no Spark),
 its receiving alone, and a bare socket on the same kind of consumer (``bare_receiver``): what
 nats-server can deliver to any client, so that the distance between it and the receiving
 alone is the live source's own client, not the server.

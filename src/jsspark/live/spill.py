@@ -161,8 +161,6 @@ def header_cells(blocks: pa.Array | Sequence[bytes | list[tuple[str, str]] | Non
     """Header blocks as the ``headers`` column: raw blocks (binary, null without), or a list
     that may also hold (name, value) pairs."""
     if isinstance(blocks, pa.Array):
-        if blocks.null_count == len(blocks):
-            return pa.nulls(len(blocks), HEADERS_ARROW)
         try:
             return decode_column(blocks, HEADERS_ARROW)
         except NotVectorized:  # a block to repair or to read with replacements: one at a time

@@ -119,3 +119,56 @@ def test_headers_column_is_header_of_each_row(origin: Origin, identity: str | No
     seqs, subjects = [1, 22, 2**63 - 1], ["o.a", "o.b", "o.é"]
     got = origin.headers_column(pa.array(seqs, pa.int64()), pa.array(subjects), identity)
     assert got.to_pylist() == [origin.header(s, subj, identity) for s, subj in zip(seqs, subjects, strict=True)]
+
+
+VALUES = st.sampled_from(["", "v", " x", "a\r\nb", "\n", "é"])
+SET_PAIRS = st.lists(st.tuples(st.sampled_from(["Nats-Msg-Id", "K", "nats-msg-id"]), VALUES), max_size=4)
+
+
+def _column(rows: list[list[tuple[str, str]] | None]) -> pa.Array:
+    if any(rows):
+        return H.to_arrow([r or None for r in rows])
+    return pa.array([[] if r == [] else None for r in rows], H.HEADER_TYPE)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), SET_PAIRS), st.one_of(st.none(), VALUES)), min_size=1, max_size=10),
+       st.integers(0, 2))
+def test_set_column_sets_as_a_dict_does_row_by_row(rows: list[tuple[list[tuple[str, str]] | None, str | None]],
+                                                     head: int) -> None:
+    """``set_column`` against the live sink's one-row ``_set``: the first pair of the key takes
+    the value in its place, later ones go, a row without one gets it last; a null value leaves
+    the row alone. Sliced columns too (a Spark batch can be a slice)."""
+    from jsspark.live.publisher import _set
+
+    pairs = [r for r, _ in rows]
+    values = [v for _, v in rows]
+    column = _column([[("X", "pad")]] * head + pairs).slice(head)
+    got = H.set_column(column, H.MSG_ID, pa.array(values, pa.string()))
+    got.validate(full=True)
+    want = []
+    for row, value in zip(pairs, values, strict=True):
+        row = list(row or [])
+        if value is not None:
+            _set(row, H.MSG_ID, value)
+        want.append(row or None)
+    assert [H.from_arrow(c) for c in got.to_pylist()] == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), SET_PAIRS), min_size=1, max_size=10), st.integers(0, 2), st.booleans())
+def test_encode_column_is_encode_of_each_row(rows: list[list[tuple[str, str]] | None], head: int,
+                                             newlines: bool) -> None:
+    """``encode_column`` against ``encode`` (and, with ``newlines_to_spaces``, CR/LF made spaces as
+    the sink's one-row ``HeaderBlock`` makes them); a row without pairs has no block."""
+    column = _column([[("X", "pad")]] * head + rows).slice(head)
+    got = H.encode_column(column, newlines_to_spaces=newlines)
+    got.validate(full=True)
+    table = str.maketrans({"\r": " ", "\n": " "})
+    assert got.to_pylist() == [
+        H.encode([(k, v.translate(table) if newlines else v) for k, v in r]) if r else None for r in rows]
+
+
+def test_encode_column_takes_a_null_value_as_empty() -> None:
+    column = pa.array([[{"name": "K", "value": None}, {"name": "A", "value": "1"}]], H.HEADER_TYPE)
+    assert H.encode_column(column).to_pylist() == [b"NATS/1.0\r\nK: \r\nA: 1\r\n\r\n"]

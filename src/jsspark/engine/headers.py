@@ -55,8 +55,8 @@ a ':' or a line break in a name would split it where the server's ``getHeaderKey
 _NAME = re.compile(NAME_PATTERN)
 _NAME_ROW = f"^{NAME_PATTERN}$"
 _LINE_BREAK = "[\r\n]"
-_TOKEN_BYTE = np.zeros(256, bool)
-_TOKEN_BYTE[[c for c in range(128) if _NAME.fullmatch(chr(c))]] = True
+TOKEN_BYTE = np.zeros(256, bool)
+TOKEN_BYTE[[c for c in range(128) if _NAME.fullmatch(chr(c))]] = True
 
 
 def check_pair(name: str | None, value: str | None, where: str = "") -> None:
@@ -95,7 +95,7 @@ def check_column(headers: pa.Array | pa.ChunkedArray, who: str, column: str = "h
     name_bytes, value_bytes_ = value_bytes(names), value_bytes(values)
     if (
         not names.null_count and not values.null_count and name_bytes is not None and value_bytes_ is not None
-        and _TOKEN_BYTE[name_bytes].all() and not has_empty(names)
+        and TOKEN_BYTE[name_bytes].all() and not has_empty(names)
         and not ((value_bytes_ == ord("\r")) | (value_bytes_ == ord("\n"))).any()
     ):  # fmt: skip
         return
@@ -389,6 +389,76 @@ def append_headers(headers: pa.Array, names: list[str], values: list[pa.Array]) 
     take = np.where(within < lengths[row], starts[row] + within, n_old + row * k + within - lengths[row])
     entries = pa.concat_arrays([old.cast(HEADER_TYPE.value_type), added]).take(pa.array(take))
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), entries).cast(HEADER_TYPE)
+
+
+def set_column(headers: pa.Array | pa.ChunkedArray, key: str, values: pa.Array) -> pa.Array:
+    """Vectorised dict-style set of ``key`` in each row where ``values`` is not null: the row's
+    first ``key`` pair takes the value in its place and its later ``key`` pairs go; a row
+    without one gets the pair appended. Rows where ``values`` is null keep their pairs as they are;
+    a row left without pairs is null."""
+    headers = one_chunk(headers)
+    if headers.type != HEADER_TYPE:
+        headers = headers.cast(HEADER_TYPE)
+    n = len(headers)
+    has = ~np.asarray(values.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    if not has.any():
+        return headers
+    entries = pc.list_flatten(headers)
+    parents = pc.list_parent_indices(headers).to_numpy().astype(np.int64)
+    hit = pc.fill_null(pc.equal(pc.struct_field(entries, "name"), key), False).to_numpy(zero_copy_only=False)
+    hit &= has[parents]
+    size = len(entries)
+    src = np.arange(size, dtype=np.int64)
+    keep = np.ones(size, bool)
+    had = np.zeros(n, bool)
+    if hit.any():
+        at = np.flatnonzero(hit)
+        rows = parents[at]
+        first = np.r_[True, rows[1:] != rows[:-1]]  # entries are in row order
+        src[at[first]] = size + rows[first]  # the new pair (same name) in the first one's place
+        keep[at[~first]] = False
+        had[rows] = True
+    append = np.flatnonzero(has & ~had)
+    all_src = np.concatenate([src[keep], size + append])
+    all_row = np.concatenate([parents[keep], append])
+    order = np.argsort(all_row, kind="stable")  # each row's kept pairs in order, its appended one last
+    new = pa.StructArray.from_arrays(
+        [pa.array(np.full(n, key, dtype=object), pa.string()), values.cast(pa.string())],
+        fields=list(HEADER_TYPE.value_type),
+    )
+    pairs = pa.concat_arrays([entries.cast(HEADER_TYPE.value_type), new]).take(pa.array(all_src[order]))
+    counts = np.bincount(all_row, minlength=n)
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pairs, type=HEADER_TYPE, mask=pa.array(counts == 0))
+
+
+def encode_column(headers: pa.Array | pa.ChunkedArray, newlines_to_spaces: bool = False) -> pa.Array:
+    """Vectorised ``encode`` over a headers column: each row's ``NATS/1.0`` block (binary), null
+    where the row has no pairs. A null value is encoded empty; ``newlines_to_spaces``: CR and LF
+    in values become spaces, as nats-py sends them. Names are not checked (``check_column``)."""
+    headers = one_chunk(headers)
+    if headers.type != HEADER_TYPE:
+        headers = headers.cast(HEADER_TYPE)
+    n = len(headers)
+    lengths = pc.fill_null(pc.list_value_length(headers), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    if not lengths.any():
+        return pa.nulls(n, pa.binary())
+    entries = pc.list_flatten(headers)
+    values = pc.fill_null(pc.struct_field(entries, "value"), "")
+    if newlines_to_spaces:
+        raw = value_bytes(values)
+        if raw is not None and ((raw == 13) | (raw == 10)).any():
+            values = pc.replace_substring_regex(values, "[\r\n]", " ")
+    lines = pc.binary_join_element_wise(pc.struct_field(entries, "name").cast(pa.binary()), b": ",
+                                        values.cast(pa.binary()), b"\r\n", b"")
+    line_offsets = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset:lines.offset + len(lines) + 1]
+    bounds = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=bounds[1:])
+    body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(line_offsets[bounds].astype(np.int32)),
+                                                  lines.buffers()[2]])
+    blocks = pc.binary_join_element_wise(HEADER_LINE + b"\r\n", body, b"\r\n", b"")
+    return pc.if_else(pa.array(lengths > 0), blocks, pa.scalar(None, pa.binary()))
 
 
 def from_arrow(value: Sequence[Mapping[str, str]] | None) -> HeaderPairs | None:

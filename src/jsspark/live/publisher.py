@@ -26,11 +26,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from jsspark.engine import headers as H
-from jsspark.engine.arrays import data_column
+from jsspark.engine.arrays import data_column, has_empty, one_chunk, value_bytes
 from jsspark.errors import APIError
 from jsspark.live.client import PublishFailed, check_size, pub_ack, unacked, wire_headers
 from jsspark.live.options import LiveWriteOptions, parse_live_write_options, redact
@@ -96,12 +98,78 @@ def _typed(batch: pa.RecordBatch) -> pa.Table:
     return table
 
 
-async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
-    """Publish every row with a JetStream ack, ``max_in_flight`` at a time; (published, duplicates)."""
-    from jsspark.live.client import open_client, publish_client_class
+def _string(col: pa.Array) -> pa.Array | None:
+    """A string or integer column as strings (what ``str(value)`` gives a row); None for another type."""
+    t = col.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t):
+        return col.cast(pa.string())
+    return None
 
-    cls, hooked = publish_client_class()
-    nc = await open_client(opts.conn, opts.publish_timeout, cls)
+
+def _msg_ids(table: pa.Table, opts: LiveWriteOptions) -> pa.Array | None:
+    """``_msg_id`` of every row as a string column (null: no id); None where a column's type
+    would make ``str(value)`` differ from Arrow's cast (the rows then go one at a time)."""
+    n, names = table.num_rows, table.column_names
+    derived = pa.nulls(n, pa.string())
+    if "stream" in names and "seq" in names:
+        stream, seq = _string(one_chunk(table.column("stream"))), one_chunk(table.column("seq"))
+        if stream is None or not pa.types.is_integer(seq.type):
+            return None
+        derived = pc.binary_join_element_wise(stream, seq.cast(pa.string()), ":")
+    if not opts.msg_id_column or opts.msg_id_column not in names:
+        return derived
+    chosen = _string(one_chunk(table.column(opts.msg_id_column)))
+    if chosen is None:
+        return None
+    given = pc.fill_null(pc.not_equal(pc.utf8_ltrim(chosen, characters=" "), ""), False)
+    return pc.if_else(given, chosen, derived)
+
+
+def bulk_columns(table: pa.Table, opts: LiveWriteOptions, max_payload: int) -> tuple[pa.Array, pa.Array, pa.Array] | None:
+    """The batch as ``bulk_publish`` columns (subjects, header blocks, payloads), exactly what the
+    rows one at a time would send; None when some row needs that path: no subject, one nats-py
+    refuses, a header name nats-py refuses or a null one, a message over ``max_payload``, an id
+    column of another type (the one-at-a-time path raises its error at that row)."""
+    n, names = table.num_rows, table.column_names
+    subjects = pa.nulls(n, pa.string())
+    if "subject" in names:
+        given = one_chunk(table.column("subject"))
+        if not (pa.types.is_string(given.type) or pa.types.is_large_string(given.type)):
+            return None
+        subjects = given.cast(pa.string())
+        subjects = pc.if_else(pc.fill_null(pc.equal(subjects, ""), False), pa.scalar(None, pa.string()), subjects)
+    if opts.subject:
+        subjects = pc.fill_null(subjects, opts.subject)
+    raw = value_bytes(subjects)
+    if subjects.null_count or raw is None or np.isin(raw, _BLANKS).any():
+        return None
+    payloads = pc.fill_null(one_chunk(table.column("data")), b"") if "data" in names else pa.array([b""] * n, pa.binary())
+    headers = one_chunk(table.column("headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
+    entries = pc.list_flatten(headers)
+    if len(entries):
+        keys = pc.struct_field(entries, "name")
+        key_bytes = value_bytes(keys)
+        if keys.null_count or key_bytes is None or has_empty(keys) or not H.TOKEN_BYTE[key_bytes].all():
+            return None
+    ids = _msg_ids(table, opts)
+    if ids is None:
+        return None
+    if ids.null_count < n:
+        headers = H.set_column(headers, MSG_ID, ids)
+    if opts.expected_stream:
+        headers = H.set_column(headers, H.EXPECTED_STREAM, pa.array([opts.expected_stream] * n, pa.string()))
+    blocks = H.encode_column(headers, newlines_to_spaces=True)
+    sizes = pc.add(pc.fill_null(pc.binary_length(blocks), 0), pc.binary_length(payloads))
+    if max_payload and pc.max(sizes).as_py() > max_payload:
+        return None
+    return subjects, blocks, payloads
+
+
+_BLANKS = np.array([ord(c) for c in " \t\r\n"], np.uint8)  # what nats-py refuses in a subject
+
+
+async def _publish_rows(nc: Any, opts: LiveWriteOptions, rows: Iterator[dict[str, Any]], hooked: bool) -> tuple[int, int]:
+    """Publish rows one at a time with a JetStream ack, ``max_in_flight`` at a time; (published, duplicates)."""
     sem = asyncio.Semaphore(opts.max_in_flight)
     published = duplicates = 0
     failures: list[BaseException] = []
@@ -128,25 +196,56 @@ async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBat
         return subject, payload, headers
 
     tasks: set[asyncio.Task[None]] = set()
-    rows = (row for batch in batches for row in _typed(batch).to_pylist())
-    try:
-        while not failures:
-            try:
-                row = next(rows, None)
-                if row is None:
-                    break
-                subject, payload, headers = message(row)
-            except Exception as e:  # a row that cannot be sent: what is under way still gets its ack
-                failures.append(e)
+    while not failures:
+        try:
+            row = next(rows, None)
+            if row is None:
                 break
-            await sem.acquire()
-            t = asyncio.ensure_future(one(subject, payload, headers))
-            tasks.add(t)
-            t.add_done_callback(tasks.discard)
-        if tasks:
-            await asyncio.gather(*tasks)
-        if failures:
-            raise failures[0]
+            subject, payload, headers = message(row)
+        except Exception as e:  # a row that cannot be sent: what is under way still gets its ack
+            failures.append(e)
+            break
+        await sem.acquire()
+        t = asyncio.ensure_future(one(subject, payload, headers))
+        tasks.add(t)
+        t.add_done_callback(tasks.discard)
+    if tasks:
+        await asyncio.gather(*tasks)
+    if failures:
+        raise failures[0]
+    return published, duplicates
+
+
+def _bulk_client(base: type) -> type | None:
+    """``base`` reading the PubAcks in bulk (``wire``), or None where this nats-py cannot."""
+    from jsspark.live.wire import BulkDeliveryUnsupported, client_class
+
+    try:
+        return client_class(base)
+    except BulkDeliveryUnsupported:
+        return None
+
+
+async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
+    """Publish every row with a JetStream ack, ``max_in_flight`` at a time; (published, duplicates).
+    A batch goes in bulk (``bulk_publish``) where ``bulk_columns`` can say exactly what its rows
+    would send; else (and without the publish hook) its rows go one at a time."""
+    from jsspark.live.bulk_publish import publish_columns
+    from jsspark.live.client import open_client, publish_client_class
+
+    cls, hooked = publish_client_class()
+    bulk = _bulk_client(cls) if hooked else None
+    nc = await open_client(opts.conn, opts.publish_timeout, bulk or cls)
+    published = duplicates = 0
+    try:
+        for batch in batches:
+            table = _typed(batch)
+            columns = bulk_columns(table, opts, int(getattr(nc, "max_payload", 0) or 0)) if bulk else None
+            if columns is not None:
+                p, d = await publish_columns(nc, *columns, opts.max_in_flight, opts.publish_timeout)
+            else:
+                p, d = await _publish_rows(nc, opts, iter(table.to_pylist()), hooked)
+            published, duplicates = published + p, duplicates + d
         return published, duplicates
     finally:
         await nc.close()

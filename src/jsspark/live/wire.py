@@ -82,7 +82,7 @@ class Frames:
 _DIGITS = 10  # a size field longer than this is not scanned (the loop reads, or refuses, it)
 
 
-def _decimals(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def decimals(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The decimal numbers ``a[lo:hi]`` of each row, and which rows are 1 to ``_DIGITS`` digits
     (one column of digits per place, as many as the longest number has)."""
     width = hi - lo
@@ -125,11 +125,11 @@ def scan_frames(data: bytes, routed: Callable[[bytes], bool]) -> tuple[Frames, i
     ok = (j1 - j0) == np.where(hm, 5, 4)  # MSG subject sid reply size; HMSG adds the header size
     ok &= (sp[1] > sp[0] + 1) & (sp[2] > sp[1] + 1)  # a subject and a sid
     size_lo = np.where(hm, sp[4], sp[3]) + 1
-    nbytes, size_ok = _decimals(a, size_lo, le)
+    nbytes, size_ok = decimals(a, size_lo, le)
     ok &= size_ok
     hbytes = np.zeros(len(cand), np.int64)
     if hm.any():
-        hvals, hok = _decimals(a, sp[3] + 1, sp[4])
+        hvals, hok = decimals(a, sp[3] + 1, sp[4])
         hbytes = np.where(hm, hvals, 0)
         ok &= ~hm | (hok & (hbytes <= nbytes))
     body = le + 2

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fill import fill  # bench/, next to this script
 
-from jsspark.live import publisher
+from jsspark.live import bulk_publish, publisher
 from jsspark.live.options import parse_live_write_options
 from jsspark.nats_server import NatsServer
 
@@ -60,15 +60,15 @@ def batches(prefix: str, n: int, size: int, msg_ids: bool) -> list[pa.RecordBatc
 
 async def sink(url: str, rows: list[pa.RecordBatch], max_in_flight: int, bulk: bool) -> float:
     opts = parse_live_write_options({"servers": url, "maxInFlight": str(max_in_flight)})
-    saved = publisher._bulk_client
+    saved = bulk_publish.client_class
     if not bulk:
-        publisher._bulk_client = lambda base: None
+        bulk_publish.client_class = lambda base: None
     try:
         t0 = time.perf_counter()
         published, _ = await publisher.publish_batches(opts, iter(rows))
         dt = time.perf_counter() - t0
     finally:
-        publisher._bulk_client = saved
+        bulk_publish.client_class = saved
     assert published == sum(b.num_rows for b in rows), published
     return dt
 

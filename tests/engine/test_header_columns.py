@@ -133,23 +133,27 @@ def _column(rows: list[list[tuple[str, str]] | None]) -> pa.Array:
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.one_of(st.none(), SET_PAIRS), st.one_of(st.none(), VALUES)), min_size=1, max_size=10),
-       st.integers(0, 2))
-def test_set_column_sets_as_a_dict_does_row_by_row(rows: list[tuple[list[tuple[str, str]] | None, str | None]],
-                                                     head: int) -> None:
-    """``set_column`` against the live sink's one-row ``_set``: the first pair of the key takes
-    the value in its place, later ones go, a row without one gets it last; a null value leaves
-    the row alone. Sliced columns too (a Spark batch can be a slice)."""
+       st.integers(0, 2), st.booleans())
+def test_set_column_sets_as_the_one_row_forms_do(rows: list[tuple[list[tuple[str, str]] | None, str | None]],
+                                                 head: int, keep_later: bool) -> None:
+    """``set_column`` against the live sink's one-row ``_set`` (the first pair of the key takes
+    the value in its place, later ones go, a row without one gets it last) and, with
+    ``keep_later``, republish's ``with_msg_id`` (later ones stay); a null value leaves the row
+    alone. Sliced columns too (a Spark batch can be a slice)."""
+    from jsspark.jobs.republish import with_msg_id
     from jsspark.live.publisher import _set
 
     pairs = [r for r, _ in rows]
     values = [v for _, v in rows]
     column = _column([[("X", "pad")]] * head + pairs).slice(head)
-    got = H.set_column(column, H.MSG_ID, pa.array(values, pa.string()))
+    got = H.set_column(column, H.MSG_ID, pa.array(values, pa.string()), keep_later=keep_later)
     got.validate(full=True)
     want = []
     for row, value in zip(pairs, values, strict=True):
         row = list(row or [])
-        if value is not None:
+        if value is not None and keep_later:
+            row = with_msg_id(row, value)
+        elif value is not None:
             _set(row, H.MSG_ID, value)
         want.append(row or None)
     assert [H.from_arrow(c) for c in got.to_pylist()] == want

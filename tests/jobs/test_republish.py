@@ -384,3 +384,70 @@ def test_republish_added_by_an_update_sends_only_what_is_stored_after_it(
     assert min(int(m.header("Nats-Sequence")) for m in mine) > len(before)
     assert job.stats["sent"] == len(mine) == len(theirs)
     assert_same_republish(api, name, stored(lake, name), as_rows(mine), theirs)
+
+
+@pytest.mark.parametrize("acked", [True, False], ids=["idempotent", "at_most_once"])
+def test_bulk_sends_what_rows_one_at_a_time_send(second_server: NatsServer, tmp_path: Path, acked: bool,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Idempotent mode sends a batch in bulk (``live.bulk_publish``) with exactly the bytes its
+    rows one at a time send: without the source and expectation headers, the first
+    ``Nats-Msg-Id`` replaced and later ones kept; the server's no responders is its own error.
+    At most once stays a row at a time (core publishes in bulk outran the server's ingest queue)."""
+    import asyncio
+
+    from jsspark.engine.republish import OUTPUT_SCHEMA
+    from jsspark.jobs.republish import publish_to_server
+    from jsspark.live import bulk_publish
+
+    def hdrs(*pairs: tuple[str, str]) -> list[dict[str, str]]:
+        return [{"name": k, "value": v} for k, v in pairs]
+
+    cells = [hdrs(("Nats-Msg-Id", "a"), ("K", "1"), ("Nats-Msg-Id", "b")),
+             hdrs(("Nats-Stream-Source", "S 1 x x"), ("Nats-Expected-Last-Sequence", "4"), ("K", "v")),
+             None, hdrs(("Nats-Stream", "U"), ("Nats-Sequence", "4"))]
+    api = SyncNats(second_server.url)
+    mode = "idem" if acked else "amo"
+    try:
+        def send(way: str) -> list[dict[str, Any]]:
+            """Both batches' stored messages (raw), sent in bulk or a row at a time."""
+            name = f"RB_{mode}_{way}".upper()
+            prefix = name.lower()
+            api.add_stream(name=name, subjects=[f"{prefix}.>"], duplicate_window=60_000_000_000)
+            rows = pa.Table.from_pylist([{"seq": i + 1, "subject": f"{prefix}.{i}", "headers": c, "data": b"%d" % i}
+                                         for i, c in enumerate(cells)], OUTPUT_SCHEMA)
+            taken = {"bulk": 0}
+            columns = bulk_publish.publish_columns
+
+            async def spy_columns(*a: Any, **k: Any) -> Any:
+                taken["bulk"] += 1
+                return await columns(*a, **k)
+
+            monkeypatch.setattr(bulk_publish, "publish_columns", spy_columns)
+            if way == "rows":
+                monkeypatch.setattr(bulk_publish, "client_class", lambda base: None)
+            d = parse_destination({"servers": second_server.url}, origin_location=str(tmp_path), origin_stream="U")
+            assert asyncio.run(publish_to_server(d, rows, stream="U", acked=acked)) == (4, 0)
+            if acked:  # a replay: the ids drop every one
+                assert asyncio.run(publish_to_server(d, rows, stream="U", acked=acked)) == (4, 4)
+            monkeypatch.undo()
+            assert taken == {"bulk": 2 if acked and way == "bulk" else 0}, taken
+            # at most once, the server drops the message whose expectation fails there, as it drops a
+            # server's own republish of it
+            n = 4 if acked else 3
+            assert api.state(name)["messages"] == n
+            return [api.api(f"STREAM.MSG.GET.{name}", {"seq": s})["message"] for s in range(1, n + 1)]
+
+        stored_blocks = {way: send(way) for way in ("bulk", "rows")}
+        bulk, one = stored_blocks["bulk"], stored_blocks["rows"]
+        assert [(m.get("hdrs"), m.get("data")) for m in bulk] == [(m.get("hdrs"), m.get("data")) for m in one]
+        assert sum(bool(m.get("hdrs")) for m in bulk) == (4 if acked else 2)  # the ids, or the stored headers
+        assert [m["subject"].split(".", 1)[1] for m in bulk] == [m["subject"].split(".", 1)[1] for m in one]
+        if acked:
+            d = parse_destination({"servers": second_server.url}, origin_location=str(tmp_path), origin_stream="U")
+            nowhere = pa.Table.from_pylist([{"seq": 1, "subject": "nowhere.x", "headers": None, "data": b"x"}],
+                                           OUTPUT_SCHEMA)
+            with pytest.raises(RuntimeError, match=r"^republish \(idempotent\): no JetStream stream captures "
+                                                   r"'nowhere.x' on the destination server"):
+                asyncio.run(publish_to_server(d, nowhere, stream="U", acked=True))
+    finally:
+        api.close()

@@ -72,7 +72,7 @@ def publish(url: str, batch: pa.RecordBatch, bulk: bool, monkeypatch: pytest.Mon
     monkeypatch.setattr(bulk_publish, "publish_columns", spy_columns)
     monkeypatch.setattr(publisher, "_publish_rows", spy_rows)
     if not bulk:
-        monkeypatch.setattr(publisher, "_bulk_client", lambda base: None)
+        monkeypatch.setattr(bulk_publish, "client_class", lambda base: None)
     opts = parse_live_write_options({"servers": url, **options})
     try:
         return asyncio.run(publisher.publish_batches(opts, iter([batch])))

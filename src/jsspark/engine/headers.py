@@ -391,11 +391,12 @@ def append_headers(headers: pa.Array, names: list[str], values: list[pa.Array]) 
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), entries).cast(HEADER_TYPE)
 
 
-def set_column(headers: pa.Array | pa.ChunkedArray, key: str, values: pa.Array) -> pa.Array:
+def set_column(headers: pa.Array | pa.ChunkedArray, key: str, values: pa.Array, keep_later: bool = False) -> pa.Array:
     """Vectorised dict-style set of ``key`` in each row where ``values`` is not null: the row's
-    first ``key`` pair takes the value in its place and its later ``key`` pairs go; a row
-    without one gets the pair appended. Rows where ``values`` is null keep their pairs as they are;
-    a row left without pairs is null."""
+    first ``key`` pair takes the value in its place and its later ``key`` pairs go (stay, with
+    ``keep_later``: the server reads the first one only); a row without one gets the pair
+    appended. Rows where ``values`` is null keep their pairs as they are; a row left without
+    pairs is null."""
     headers = one_chunk(headers)
     if headers.type != HEADER_TYPE:
         headers = headers.cast(HEADER_TYPE)
@@ -416,7 +417,8 @@ def set_column(headers: pa.Array | pa.ChunkedArray, key: str, values: pa.Array) 
         rows = parents[at]
         first = np.r_[True, rows[1:] != rows[:-1]]  # entries are in row order
         src[at[first]] = size + rows[first]  # the new pair (same name) in the first one's place
-        keep[at[~first]] = False
+        if not keep_later:
+            keep[at[~first]] = False
         had[rows] = True
     append = np.flatnonzero(has & ~had)
     all_src = np.concatenate([src[keep], size + append])

@@ -11,10 +11,15 @@ the connection as one write, and the replies, each addressed ``<inbox>.<row>``, 
 so the server's refusals are raised as its own ``APIError``, as before.
 
 What a publish means is unchanged: at most ``max_in_flight`` messages without a reply, each
-answered within ``timeout`` (else the batch fails naming the first one not answered), sending
-stops at the first failure and the messages under way are waited for, and the first failure is
-raised. A connection lost under way loses the frames in its buffer: their replies never come, and
-the timeout fails the batch (a retried task re-sends them; their ``Nats-Msg-Id`` drops copies).
+answered within ``timeout`` (else the batch fails at once, naming the first one not answered),
+sending stops at the first failure and the messages under way are waited for, and the first
+failure is raised. A connection lost under way loses the frames in its buffer: their replies
+never come, and the timeout fails the batch (a retried task re-sends them; their
+``Nats-Msg-Id`` drops copies).
+
+Users: the live sink (``publisher``) and republish's idempotent mode. Core publishes (republish
+at most once) stay a row at a time: sent in bulk they outran a stream's ingest queue, which
+drops what is over it, where a row at a time stays under the store rate.
 """
 
 from __future__ import annotations
@@ -22,13 +27,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jsspark.engine.arrays import value_bytes
+from jsspark.engine import headers as H
+from jsspark.engine.arrays import has_empty, value_bytes
 from jsspark.live import wire
 from jsspark.live.client import PublishFailed, pub_ack
 
@@ -41,26 +48,69 @@ _DUPLICATE = r'"duplicate":\s*true'  # the server writes '"duplicate": true' (pr
 def frame_column(subjects: pa.Array, inbox: str, first: int, blocks: pa.Array, payloads: pa.Array) -> pa.Array:
     """Each message's wire frame (binary): ``PUB <subject> <inbox>.<row> <size>`` or, with a header
     block, ``HPUB <subject> <inbox>.<row> <header size> <size>``, then block, payload and CRLF;
-    rows are numbered from ``first``. Subjects must already be valid (no blanks or CR/LF)."""
+    rows are numbered from ``first``. Subjects must already be valid (``can_send``)."""
     n = len(subjects)
     rows = pa.array(np.arange(first, first + n, dtype=np.int64)).cast(pa.string()).cast(pa.binary())
+    reply = pc.binary_join_element_wise(inbox.encode() + b".", rows, b" ", b"")
     has = pc.is_valid(blocks)
     hsize = pc.fill_null(pc.binary_length(blocks), 0)
     total = pc.add(hsize, pc.binary_length(payloads)).cast(pa.string()).cast(pa.binary())
     verb = pc.if_else(has, pa.scalar(b"HPUB ", pa.binary()), pa.scalar(b"PUB ", pa.binary()))
     hpart = pc.if_else(has, pc.binary_join_element_wise(hsize.cast(pa.string()).cast(pa.binary()), b" ", b""),
                        pa.scalar(b"", pa.binary()))
-    return pc.binary_join_element_wise(verb, subjects.cast(pa.binary()), b" ", inbox.encode() + b".", rows, b" ",
-                                       hpart, total, b"\r\n", pc.fill_null(blocks, b""), payloads.cast(pa.binary()),
-                                       b"\r\n", b"")
+    return pc.binary_join_element_wise(verb, subjects.cast(pa.binary()), b" ", reply, hpart, total, b"\r\n",
+                                       pc.fill_null(blocks, b""), payloads.cast(pa.binary()), b"\r\n", b"")
+
+
+def can_send(subjects: pa.Array, headers: pa.Array, blocks: pa.Array, payloads: pa.Array, max_payload: int) -> bool:
+    """Whether every message is one nats-py would send as it is: a subject (no null, no blank, tab,
+    CR or LF), header names that are tokens (no null, no empty), header block and payload within
+    the server's ``max_payload`` (it resets a connection sending more). Else the caller's rows go
+    one at a time, which raise each problem's own error at its row."""
+    raw = value_bytes(subjects)
+    if subjects.null_count or raw is None or np.isin(raw, _BLANKS).any():
+        return False
+    entries = pc.list_flatten(headers)
+    if len(entries):
+        names = pc.struct_field(entries, "name")
+        name_bytes = value_bytes(names)
+        if names.null_count or name_bytes is None or has_empty(names) or not H.TOKEN_BYTE[name_bytes].all():
+            return False
+    sizes = pc.add(pc.fill_null(pc.binary_length(blocks), 0), pc.binary_length(payloads))
+    return not (max_payload and len(sizes) and pc.max(sizes).as_py() > max_payload)
+
+
+def client_class(base: type) -> type | None:
+    """``base`` reading replies in bulk (``wire``), or None where this nats-py cannot."""
+    try:
+        return wire.client_class(base)
+    except wire.BulkDeliveryUnsupported:
+        return None
+
+
+async def send_frames(nc: Any, frames: pa.Array, lo: int, hi: int) -> None:
+    """Frames ``lo``..``hi`` of ``frame_column``'s column to the connection, as one write."""
+    offsets = np.frombuffer(frames.buffers()[1], np.int32)[frames.offset:frames.offset + len(frames) + 1]
+    await nc._send_command(frames.buffers()[2][int(offsets[lo]):int(offsets[hi])].to_pybytes())
+    await nc._flush_pending()
+
+
+_BLANKS = np.array([ord(c) for c in " \t\r\n"], np.uint8)  # what nats-py refuses in a subject
+
+
+def no_stream(subject: str) -> BaseException:
+    """The sink's error for a publish no stream captures (the server's 503 no responders)."""
+    return PublishFailed(f"no JetStream stream captures subject {subject!r} on the server (no responders)")
 
 
 class AckWindow:
     """The replies of one bulk publish: which rows are answered, what they said, and when each
     was sent (for the timeout). ``take`` runs in the client's read loop."""
 
-    def __init__(self, subjects: pa.Array, inbox: str, first: int) -> None:
+    def __init__(self, subjects: pa.Array, inbox: str, first: int,
+                 no_responders: Callable[[str], BaseException]) -> None:
         n = len(subjects)
+        self.no_responders = no_responders
         self.subjects, self.first, self.prefix = subjects, first, len(inbox) + 1
         self.answered = np.zeros(n, bool)
         self.sent_at = np.zeros(n, np.float64)
@@ -117,7 +167,7 @@ class AckWindow:
         subject = subject.decode() if isinstance(subject, bytes) else subject
         try:
             if header is not None and header.startswith(_NO_RESPONDERS):
-                raise PublishFailed(f"no JetStream stream captures subject {subject!r} on the server (no responders)")
+                raise self.no_responders(subject)
             ack = pub_ack(subject, payload)
         except Exception as e:
             if self.failure is None:
@@ -146,22 +196,20 @@ class AckWindow:
 
 
 async def publish_columns(nc: Any, subjects: pa.Array, blocks: pa.Array, payloads: pa.Array, max_in_flight: int,
-                          timeout: float) -> tuple[int, int]:
+                          timeout: float, no_responders: Callable[[str], BaseException] = no_stream) -> tuple[int, int]:
     """Publish one message per row (subject, header block or null, payload) with a PubAck each,
     at most ``max_in_flight`` unanswered; (published, duplicates). ``nc``: a client of
-    ``wire.client_class``; every subject valid and every message within the server's max_payload
-    (the caller checks both)."""
+    ``client_class``; every message one ``can_send`` passed. ``no_responders``: the error for a
+    subject no stream captures."""
     n = len(subjects)
     if not n:
         return 0, 0
     inbox = nc.new_inbox()
-    window = AckWindow(subjects, inbox, 0)
+    window = AckWindow(subjects, inbox, 0, no_responders)
     sub = await nc.subscribe(f"{inbox}.*", cb=_ignore, pending_msgs_limit=-1, pending_bytes_limit=-1)
     wire.route(nc, sub, window.take)
     try:
         frames = frame_column(subjects, inbox, 0, blocks, payloads)
-        offsets = np.frombuffer(frames.buffers()[1], np.int32)[frames.offset:frames.offset + n + 1]
-        data = frames.buffers()[2]
         step = max(1, min(CHUNK, max_in_flight // 2))
         sent = 0
         while sent < n and window.failure is None:
@@ -171,8 +219,7 @@ async def publish_columns(nc: Any, subjects: pa.Array, blocks: pa.Array, payload
                 continue
             k = min(room, step, n - sent)
             window.sent_at[sent:sent + k] = time.monotonic()
-            await nc._send_command(data[int(offsets[sent]):int(offsets[sent + k])].to_pybytes())
-            await nc._flush_pending()
+            await send_frames(nc, frames, sent, sent + k)
             sent += k
         while window.done < sent:  # what is under way is answered (or times out) before anything is raised
             try:

@@ -26,14 +26,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from jsspark.engine import headers as H
-from jsspark.engine.arrays import data_column, has_empty, one_chunk, value_bytes
+from jsspark.engine.arrays import data_column, one_chunk
 from jsspark.errors import APIError
+from jsspark.live.bulk_publish import can_send
 from jsspark.live.client import PublishFailed, check_size, pub_ack, unacked, wire_headers
 from jsspark.live.options import LiveWriteOptions, parse_live_write_options, redact
 
@@ -140,17 +140,8 @@ def bulk_columns(table: pa.Table, opts: LiveWriteOptions, max_payload: int) -> t
         subjects = pc.if_else(pc.fill_null(pc.equal(subjects, ""), False), pa.scalar(None, pa.string()), subjects)
     if opts.subject:
         subjects = pc.fill_null(subjects, opts.subject)
-    raw = value_bytes(subjects)
-    if subjects.null_count or raw is None or np.isin(raw, _BLANKS).any():
-        return None
     payloads = pc.fill_null(one_chunk(table.column("data")), b"") if "data" in names else pa.array([b""] * n, pa.binary())
     headers = one_chunk(table.column("headers")) if "headers" in names else pa.nulls(n, H.HEADER_TYPE)
-    entries = pc.list_flatten(headers)
-    if len(entries):
-        keys = pc.struct_field(entries, "name")
-        key_bytes = value_bytes(keys)
-        if keys.null_count or key_bytes is None or has_empty(keys) or not H.TOKEN_BYTE[key_bytes].all():
-            return None
     ids = _msg_ids(table, opts)
     if ids is None:
         return None
@@ -159,13 +150,7 @@ def bulk_columns(table: pa.Table, opts: LiveWriteOptions, max_payload: int) -> t
     if opts.expected_stream:
         headers = H.set_column(headers, H.EXPECTED_STREAM, pa.array([opts.expected_stream] * n, pa.string()))
     blocks = H.encode_column(headers, newlines_to_spaces=True)
-    sizes = pc.add(pc.fill_null(pc.binary_length(blocks), 0), pc.binary_length(payloads))
-    if max_payload and pc.max(sizes).as_py() > max_payload:
-        return None
-    return subjects, blocks, payloads
-
-
-_BLANKS = np.array([ord(c) for c in " \t\r\n"], np.uint8)  # what nats-py refuses in a subject
+    return (subjects, blocks, payloads) if can_send(subjects, headers, blocks, payloads, max_payload) else None
 
 
 async def _publish_rows(nc: Any, opts: LiveWriteOptions, rows: Iterator[dict[str, Any]], hooked: bool) -> tuple[int, int]:
@@ -216,25 +201,15 @@ async def _publish_rows(nc: Any, opts: LiveWriteOptions, rows: Iterator[dict[str
     return published, duplicates
 
 
-def _bulk_client(base: type) -> type | None:
-    """``base`` reading the PubAcks in bulk (``wire``), or None where this nats-py cannot."""
-    from jsspark.live.wire import BulkDeliveryUnsupported, client_class
-
-    try:
-        return client_class(base)
-    except BulkDeliveryUnsupported:
-        return None
-
-
 async def publish_batches(opts: LiveWriteOptions, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
     """Publish every row with a JetStream ack, ``max_in_flight`` at a time; (published, duplicates).
     A batch goes in bulk (``bulk_publish``) where ``bulk_columns`` can say exactly what its rows
     would send; else (and without the publish hook) its rows go one at a time."""
-    from jsspark.live.bulk_publish import publish_columns
+    from jsspark.live.bulk_publish import client_class, publish_columns
     from jsspark.live.client import open_client, publish_client_class
 
     cls, hooked = publish_client_class()
-    bulk = _bulk_client(cls) if hooked else None
+    bulk = client_class(cls) if hooked else None
     nc = await open_client(opts.conn, opts.publish_timeout, bulk or cls)
     published = duplicates = 0
     try:

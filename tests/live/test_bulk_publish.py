@@ -191,3 +191,18 @@ def test_frames_are_nats_py_own_pub_and_hpub_commands() -> None:
     assert got == [pub_cmd("a.b", "_INBOX.abc.41", b"hello"),
                    hpub_cmd("c", "_INBOX.abc.42", b"NATS/1.0\r\nK: v\r\n\r\n", b""),
                    hpub_cmd("d.e.f", "_INBOX.abc.43", b"NATS/1.0\r\n\r\n", b"x" * 70)]
+
+
+def test_a_batch_larger_than_a_segment_goes_segment_by_segment(server: NatsServer, nats: SyncNats,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames are built ``SEGMENT_BYTES`` at a time (32-bit offsets; a batch of large messages is
+    not copied at once): every row still goes once, in order, its reply counted."""
+    nats.add_stream(name="SEG", subjects=["seg.>"], duplicate_window=60_000_000_000)
+    monkeypatch.setattr(bulk_publish, "SEGMENT_BYTES", 1_000)
+    subjects = pa.array([f"seg.{i}" for i in range(40)])
+    assert len(bulk_publish.segments(subjects, pa.nulls(40, pa.binary()), pa.array([b"x" * 200] * 40), 30)) >= 10
+    batch = pa.RecordBatch.from_pylist([{"subject": f"seg.{i}", "data": b"%03d" % i + b"x" * 200, "stream": "O",
+                                         "seq": i + 1} for i in range(40)], SCHEMA)
+    assert publish(server.url, batch, True, monkeypatch, maxInFlight="7") == (40, 0)
+    assert [stored(nats, "SEG", s)[0] for s in range(1, 41)] == [str(i) for i in range(40)]
+    assert stored(nats, "SEG", 40)[1] == H.encode([("Nats-Msg-Id", "O:40")])

@@ -40,9 +40,12 @@ from jsspark.live import wire
 from jsspark.live.client import PublishFailed, pub_ack
 
 CHUNK = 4096  # the most messages one write carries (also at most half the window)
+SEGMENT_BYTES = 64 << 20  # the frames built at once
+_FRAME_EXTRA = 64  # "HPUB", blanks, a row number, two sizes, CRLFs: a bound on what a frame adds
 _ACK_START = b'{"stream":'
 _NO_RESPONDERS = b"NATS/1.0 503"
 _DUPLICATE = r'"duplicate":\s*true'  # the server writes '"duplicate": true' (processJetStreamMsg)
+_BLANKS = np.array([ord(c) for c in " \t\r\n"], np.uint8)  # what nats-py refuses in a subject
 
 
 def frame_column(subjects: pa.Array, inbox: str, first: int, blocks: pa.Array, payloads: pa.Array) -> pa.Array:
@@ -88,14 +91,29 @@ def client_class(base: type) -> type | None:
         return None
 
 
+def segments(subjects: pa.Array, blocks: pa.Array, payloads: pa.Array, inbox_len: int) -> list[tuple[int, int]]:
+    """Row ranges whose frames take about ``SEGMENT_BYTES`` at most (a binary column's offsets are
+    32-bit, and a batch of large messages is not copied into frames all at once); each at
+    least one row."""
+    n = len(subjects)
+    size = (pc.fill_null(pc.binary_length(blocks), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+            + pc.binary_length(payloads).to_numpy(zero_copy_only=False).astype(np.int64)
+            + pc.binary_length(subjects).to_numpy(zero_copy_only=False).astype(np.int64) + inbox_len + _FRAME_EXTRA)
+    ends = np.cumsum(size)
+    out, lo = [], 0
+    while lo < n:
+        base = int(ends[lo - 1]) if lo else 0
+        hi = max(lo + 1, int(np.searchsorted(ends, base + SEGMENT_BYTES, side="right")))
+        out.append((lo, min(hi, n)))
+        lo = hi
+    return out
+
+
 async def send_frames(nc: Any, frames: pa.Array, lo: int, hi: int) -> None:
     """Frames ``lo``..``hi`` of ``frame_column``'s column to the connection, as one write."""
     offsets = np.frombuffer(frames.buffers()[1], np.int32)[frames.offset:frames.offset + len(frames) + 1]
     await nc._send_command(frames.buffers()[2][int(offsets[lo]):int(offsets[hi])].to_pybytes())
     await nc._flush_pending()
-
-
-_BLANKS = np.array([ord(c) for c in " \t\r\n"], np.uint8)  # what nats-py refuses in a subject
 
 
 def no_stream(subject: str) -> BaseException:
@@ -209,18 +227,22 @@ async def publish_columns(nc: Any, subjects: pa.Array, blocks: pa.Array, payload
     sub = await nc.subscribe(f"{inbox}.*", cb=_ignore, pending_msgs_limit=-1, pending_bytes_limit=-1)
     wire.route(nc, sub, window.take)
     try:
-        frames = frame_column(subjects, inbox, 0, blocks, payloads)
         step = max(1, min(CHUNK, max_in_flight // 2))
         sent = 0
-        while sent < n and window.failure is None:
-            room = max_in_flight - (sent - window.done)
-            if room <= 0:
-                await window.wait(timeout, sent)
-                continue
-            k = min(room, step, n - sent)
-            window.sent_at[sent:sent + k] = time.monotonic()
-            await send_frames(nc, frames, sent, sent + k)
-            sent += k
+        for lo, hi in segments(subjects, blocks, payloads, len(inbox)):
+            frames = frame_column(subjects.slice(lo, hi - lo), inbox, lo, blocks.slice(lo, hi - lo),
+                                  payloads.slice(lo, hi - lo))
+            while sent < hi and window.failure is None:
+                room = max_in_flight - (sent - window.done)
+                if room <= 0:
+                    await window.wait(timeout, sent)
+                    continue
+                k = min(room, step, hi - sent)
+                window.sent_at[sent:sent + k] = time.monotonic()
+                await send_frames(nc, frames, sent - lo, sent - lo + k)
+                sent += k
+            if window.failure is not None:
+                break
         while window.done < sent:  # what is under way is answered (or times out) before anything is raised
             try:
                 await window.wait(timeout, sent)

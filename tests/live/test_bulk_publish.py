@@ -206,3 +206,46 @@ def test_a_batch_larger_than_a_segment_goes_segment_by_segment(server: NatsServe
     assert publish(server.url, batch, True, monkeypatch, maxInFlight="7") == (40, 0)
     assert [stored(nats, "SEG", s)[0] for s in range(1, 41)] == [str(i) for i in range(40)]
     assert stored(nats, "SEG", 40)[1] == H.encode([("Nats-Msg-Id", "O:40")])
+
+
+def test_a_server_restart_mid_publish_fails_clearly_and_a_retry_lands_each_once(tmp_path: Any) -> None:
+    """nats-server killed and restarted while a task publishes in bulk: the frames in flight get
+    no reply, so the task fails with the timeout naming a subject (no hang), and the retry Spark
+    makes stores every message exactly once (the ids drop what landed before the kill)."""
+    import threading
+
+    n = 200_000
+    batches = [pa.RecordBatch.from_pydict({"subject": [f"kill.{i % 16}" for i in range(lo, lo + 10_000)],
+                                           "data": [b"x" * 100] * 10_000, "stream": ["O"] * 10_000,
+                                           "seq": list(range(lo + 1, lo + 10_001))})
+               for lo in range(0, n, 10_000)]
+    with NatsServer(store_dir=tmp_path) as srv:
+        api = SyncNats(srv.url)
+        api.add_stream(name="KILL", subjects=["kill.>"], duplicate_window=120_000_000_000)
+        api.close()
+        opts = parse_live_write_options({"servers": srv.url, "publishTimeout": "2"})
+
+        def restart_mid_way() -> None:
+            probe = SyncNats(srv.url)
+            try:
+                wait_for(lambda: probe.state("KILL")["messages"] > 20_000, 30, "the publish under way")
+            finally:
+                probe.close()
+            srv.restart(kill=True)
+
+        killer = threading.Thread(target=restart_mid_way)
+        killer.start()
+        try:
+            published = asyncio.run(publisher.publish_batches(opts, iter(batches)))
+        except PublishFailed as e:
+            assert str(e).startswith("no PubAck for a publish to 'kill.") and "within publishTimeout (2 s)" in str(e)
+            published = None
+        killer.join()
+        api = SyncNats(srv.url)
+        try:
+            before = api.state("KILL")["messages"]
+            assert published is None or published == (n, 0)  # a kill after the last reply fails nothing
+            assert asyncio.run(publisher.publish_batches(opts, iter(batches))) == (n, before)
+            assert api.state("KILL")["messages"] == n
+        finally:
+            api.close()

@@ -69,6 +69,13 @@ def value_bytes(arr: pa.Array) -> np.ndarray | None:
     return np.frombuffer(values, np.uint8)[int(ends[0]) : int(ends[-1])]
 
 
+def value_offsets(arr: pa.Array) -> np.ndarray | None:
+    """The int32 offsets of a plain string/binary array without nulls (a view), else None."""
+    if isinstance(arr, pa.ChunkedArray) or arr.null_count or not (pa.types.is_string(arr.type) or pa.types.is_binary(arr.type)):
+        return None
+    return np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
+
+
 def has_empty(arr: pa.Array) -> bool:
     """Does a string or binary array hold an empty (non-null) value?"""
     return bool(pc.any(pc.equal(pc.binary_length(arr), 0)).as_py())

@@ -55,8 +55,8 @@ a ':' or a line break in a name would split it where the server's ``getHeaderKey
 _NAME = re.compile(NAME_PATTERN)
 _NAME_ROW = f"^{NAME_PATTERN}$"
 _LINE_BREAK = "[\r\n]"
-TOKEN_BYTE = np.zeros(256, bool)
-TOKEN_BYTE[[c for c in range(128) if _NAME.fullmatch(chr(c))]] = True
+_TOKEN_BYTE = np.zeros(256, bool)
+_TOKEN_BYTE[[c for c in range(128) if _NAME.fullmatch(chr(c))]] = True
 
 
 def check_pair(name: str | None, value: str | None, where: str = "") -> None:
@@ -92,10 +92,9 @@ def check_column(headers: pa.Array | pa.ChunkedArray, who: str, column: str = "h
     if len(entries) == 0:
         return
     names, values = pc.struct_field(entries, "name"), pc.struct_field(entries, "value")
-    name_bytes, value_bytes_ = value_bytes(names), value_bytes(values)
+    value_bytes_ = value_bytes(values)
     if (
-        not names.null_count and not values.null_count and name_bytes is not None and value_bytes_ is not None
-        and TOKEN_BYTE[name_bytes].all() and not has_empty(names)
+        names_are_tokens(names) and not values.null_count and value_bytes_ is not None
         and not ((value_bytes_ == ord("\r")) | (value_bytes_ == ord("\n"))).any()
     ):  # fmt: skip
         return
@@ -109,6 +108,13 @@ def check_column(headers: pa.Array | pa.ChunkedArray, who: str, column: str = "h
     row = pc.list_parent_indices(headers)[at].as_py()
     check_pair(names[at].as_py(), values[at].as_py(), f" ({who}: row {row} of column {column!r})")
     raise AssertionError("unreachable: the regexes and check_pair disagree")
+
+
+def names_are_tokens(names: pa.Array) -> bool:
+    """Every header name (a string column) a token a NATS message can carry: no null, no empty
+    one, only ``NAME_PATTERN`` bytes. A byte scan, no regex."""
+    raw = value_bytes(names)
+    return not names.null_count and raw is not None and bool(_TOKEN_BYTE[raw].all()) and not has_empty(names)
 
 
 def normalize(headers: HeadersLike) -> HeaderPairs | None:
@@ -234,11 +240,9 @@ def decode_column(blocks: pa.Array | pa.ChunkedArray, list_type: pa.DataType = H
         if not space.any():
             break
         value_lo = value_lo + space
-    counts = np.bincount(rows, minlength=n)
     entries = pa.StructArray.from_arrays([_cut(data, name_lo, name_hi), _cut(data, value_lo, line_hi)],
                                          fields=list(list_type.value_type))
-    list_offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
-    return pa.ListArray.from_arrays(list_offsets, entries, type=list_type, mask=pa.array(counts == 0))
+    return _lists(np.bincount(rows, minlength=n), entries, list_type)
 
 
 def repaired(block: bytes) -> bytes:
@@ -339,13 +343,24 @@ def _by_name(col: pa.Array) -> pa.Array:
     return lists.from_arrays(pc.subtract(col.offsets, col.offsets[0]), values, mask=col.is_null()).cast(HEADER_TYPE)
 
 
+def typed_headers(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A headers column as one array of ``HEADER_TYPE``."""
+    col = one_chunk(col)
+    return col if col.type == HEADER_TYPE else col.cast(HEADER_TYPE)
+
+
+def _lists(counts: np.ndarray, entries: pa.Array, list_type: pa.DataType = HEADER_TYPE) -> pa.Array:
+    """Rows of ``counts[i]`` consecutive ``entries`` each; a row of none null."""
+    offsets = np.zeros(len(counts) + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), entries, type=list_type, mask=pa.array(counts == 0))
+
+
 def without_column(headers: pa.Array | pa.ChunkedArray, drop: Iterable[str] = (),
                    drop_prefixes: Iterable[str] = ()) -> pa.Array:
     """Vectorised ``without`` over a headers column: each row's pairs but those named in ``drop``
     or starting with one of ``drop_prefixes``, in order; a row left without pairs null."""
-    headers = one_chunk(headers)
-    if headers.type != HEADER_TYPE:
-        headers = headers.cast(HEADER_TYPE)
+    headers = typed_headers(headers)
     n = len(headers)
     lengths = pc.fill_null(pc.list_value_length(headers), 0).to_numpy(zero_copy_only=False)
     if not lengths.any():
@@ -362,9 +377,7 @@ def without_column(headers: pa.Array | pa.ChunkedArray, drop: Iterable[str] = ()
         return headers if lengths.all() else pc.if_else(pa.array(lengths > 0), headers, pa.nulls(n, HEADER_TYPE))
     kept = ~dropped
     counts = np.bincount(pc.list_parent_indices(headers).to_numpy()[kept], minlength=n)
-    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
-    return pa.ListArray.from_arrays(offsets, entries.filter(pa.array(kept)).cast(HEADER_TYPE.value_type),
-                                    type=HEADER_TYPE, mask=pa.array(counts == 0))
+    return _lists(counts, entries.filter(pa.array(kept)).cast(HEADER_TYPE.value_type))
 
 
 def append_headers(headers: pa.Array, names: list[str], values: list[pa.Array]) -> pa.Array:
@@ -397,9 +410,7 @@ def set_column(headers: pa.Array | pa.ChunkedArray, key: str, values: pa.Array, 
     ``keep_later``: the server reads the first one only); a row without one gets the pair
     appended. Rows where ``values`` is null keep their pairs as they are; a row left without
     pairs is null."""
-    headers = one_chunk(headers)
-    if headers.type != HEADER_TYPE:
-        headers = headers.cast(HEADER_TYPE)
+    headers = typed_headers(headers)
     n = len(headers)
     has = ~np.asarray(values.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     if not has.any():
@@ -429,19 +440,14 @@ def set_column(headers: pa.Array | pa.ChunkedArray, key: str, values: pa.Array, 
         fields=list(HEADER_TYPE.value_type),
     )
     pairs = pa.concat_arrays([entries.cast(HEADER_TYPE.value_type), new]).take(pa.array(all_src[order]))
-    counts = np.bincount(all_row, minlength=n)
-    offsets = np.zeros(n + 1, np.int32)
-    np.cumsum(counts, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), pairs, type=HEADER_TYPE, mask=pa.array(counts == 0))
+    return _lists(np.bincount(all_row, minlength=n), pairs)
 
 
 def encode_column(headers: pa.Array | pa.ChunkedArray, newlines_to_spaces: bool = False) -> pa.Array:
     """Vectorised ``encode`` over a headers column: each row's ``NATS/1.0`` block (binary), null
     where the row has no pairs. A null value is encoded empty; ``newlines_to_spaces``: CR and LF
     in values become spaces, as nats-py sends them. Names are not checked (``check_column``)."""
-    headers = one_chunk(headers)
-    if headers.type != HEADER_TYPE:
-        headers = headers.cast(HEADER_TYPE)
+    headers = typed_headers(headers)
     n = len(headers)
     lengths = pc.fill_null(pc.list_value_length(headers), 0).to_numpy(zero_copy_only=False).astype(np.int64)
     if not lengths.any():

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jsspark.config.stream import RePublish, StreamConfig
-from jsspark.engine.headers import HEADER_TYPE, append_headers
+from jsspark.engine.headers import HEADER_TYPE, append_headers, typed_headers
 from jsspark.subjects import SubjectTransform
 
 if TYPE_CHECKING:
@@ -146,12 +146,6 @@ def lake_last_seqs(lake: Lake, stream: str, max_subjects: int = DEFAULT_MAX_SUBJ
         return index.last_seqs_before(seq, subjects)
 
     return lookup
-
-
-def _headers_column(col: pa.Array | pa.ChunkedArray) -> pa.Array:
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks() if col.num_chunks else pa.array([], HEADER_TYPE)
-    return col if col.type == HEADER_TYPE else col.cast(HEADER_TYPE)
 
 
 def _bases(
@@ -278,7 +272,7 @@ def republish_batch(
         names_out.append(MSG_SIZE)
         values.append(pc.fill_null(pc.binary_length(data), 0).cast(pa.string()))
         data = pa.array(np.full(n, b"", dtype=object), pa.binary())
-    headers = append_headers(_headers_column(kept["headers"]), names_out, values)
+    headers = append_headers(typed_headers(kept["headers"]), names_out, values)
     return pa.Table.from_arrays(
         [pa.array(k_seqs, pa.int64()), dest.take(take).cast(pa.string()), headers, data], schema=OUTPUT_SCHEMA
     )

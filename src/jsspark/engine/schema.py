@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jsspark.engine.arrays import one_chunk
+from jsspark.engine.arrays import one_chunk, value_offsets
 from jsspark.engine.headers import HEADER_TYPE, column_encoded_len
 
 MESSAGE_SCHEMA = pa.schema(
@@ -79,20 +79,13 @@ def value_lengths(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
         return value_lengths(arr.dictionary)[arr.indices.to_numpy()]
     if arr.null_count or not (pa.types.is_string(arr.type) or pa.types.is_binary(arr.type)):
         return pc.fill_null(pc.binary_length(arr.cast(pa.binary())), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    offsets = _offsets(arr)
+    offsets = value_offsets(arr)
     return np.subtract(offsets[1:], offsets[:-1], out=arrow_backed(len(arr)), dtype=np.int64)
-
-
-def _offsets(arr: pa.Array) -> np.ndarray | None:
-    """The int32 offsets of a plain string/binary array without nulls (a view), else None."""
-    if isinstance(arr, pa.ChunkedArray) or arr.null_count or not (pa.types.is_string(arr.type) or pa.types.is_binary(arr.type)):
-        return None
-    return np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
 
 
 def add_value_lengths(out: np.ndarray, arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """``out += value_lengths(arr)``, straight from the offsets where it can (no new array)."""
-    offsets = _offsets(arr)
+    offsets = value_offsets(arr)
     if offsets is None:
         out += value_lengths(arr)
     else:

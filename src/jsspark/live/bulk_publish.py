@@ -35,9 +35,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jsspark.engine import headers as H
-from jsspark.engine.arrays import has_empty, value_bytes
+from jsspark.engine.arrays import value_bytes, value_offsets
 from jsspark.live import wire
 from jsspark.live.client import PublishFailed, pub_ack
+from jsspark.subjects.vectorized import all_sendable
 
 CHUNK = 4096  # the most messages one write carries (also at most half the window)
 SEGMENT_BYTES = 64 << 20  # the frames built at once
@@ -45,7 +46,6 @@ _FRAME_EXTRA = 64  # "HPUB", blanks, a row number, two sizes, CRLFs: a bound on 
 _ACK_START = b'{"stream":'
 _NO_RESPONDERS = b"NATS/1.0 503"
 _DUPLICATE = r'"duplicate":\s*true'  # the server writes '"duplicate": true' (processJetStreamMsg)
-_BLANKS = np.array([ord(c) for c in " \t\r\n"], np.uint8)  # what nats-py refuses in a subject
 
 
 def frame_column(subjects: pa.Array, inbox: str, first: int, blocks: pa.Array, payloads: pa.Array) -> pa.Array:
@@ -53,16 +53,20 @@ def frame_column(subjects: pa.Array, inbox: str, first: int, blocks: pa.Array, p
     block, ``HPUB <subject> <inbox>.<row> <header size> <size>``, then block, payload and CRLF;
     rows are numbered from ``first``. Subjects must already be valid (``can_send``)."""
     n = len(subjects)
-    rows = pa.array(np.arange(first, first + n, dtype=np.int64)).cast(pa.string()).cast(pa.binary())
+    rows = _decimal(pa.array(np.arange(first, first + n, dtype=np.int64)))
     reply = pc.binary_join_element_wise(inbox.encode() + b".", rows, b" ", b"")
     has = pc.is_valid(blocks)
     hsize = pc.fill_null(pc.binary_length(blocks), 0)
-    total = pc.add(hsize, pc.binary_length(payloads)).cast(pa.string()).cast(pa.binary())
+    total = _decimal(pc.add(hsize, pc.binary_length(payloads)))
     verb = pc.if_else(has, pa.scalar(b"HPUB ", pa.binary()), pa.scalar(b"PUB ", pa.binary()))
-    hpart = pc.if_else(has, pc.binary_join_element_wise(hsize.cast(pa.string()).cast(pa.binary()), b" ", b""),
-                       pa.scalar(b"", pa.binary()))
+    hpart = pc.if_else(has, pc.binary_join_element_wise(_decimal(hsize), b" ", b""), pa.scalar(b"", pa.binary()))
     return pc.binary_join_element_wise(verb, subjects.cast(pa.binary()), b" ", reply, hpart, total, b"\r\n",
                                        pc.fill_null(blocks, b""), payloads.cast(pa.binary()), b"\r\n", b"")
+
+
+def _decimal(numbers: pa.Array) -> pa.Array:
+    """Integers as their decimal digits (binary), as a protocol line writes them."""
+    return numbers.cast(pa.string()).cast(pa.binary())
 
 
 def can_send(subjects: pa.Array, headers: pa.Array, blocks: pa.Array, payloads: pa.Array, max_payload: int) -> bool:
@@ -70,15 +74,11 @@ def can_send(subjects: pa.Array, headers: pa.Array, blocks: pa.Array, payloads: 
     CR or LF), header names that are tokens (no null, no empty), header block and payload within
     the server's ``max_payload`` (it resets a connection sending more). Else the caller's rows go
     one at a time, which raise each problem's own error at its row."""
-    raw = value_bytes(subjects)
-    if subjects.null_count or raw is None or np.isin(raw, _BLANKS).any():
+    if subjects.null_count or not all_sendable(subjects):
         return False
     entries = pc.list_flatten(headers)
-    if len(entries):
-        names = pc.struct_field(entries, "name")
-        name_bytes = value_bytes(names)
-        if names.null_count or name_bytes is None or has_empty(names) or not H.TOKEN_BYTE[name_bytes].all():
-            return False
+    if len(entries) and not H.names_are_tokens(pc.struct_field(entries, "name")):
+        return False
     sizes = pc.add(pc.fill_null(pc.binary_length(blocks), 0), pc.binary_length(payloads))
     return not (max_payload and len(sizes) and pc.max(sizes).as_py() > max_payload)
 
@@ -111,7 +111,7 @@ def segments(subjects: pa.Array, blocks: pa.Array, payloads: pa.Array, inbox_len
 
 async def send_frames(nc: Any, frames: pa.Array, lo: int, hi: int) -> None:
     """Frames ``lo``..``hi`` of ``frame_column``'s column to the connection, as one write."""
-    offsets = np.frombuffer(frames.buffers()[1], np.int32)[frames.offset:frames.offset + len(frames) + 1]
+    offsets = value_offsets(frames)
     await nc._send_command(frames.buffers()[2][int(offsets[lo]):int(offsets[hi])].to_pybytes())
     await nc._flush_pending()
 
@@ -125,11 +125,10 @@ class AckWindow:
     """The replies of one bulk publish: which rows are answered, what they said, and when each
     was sent (for the timeout). ``take`` runs in the client's read loop."""
 
-    def __init__(self, subjects: pa.Array, inbox: str, first: int,
-                 no_responders: Callable[[str], BaseException]) -> None:
+    def __init__(self, subjects: pa.Array, inbox: str, no_responders: Callable[[str], BaseException]) -> None:
         n = len(subjects)
         self.no_responders = no_responders
-        self.subjects, self.first, self.prefix = subjects, first, len(inbox) + 1
+        self.subjects, self.prefix = subjects, len(inbox) + 1
         self.answered = np.zeros(n, bool)
         self.sent_at = np.zeros(n, np.float64)
         self.done = self.published = self.duplicates = 0
@@ -155,34 +154,28 @@ class AckWindow:
         plain = pc.and_(plain, pc.is_null(frames.headers)).to_numpy(zero_copy_only=False)
         self.answered[rows] = True
         self.done += len(rows)
-        if plain.all():
-            self.published += len(rows)
-            self.duplicates += int(pc.sum(pc.match_substring_regex(payloads, _DUPLICATE)).as_py() or 0)
-        else:
-            ok = pa.array(plain)
-            self.published += int(plain.sum())
-            self.duplicates += int(pc.sum(pc.match_substring_regex(payloads.filter(ok), _DUPLICATE)).as_py() or 0)
-            for i in np.flatnonzero(~plain).tolist():
-                self._one(int(rows[i]), frames.headers[i].as_py(), payloads[i].as_py())
+        acks = payloads if plain.all() else payloads.filter(pa.array(plain))
+        self.published += len(acks)
+        self.duplicates += int(pc.sum(pc.match_substring_regex(acks, _DUPLICATE)).as_py() or 0)
+        for i in np.flatnonzero(~plain).tolist():
+            self._one(int(rows[i]), frames.headers[i].as_py(), payloads[i].as_py())
         while self.low < n and self.answered[self.low]:
             self.low += 1
         self.changed.set()
 
     def _rows(self, subjects: pa.Array) -> np.ndarray:
         """The row each reply subject ``<inbox>.<row>`` names (-1 for one that names none)."""
-        raw = value_bytes(subjects)
-        if raw is None or not len(subjects):
+        raw, offsets = value_bytes(subjects), value_offsets(subjects)
+        if raw is None or offsets is None or not len(subjects):
             return np.full(len(subjects), -1, np.int64)
-        offsets = np.frombuffer(subjects.buffers()[1], np.int32)[subjects.offset:subjects.offset + len(subjects) + 1]
         base = offsets[0]
         value, ok = wire.decimals(raw, offsets[:-1] - base + self.prefix, offsets[1:] - base)
-        return np.where(ok, value - self.first, -1)
+        return np.where(ok, value, -1)
 
     def _one(self, row: int, header: bytes | None, payload: bytes) -> None:
         """A reply that is not plainly a PubAck: the server's no responders, its refusal, or a core
         subscriber's answer (``pub_ack``'s errors); the first failure is kept."""
         subject = self.subjects[row].as_py()
-        subject = subject.decode() if isinstance(subject, bytes) else subject
         try:
             if header is not None and header.startswith(_NO_RESPONDERS):
                 raise self.no_responders(subject)
@@ -198,7 +191,6 @@ class AckWindow:
         """A failure naming the first message sent and not answered within ``timeout``, if any."""
         if self.low < sent and time.monotonic() - self.sent_at[self.low] > timeout:
             subject = self.subjects[self.low].as_py()
-            subject = subject.decode() if isinstance(subject, bytes) else subject
             return PublishFailed(f"no PubAck for a publish to {subject!r} within publishTimeout ({timeout:g} s)")
         return None
 
@@ -223,7 +215,7 @@ async def publish_columns(nc: Any, subjects: pa.Array, blocks: pa.Array, payload
     if not n:
         return 0, 0
     inbox = nc.new_inbox()
-    window = AckWindow(subjects, inbox, 0, no_responders)
+    window = AckWindow(subjects, inbox, no_responders)
     sub = await nc.subscribe(f"{inbox}.*", cb=_ignore, pending_msgs_limit=-1, pending_bytes_limit=-1)
     wire.route(nc, sub, window.take)
     try:

@@ -50,15 +50,22 @@ def check_sendable_subjects(subjects: ArrayLike, who: str, column: str = "subjec
     """``check_sendable_subject`` over a column: the first bad one fails naming its row (``who``:
     the caller). A byte scan rules a column out first (no byte at or below a space, no empty value:
     a millisecond for a million subjects); only then a regex pass finds the row."""
-    chunks = subjects.chunks if isinstance(subjects, pa.ChunkedArray) else [subjects]
-    if not any(_may_be_unsendable(c.dictionary if pa.types.is_dictionary(c.type) else c) for c in chunks):
+    if all_sendable(subjects):
         return
     bad = pc.fill_null(_per_chunk(subjects, lambda c: pc.match_substring_regex(c, _UNSENDABLE)), False)
-    if not pc.any(bad).as_py():
-        return
     row = pc.index(bad, True).as_py()
     check_sendable_subject(subjects[row].as_py(), f" ({who}: row {row} of column {column!r})")
     raise AssertionError("unreachable: the regex and check_sendable_subject disagree")
+
+
+def all_sendable(subjects: ArrayLike) -> bool:
+    """Every (non-null) subject one a client can publish to (``is_sendable_subject``): a byte scan
+    first, the regex only over a column it cannot rule out."""
+    chunks = subjects.chunks if isinstance(subjects, pa.ChunkedArray) else [subjects]
+    if not any(_may_be_unsendable(c.dictionary if pa.types.is_dictionary(c.type) else c) for c in chunks):
+        return True
+    bad = pc.fill_null(_per_chunk(subjects, lambda c: pc.match_substring_regex(c, _UNSENDABLE)), False)
+    return not pc.any(bad).as_py()
 
 
 def _may_be_unsendable(values: pa.Array) -> bool:

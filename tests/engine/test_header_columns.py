@@ -85,6 +85,16 @@ def test_from_column_reads_binary_blocks_as_normalize_does() -> None:
         H.from_column(pa.array([b"A: 1\r\n\r\n"], pa.binary()))
 
 
+def test_from_column_reads_a_sliced_map_column_row_by_row() -> None:
+    """A map column of a sliced table (``table.slice``) holds its entries from an offset into the
+    keys and items: each row's headers are its own, not the first rows' of the unsliced column."""
+    maps = pa.array([[("K", "a")], [("K", "b"), ("L", "b2")], None, [], [("K", "d")]], pa.map_(pa.string(), pa.string()))
+    for lo, n in ((1, 4), (2, 3), (3, 2), (4, 1)):
+        part = maps.slice(lo, n)
+        got = [H.from_arrow(cell) for cell in H.from_column(part).to_pylist()]
+        assert got == [list(m) or None if m is not None else None for m in part.to_pylist()], (lo, n)
+
+
 PAIRS = st.lists(st.tuples(st.sampled_from(["Nats-Stream-Source", "Nats-Expected-Stream", "Nats-Batch-Id", "Nats-Msg-Id",
                                             "Nats-Expected", "nats-expected-stream", "K"]),
                            st.sampled_from(["", "v", " x"])), max_size=4)

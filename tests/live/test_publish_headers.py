@@ -140,6 +140,27 @@ def test_map_headers_and_string_data_publish_as_in_the_lake_sink(server: NatsSer
     assert nats.api("STREAM.MSG.GET.SHAPES", {"seq": 1})["message"]["data"] == base64.b64encode(b"text").decode()
 
 
+def test_a_sliced_batch_publishes_each_rows_own_map_headers(server: NatsServer, nats: SyncNats) -> None:
+    """A batch cut from a larger one (``slice``): each message carries its own row's headers, as
+    nats-py publishing the rows stores them (a map column's entries are read from the slice's
+    offset; the first rows' headers of the whole batch went out)."""
+    nats.add_stream(name="SLICED", subjects=["sliced.>"])
+    rows = [{"subject": f"sliced.{c}", "data": c.encode(), "headers": [("K", c)]} for c in "abcd"]
+    batch = pa.RecordBatch.from_pylist(rows, pa.schema([("subject", pa.string()), ("data", pa.binary()),
+                                                        ("headers", pa.map_(pa.string(), pa.string()))]))
+    opts = parse_live_write_options({"servers": server.url})
+    assert asyncio.run(publisher.publish_batches(opts, iter([batch.slice(2, 2)]))) == (2, 0)
+
+    async def nats_py() -> None:
+        js = nats.nc.jetstream()
+        for row in rows[2:]:
+            await js.publish(row["subject"], row["data"], headers=dict(row["headers"]))
+
+    nats.run(nats_py())
+    stored = [stored_block(nats, "SLICED", s) for s in range(1, 5)]
+    assert stored[:2] == stored[2:] == [H.encode([("K", "c")]), H.encode([("K", "d")])]
+
+
 def test_without_the_hook_repeated_keys_fail_clearly(server: NatsServer, nats: SyncNats,
                                                      origin: list[tuple[int, bytes]],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:

@@ -304,8 +304,11 @@ def from_column(col: pa.Array | pa.ChunkedArray, column: str = "headers") -> pa.
         if pa.types.is_null(t):
             return pa.nulls(len(col), HEADER_TYPE)
         if pa.types.is_map(t):
+            # keys and items are the whole child, also of a slice: its entries start at its first offset
+            start, size = col.offsets[0].as_py(), col.offsets[-1].as_py() - col.offsets[0].as_py()
             values = pa.StructArray.from_arrays(
-                [col.keys.cast(pa.string()), col.items.cast(pa.string())], fields=list(HEADER_TYPE.value_type)
+                [col.keys.slice(start, size).cast(pa.string()), col.items.slice(start, size).cast(pa.string())],
+                fields=list(HEADER_TYPE.value_type),
             )
             offsets = pc.subtract(col.offsets, col.offsets[0])
             return pa.ListArray.from_arrays(offsets, values, mask=col.is_null())

@@ -11,10 +11,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import nats
+import pyarrow as pa
 import pytest
 
 from jsspark.engine.api import rfc3339nano
 from jsspark.engine.lake import connect
+from jsspark.engine.stream import NoRespondersError
 from tests.engine.backends import LakeBackend, ServerBackend
 
 _names = itertools.count()
@@ -468,3 +471,21 @@ def test_mirror_and_sources_info_entries(pair: Pair) -> None:
     assert [list(e) for e in got] == [["name", "external", "lag"], ["name", "lag", "filter_subject"],
                                       ["name", "lag", "subject_transforms"]]
     assert got[0]["external"] == {"api": "$JS.other.API", "deliver": ""}
+
+
+def test_a_stream_with_sources_and_no_subjects_listens_on_no_subject(pair: Pair) -> None:
+    """Only a plain stream without subjects takes its own name as its subject (the server's
+    ``checkStreamCfg``); one with sources (or a mirror) and none listens on no subject, so a
+    publish on its name has no responders there, and is stored nowhere."""
+    n = next(_names)
+    o, s = f"NO{n}", f"NS{n}"
+    pair.streams += [s, o]
+    assert pair.add_stream({"name": o, "subjects": [f"no{n}.>"]}) == {"ok": True}
+    assert pair.add_stream({"name": s, "sources": [{"name": o}]}) == {"ok": True}
+    with pytest.raises(nats.errors.NoRespondersError):
+        pair.server.publish(s, b"x")
+    with pytest.raises(NoRespondersError):
+        pair.lake.lake.publish(s, b"x")
+    with pytest.raises(NoRespondersError):
+        pair.lake.lake.publish_batch(s, pa.table({"subject": [s], "data": [b"x"]}))
+    assert pair.state(s)["messages"] == 0

@@ -20,9 +20,11 @@ from jsspark.engine import headers as H
 from jsspark.errors import APIError
 from jsspark.jobs.republish import (
     MARKER_DIR,
+    LakeDestination,
     RepublishJob,
     check_republish,
     parse_destination,
+    publish_to_lake,
     start_republish,
 )
 from jsspark.nats_server import NatsServer, free_port
@@ -451,3 +453,16 @@ def test_bulk_sends_what_rows_one_at_a_time_send(second_server: NatsServer, tmp_
                 asyncio.run(publish_to_server(d, nowhere, stream="U", acked=True))
     finally:
         api.close()
+
+
+def test_a_lake_destination_stream_without_subjects_captures_nothing(tmp_path: Path) -> None:
+    """A stream with sources and no subjects listens on no subject (its name is not one, as it
+    is for a plain stream without subjects), so a republished message on its name lands nowhere."""
+    lake = jsspark.connect(tmp_path / "dst")
+    lake.add_stream(name="ORIG", subjects=["orig.>"])
+    lake.add_stream(name="SRC", sources=[{"name": "ORIG"}])
+    lake.add_stream(name="PLAIN")  # subjects: its name
+    rows = pa.table({"subject": ["SRC", "PLAIN"], "data": [b"1", b"2"], "headers": H.to_arrow([None, None])})
+    for dest in (LakeDestination(str(tmp_path / "dst")), LakeDestination(str(tmp_path / "dst"), "SRC")):
+        publish_to_lake(dest, rows, txn=("app", 1), lake=lake)
+    assert (lake.stream_info("SRC").state.messages, lake.stream_info("PLAIN").state.messages) == (0, 1)

@@ -396,7 +396,7 @@ class Lake:
 
     def find_stream_name_by_subject(self, subject: str) -> str:
         for rec in self.catalog.list(STREAM):
-            subjects = rec.body["config"].get("subjects") or [rec.stream]
+            subjects = rec.body["config"].get("subjects") or []  # a stream with sources may have none
             if any(subject_matches(f, subject) for f in subjects):
                 return rec.stream
         raise api_error("JSStreamNotFoundErr")

@@ -517,7 +517,7 @@ class LakeStream:
     def _check_routable(self, published: pa.Array, known: KnownPositions | None = None) -> None:
         if self.config.mirror is not None:
             raise NoRespondersError(f"stream {self.name} is a mirror and takes no direct publishes")
-        subjects = self.config.subjects or [self.name]
+        subjects = self.config.subjects or []  # a plain stream's defaults to its name; one with sources may have none
         if pa.types.is_dictionary(published.type):
             ok = _per_distinct(
                 published.dictionary, known, "routable", tuple(subjects),

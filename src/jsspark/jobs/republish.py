@@ -378,14 +378,14 @@ def publish_to_lake(
     lake = lake or jsspark.connect(dest.location, dest.storage_options)
     if dest.stream is not None:
         cfg = lake.stream_info(dest.stream).config
-        targets = [(dest.stream, cfg.subjects or [dest.stream])]
+        targets = [(dest.stream, cfg.subjects or [])]
     else:
         targets = []
         for rec in lake.catalog.list(STREAM):
             c = rec.body["config"]
             if c.get("mirror"):
                 continue  # a mirror takes no publishes
-            targets.append((rec.stream, c.get("subjects") or [rec.stream]))
+            targets.append((rec.stream, c.get("subjects") or []))  # sources only: none
     out: dict[str, int] = {}
     headers = H.to_arrow([storable(_pairs(cell)) or None for cell in rows["headers"].to_pylist()])
     publish = pa.table({"subject": rows["subject"], "data": rows["data"], "headers": headers})

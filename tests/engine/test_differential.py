@@ -18,6 +18,7 @@ import pytest
 from jsspark.engine.api import rfc3339nano
 from jsspark.engine.lake import connect
 from jsspark.engine.stream import NoRespondersError
+from jsspark.errors import StreamNotFoundError
 from tests.engine.backends import LakeBackend, ServerBackend
 
 _names = itertools.count()
@@ -489,3 +490,26 @@ def test_a_stream_with_sources_and_no_subjects_listens_on_no_subject(pair: Pair)
     with pytest.raises(NoRespondersError):
         pair.lake.lake.publish_batch(s, pa.table({"subject": [s], "data": [b"x"]}))
     assert pair.state(s)["messages"] == 0
+
+
+def test_find_stream_name_by_subject_takes_the_streams_a_wildcard_overlaps(pair: Pair) -> None:
+    """nats-py's ``find_stream_name_by_subject`` is ``$JS.API.STREAM.NAMES`` with a subject: the
+    first stream by name with a subject that collides with it (``SubjectsCollide``), so a
+    wildcard finds the streams it overlaps; a mirror, which has no subjects, is never found."""
+    n = next(_names)
+    a, b, m = f"FA{n}", f"FB{n}", f"FM{n}"
+    pair.streams += [m, a, b]
+    assert pair.add_stream({"name": b, "subjects": [f"fw{n}.b.x"]}) == {"ok": True}
+    assert pair.add_stream({"name": a, "subjects": [f"fw{n}.a.x", f"fv{n}.>"]}) == {"ok": True}
+    assert pair.add_stream({"name": m, "mirror": {"name": a}}) == {"ok": True}
+
+    def lake_find(subject: str) -> str | None:
+        try:
+            return pair.lake.lake.find_stream_name_by_subject(subject)
+        except StreamNotFoundError:
+            return None
+
+    queries = [f"fw{n}.a.x", f"fw{n}.*.x", f"fw{n}.>", f"fw{n}.b.*", f"fw{n}.c.*", f"fv{n}.q", f"fv{n}.*", m]
+    server = [(pair.server._req("$JS.API.STREAM.NAMES", {"subject": q}).get("streams") or [None])[0] for q in queries]
+    assert server == [a, a, a, b, None, a, a, None]
+    assert [lake_find(q) for q in queries] == server

@@ -157,7 +157,7 @@ def _publish_many(
     lake = session.lake
     with doing(f"could not publish to {subject}"):
         try:
-            stream = lake.find_stream_name_by_subject(subject)
+            stream = lake.stream_listening_on(subject)
         except APIError:
             raise CLIError(
                 f"could not publish to {subject}: no responders: no stream listens on subject {subject!r}"

@@ -395,9 +395,19 @@ class Lake:
         return [r.stream for r in self.catalog.list(STREAM)]
 
     def find_stream_name_by_subject(self, subject: str) -> str:
+        """nats-py's: ``$JS.API.STREAM.NAMES`` with a subject answers the streams, by name, with a
+        subject that collides with it (``SubjectsCollide``: a wildcard finds those it overlaps)."""
+        return self._first_stream(lambda f: subjects_collide(subject, f))
+
+    def stream_listening_on(self, subject: str) -> str:
+        """The stream a message published on ``subject`` goes to: the one with a subject that
+        matches it as a subscription does (10059 if none)."""
+        return self._first_stream(lambda f: subject_matches(f, subject))
+
+    def _first_stream(self, takes: Callable[[str], bool]) -> str:
         for rec in self.catalog.list(STREAM):
             subjects = rec.body["config"].get("subjects") or []  # a stream with sources may have none
-            if any(subject_matches(f, subject) for f in subjects):
+            if any(takes(f) for f in subjects):
                 return rec.stream
         raise api_error("JSStreamNotFoundErr")
 
@@ -416,7 +426,7 @@ class Lake:
             pairs = [*pairs, (H.EXPECTED_STREAM, stream)]
         message = Incoming.one(subject, payload, pairs or None)  # first: what no client can send
         try:
-            name = self.find_stream_name_by_subject(subject)
+            name = self.stream_listening_on(subject)
         except APIError:
             raise NoRespondersError(f"no responders: no stream listens on subject {subject!r}") from None
         return self._publish_one(name, message)

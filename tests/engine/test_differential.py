@@ -513,3 +513,11 @@ def test_find_stream_name_by_subject_takes_the_streams_a_wildcard_overlaps(pair:
     server = [(pair.server._req("$JS.API.STREAM.NAMES", {"subject": q}).get("streams") or [None])[0] for q in queries]
     assert server == [a, a, a, b, None, a, a, None]
     assert [lake_find(q) for q in queries] == server
+
+
+def test_a_purge_request_is_checked_before_the_stream_is_looked_up(pair: Pair) -> None:
+    """``jsStreamPurgeRequest`` refuses a ``seq`` with a ``keep`` (10003) before it looks the
+    stream up, as it refuses what does not decode (10025); only then is a missing stream 10059."""
+    assert pair.purge("NO_SUCH_STREAM", seq=2, keep=1)["error"]["err_code"] == 10003
+    assert pair.purge("NO_SUCH_STREAM", keep=-1)["error"]["err_code"] == 10025
+    assert pair.purge("NO_SUCH_STREAM", seq=2)["error"]["err_code"] == 10059

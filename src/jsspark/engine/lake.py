@@ -46,7 +46,7 @@ from jsspark.engine.consumers import Consumer, Consumers, StreamView, purge_sign
 from jsspark.engine.directget import DirectGet, DirectReply
 from jsspark.engine.files import local_root
 from jsspark.engine.partitioning import DEFAULT_PARTITION_KEY
-from jsspark.engine.stream import LAST_MSG_ID, Incoming, LakeStream, NoRespondersError
+from jsspark.engine.stream import LAST_MSG_ID, Incoming, LakeStream, NoRespondersError, check_purge_request
 from jsspark.engine.table import MessageTable
 from jsspark.errors import APIError, JSSparkError, StreamNotFoundError, api_error, check_uint64
 from jsspark.subjects import subject_matches, subjects_collide, validate_asset_name
@@ -474,6 +474,7 @@ class Lake:
         single removal (the stores' ``PurgeEx``): one that had it pending takes it as acked.
         """
         check_uint64("JSApiStreamPurgeRequest", seq=seq, keep=keep)
+        check_purge_request(seq, keep)  # before the stream is looked up, as on the server
         engine = self.stream(name)
         self.consumers.expire(name)
         before = StreamView(engine.index().rows, engine.state().last_seq, engine.config)

@@ -974,8 +974,7 @@ class LakeStream:
     def purge(self, subject: str | None = None, seq: int | None = None, keep: int | None = None) -> int:
         """The server's ``PurgeEx``: ``seq`` is exclusive; ``keep`` keeps the newest K across the
         filter. A filter of ``>`` is no filter, as in the file store."""
-        if seq and keep:  # the request's own check comes first
-            raise api_error("JSBadRequestErr")
+        check_purge_request(seq, keep)
         self._may_purge()
         subject = None if subject in ("", ">") else subject
         if not subject and not keep and seq is not None and seq > 1:
@@ -1277,6 +1276,13 @@ class LakeStream:
             return self._index
         index = self._load()[1]
         return index if (index.version, self._index_table) == (version, table_id) else None
+
+
+def check_purge_request(seq: int | None, keep: int | None) -> None:
+    """``jsStreamPurgeRequest``'s own check, before it looks the stream up: a ``seq`` and a
+    ``keep`` together are a bad request."""
+    if seq and keep:
+        raise api_error("JSBadRequestErr")
 
 
 def _per_distinct(

@@ -120,9 +120,10 @@ class ServerBackend:
         return {"error": r["error"]} if "error" in r else {"ok": True}
 
     def msg_get(self, name: str, seq: int | None = None, subject: str | None = None, next: bool = False) -> dict[str, Any]:
-        """``$JS.API.STREAM.MSG.GET`` with the request nats-py's ``get_msg`` would send."""
-        body: dict[str, Any] = {} if seq is None else {"seq": seq}
-        if subject is not None:
+        """``$JS.API.STREAM.MSG.GET`` with the request nats-py's ``get_msg`` would send (a
+        last-by-subject request drops the sequence)."""
+        body: dict[str, Any] = {} if seq is None or (subject and not next) else {"seq": seq}
+        if subject:
             body["next_by_subj" if next else "last_by_subj"] = subject
         r = self._req(f"$JS.API.STREAM.MSG.GET.{name}", body)
         if "error" in r:

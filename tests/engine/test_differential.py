@@ -521,3 +521,18 @@ def test_a_purge_request_is_checked_before_the_stream_is_looked_up(pair: Pair) -
     assert pair.purge("NO_SUCH_STREAM", seq=2, keep=1)["error"]["err_code"] == 10003
     assert pair.purge("NO_SUCH_STREAM", keep=-1)["error"]["err_code"] == 10025
     assert pair.purge("NO_SUCH_STREAM", seq=2)["error"]["err_code"] == 10059
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["api", "direct"])
+def test_get_msg_sends_what_nats_py_sends(pair: Pair, direct: bool) -> None:
+    """``Lake.get_msg`` takes nats-py's ``get_msg`` arguments as nats-py does: a subject without
+    ``next`` is a last-by-subject request, which drops the sequence (nats-py pops it), so
+    ``get_msg(s, seq=1, subject=x)`` is the last message on x, not a bad request."""
+    s = pair.stream(allow_direct=True)
+    _fill(pair, s)
+    js = pair.server.nc.jetstream()
+    for kw in [{"seq": 1, "subject": subj(s, "a")}, {"seq": 4, "subject": subj(s, "b")},
+               {"subject": subj(s, "b")}, {"seq": 2, "subject": subj(s, "a"), "next": True}]:
+        server = pair.server.loop.run_until_complete(js.get_msg(s, **kw, direct=direct))
+        lake = pair.lake.lake.get_msg(s, **kw, direct=direct)
+        assert (lake.seq, lake.subject, lake.data) == (server.seq, server.subject, server.data), kw

@@ -535,15 +535,17 @@ class Lake:
     ) -> RawStreamMsg:
         """nats-py's ``get_msg``: by sequence, last by subject, or next by subject from ``seq``.
 
-        Without ``direct`` it answers as ``$JS.API.STREAM.MSG.GET`` does, whose request checks
-        come before the stream is looked up: a sequence and a last-by-subject together, or
-        neither a sequence nor a subject, is a bad request (10003). With ``direct`` it is a direct
-        get, which a stream without ``allow_direct`` does not answer (``NoRespondersError``)."""
+        The request is the one nats-py sends: a subject without ``next`` asks for the last
+        message on it, and nats-py then drops the sequence. Without ``direct`` it answers as
+        ``$JS.API.STREAM.MSG.GET`` does, whose request checks come before the stream is looked
+        up: neither a sequence nor a subject is a bad request (10003). With ``direct`` it is a
+        direct get, which a stream without ``allow_direct`` does not answer (``NoRespondersError``)."""
+        subject = subject or None  # an empty subject is no subject in nats-py's request
+        if subject is not None and not next:
+            seq = None
         if not direct:
             check_uint64("JSApiMsgGetRequest", seq=seq)
-            subject = subject or None  # an empty subject is no subject in the server's request
-            last_for = subject is not None and not next
-            if (seq and last_for) or not (seq or subject is not None):
+            if not (seq or subject is not None):
                 raise api_error("JSBadRequestErr")
             return self.direct(stream_name).get_msg(seq=seq, subject=subject, next=next)
         return DirectGet(self._direct_only(stream_name)).get_msg(seq=seq, subject=subject, next=next)

@@ -5,13 +5,15 @@ Method names, arguments and return shapes follow nats-py's ``JetStreamContext`` 
 Layout under ``location`` (a local path or any URI delta-rs supports):
 
     <location>/_catalog/          Delta table: stream and consumer configs (catalog.py)
-    <location>/streams/<NAME>/    Delta table: the stream's messages (table.py, schema.py)
+    <location>/streams/<NAME>/    Delta table: the stream's messages (table.py, schema.py); NAME as
+                                  ``table_dir`` escapes what a path cannot carry
     <location>/streams/<NAME>/_jsspark_index/   the persisted message index (index_store.py)
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 import time
 import warnings
@@ -112,7 +114,8 @@ class Lake:
 
     # -- streams -------------------------------------------------------------------------------
     def stream_uri(self, name: str) -> str:
-        return f"{self.location}/streams/{validate_asset_name(name, 'stream')}"
+        local = local_root(self.location) is not None
+        return f"{self.location}/streams/{table_dir(validate_asset_name(name, 'stream'), local)}"
 
     def _coerce_config(self, config: StreamConfig | dict[str, Any] | str | None, params: dict[str, Any]) -> StreamConfig:
         if config is None:
@@ -662,6 +665,21 @@ def _check_consumer_limits(old: StreamConfig, cfg: StreamConfig, consumers: list
 def _stored_state(state: dict[str, Any]) -> dict[str, Any]:
     """A recorded state as ``StreamState`` takes it."""
     return {k: v for k, v in state.items() if k != LAST_MSG_ID}
+
+
+# Characters of stream names the server takes that a table path cannot carry: delta-rs panics
+# on ``[ ] ^ |`` and control characters in a table URI, reads a ``%XX`` as an escape (a local
+# table is not found again; an object store's is not where its removal looks), and an object
+# store's ``?`` as a query (its ``#`` is not removed either). Each is written ``.XX.`` (its code in hex): no stream name has a
+# ``.``, so no other stream's directory is that, and every other name keeps its directory.
+_PATH_UNSAFE_LOCAL = re.compile(r"[\[\]^|\x01-\x1f\x7f]|%(?=[0-9A-Fa-f]{2})")
+_PATH_UNSAFE_STORE = re.compile(r"[\[\]^|\x01-\x1f\x7f?#]|%(?=[0-9A-Fa-f]{2})")
+
+
+def table_dir(name: str, local: bool) -> str:
+    """The directory under ``streams/`` of stream ``name``'s table (``local``: on a local disk)."""
+    unsafe = _PATH_UNSAFE_LOCAL if local else _PATH_UNSAFE_STORE
+    return unsafe.sub(lambda m: f".{ord(m.group()):02x}.", name)
 
 
 def stream_lookup(records: dict[Key, Record]) -> StreamLookup:

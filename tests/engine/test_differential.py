@@ -536,3 +536,22 @@ def test_get_msg_sends_what_nats_py_sends(pair: Pair, direct: bool) -> None:
         server = pair.server.loop.run_until_complete(js.get_msg(s, **kw, direct=direct))
         lake = pair.lake.lake.get_msg(s, **kw, direct=direct)
         assert (lake.seq, lake.subject, lake.data) == (server.seq, server.subject, server.data), kw
+
+
+def test_a_negative_list_offset_lists_from_the_start(pair: Pair) -> None:
+    """``STREAM.LIST`` and ``CONSUMER.LIST`` take ``max(offset, 0)``: a negative offset (nats-py's
+    ``streams_info(offset)``/``consumers_info(stream, offset)`` send it as given) lists everything,
+    not the last entries."""
+    s = pair.stream()
+    pair.stream()
+    for name in ("C1", "C2"):
+        pair.consumer_create(s, {"durable_name": name, "ack_policy": "explicit"})
+
+    def names(subject: str, offset: int, key: str) -> list[str]:
+        return [e["config"]["name"] for e in pair.server._req(subject, {"offset": offset})[key]]
+
+    assert names("$JS.API.STREAM.LIST", -1, "streams") == names("$JS.API.STREAM.LIST", 0, "streams")
+    assert names(f"$JS.API.CONSUMER.LIST.{s}", -1, "consumers") == ["C1", "C2"]
+    lake = pair.lake.lake
+    assert [i.config.name for i in lake.streams_info(offset=-1)] == [i.config.name for i in lake.streams_info()]
+    assert [c.name for c in lake.consumers_info(s, offset=-1)] == ["C1", "C2"]

@@ -392,7 +392,7 @@ class Lake:
                 out.append(self.stream_info(r.stream))
             except StreamNotFoundError:  # deleted since the listing, or its table gone
                 continue
-        return out[offset:]
+        return out[max(offset, 0) :]  # the server's max(offset, 0)
 
     def stream_names(self) -> list[str]:
         return [r.stream for r in self.catalog.list(STREAM)]
@@ -591,7 +591,7 @@ class Lake:
 
     @_deleted_is_not_found
     def consumers_info(self, stream: str, offset: int | None = None) -> list[ConsumerInfo]:
-        return self.consumers.infos(stream)[offset or 0 :]
+        return self.consumers.infos(stream)[max(offset or 0, 0) :]  # the server's max(offset, 0)
 
     @_deleted_is_not_found
     def delete_consumer(self, stream: str, consumer: str) -> bool:

@@ -459,6 +459,53 @@ def test_last_per_subject_skipped_messages_are_never_pending(pair: Pair) -> None
     pair.check(s)
 
 
+def _one_by_one(pair: Pair, s: str, name: str, pulls: int) -> list[tuple[int, int]]:
+    """``pulls`` pulls of one message on both, their ``(stream_seq, consumer_seq)`` compared
+    together: a server's no-wait pull ends at a deleted skip-list entry."""
+    server, lake = [], []
+    for _ in range(pulls):
+        server += [m[:2] for m in pair.server.fetch(s, name, 1)]
+        lake += [m[:2] for m in pair.lake.fetch(s, name, 1)]
+    assert server == lake
+    return server
+
+
+@pytest.mark.parametrize("ack", ["all", "explicit", "none"])
+def test_a_skip_list_entry_removed_before_delivery_is_skipped(pair: Pair, ack: str) -> None:
+    """The server's last-per-subject skip list is made at creation (``o.lss``): an entry
+    deleted before it is handed out is skipped, and its subject's older message (2, 5 here)
+    is not delivered in its place, nor, with the list's last entry gone, what lies between
+    the last entry left and the list's end. A no-wait pull ends at a deleted entry on the
+    server, so the pulls are of one message and compared together. Not followed: after a
+    deleted last entry, 2.15.1 also never delivers the next message stored (a lake does)."""
+    s = pair.stream()
+    for t in "baacdd":  # skip list 1 (b), 3 (a), 4 (c), 6 (d)
+        pair.publish(subj(s, t), t.encode())
+    pair.consumer_create(s, {"durable_name": "L", "ack_policy": ack, "deliver_policy": "last_per_subject",
+                             "filter_subject": subj(s, "*")})
+    pair.delete_msg(s, 3)
+    pair.delete_msg(s, 6)
+    pair.settled("consumer_info", s, "L")
+    assert _one_by_one(pair, s, "L", 5) == [(1, 1), (4, 2)]
+    pair.consumer_info(s, "L")
+
+
+@pytest.mark.parametrize("ack", ["all", "explicit"])
+def test_a_skip_list_entry_removed_after_later_deliveries_leaves_no_pending_in_its_place(pair: Pair, ack: str) -> None:
+    """Entries 1 (b) and 3 (c) handed out, then entry 4 (a) deleted: a's older message 2 lies
+    among the deliveries but was never delivered, so it is no pending ack."""
+    s = pair.stream()
+    for t in "bacad":  # skip list 1 (b), 3 (c), 4 (a), 5 (d)
+        pair.publish(subj(s, t), t.encode())
+    pair.consumer_create(s, {"durable_name": "L", "ack_policy": ack, "deliver_policy": "last_per_subject",
+                             "filter_subject": subj(s, "*")})
+    assert [m[0] for m in pair.fetch(s, "L", 2)] == [1, 3]
+    pair.delete_msg(s, 4)
+    assert pair.settled("consumer_info", s, "L")["num_ack_pending"] == 2
+    assert _one_by_one(pair, s, "L", 3) == [(5, 3)]
+    pair.consumer_info(s, "L")
+
+
 def test_interest_ack_none_removes_on_delivery(pair: Pair) -> None:
     s = pair.stream(retention="interest")
     pair.consumer_create(s, {"durable_name": "N", "ack_policy": "none"})

@@ -17,6 +17,9 @@ there (``StreamView.pending``). Where that no longer holds, the entries are list
                      server keeps ``o.lss``); both are 0 once the list is used up
     skipped_below    the ``resume`` of a used-up skip list, until a reset: the messages it
                      jumped over were never delivered, so they are not pending acks
+    skip_gone        [[stream_seq, subject], ...]: skip-list entries removed before they were
+                     handed out (a delete, an expiry); the server's list was fixed at creation,
+                     so each is skipped and its subject's older message never takes its place
     reset_generation how many resets happened; see below
     listed           [[stream_seq, consumer_seq], ...]: pending entries the index no longer
                      derives, all at or below ``listed_to``: deliveries under a filter since
@@ -156,6 +159,7 @@ class ConsumerState:
     skipped_below: int = 0
     listed: list[tuple[int, int]] = field(default_factory=list)
     listed_to: int = 0
+    skip_gone: list[tuple[int, str]] = field(default_factory=list)
 
     @classmethod
     def starting_at(cls, sseq: int, resume: int = 0, skipped_to: int = 0, generation: int = 0) -> ConsumerState:
@@ -172,6 +176,7 @@ class ConsumerState:
             "skipped_below": self.skipped_below,
             "listed": [list(e) for e in self.listed],
             "listed_to": self.listed_to,
+            "skip_gone": [list(e) for e in self.skip_gone],
         }
 
     @classmethod
@@ -185,6 +190,7 @@ class ConsumerState:
             int(d.get("skipped_below", 0)),
             [(int(s), int(n)) for s, n in d.get("listed", [])],
             int(d.get("listed_to", 0)),
+            [(int(s), str(subj)) for s, subj in d.get("skip_gone", [])],
         )
 
 
@@ -330,12 +336,24 @@ class StreamView:
         lasts = rows.group_by("subject", use_threads=False).aggregate([("seq", "max")])["seq_max"]
         return sorted(int(s) for s in lasts.to_pylist())
 
+    def skip_entries(self, filters: list[str], st: ConsumerState, end: int) -> list[int]:
+        """The skip list's entries up to ``end``: the last message per subject, as it was when
+        the list was made. An entry removed since (``skip_gone``) still stands for its subject,
+        so the subject's older message is no entry, and is left out itself."""
+        if not st.skip_gone:
+            return self.multi_last_seqs(filters, end)
+        rows = self.rows.select(["seq", "subject"])
+        gone = pa.table({"seq": [e[0] for e in st.skip_gone], "subject": [e[1] for e in st.skip_gone]}).cast(rows.schema)
+        lasts = StreamView(pa.concat_tables([rows, gone]).sort_by("seq"), self.last, self.config).multi_last_seqs(filters, end)
+        removed = {e[0] for e in st.skip_gone}
+        return [s for s in lasts if s not in removed]
+
     def skip_list(self, filters: list[str], st: ConsumerState) -> list[int]:
         """What is left of a last-per-subject skip list: the last message per subject up to
         ``resume``, minus the entries already handed out (up to ``skipped_to``)."""
         if not st.resume:
             return []
-        return [s for s in self.multi_last_seqs(filters, st.resume) if s > st.skipped_to]
+        return [s for s in self.skip_entries(filters, st, st.resume) if s > st.skipped_to]
 
     def deliverable(self, filters: list[str], st: ConsumerState) -> np.ndarray:
         """What a consumer delivers, in order: the rest of its skip list and then every match
@@ -344,6 +362,8 @@ class StreamView:
         if st.resume:
             skip = np.isin(self.seqs, np.array(self.skip_list(filters, st), dtype=np.int64))
             mask = (mask & (self.seqs > st.resume)) | skip
+        elif st.skipped_below:  # a used-up list goes on after its ``resume`` (the server's ``o.sseq``)
+            mask &= self.seqs > st.skipped_below
         return mask
 
     def delivered_or_due(self, filters: list[str], st: ConsumerState) -> np.ndarray:
@@ -354,7 +374,7 @@ class StreamView:
         end = st.resume or st.skipped_below
         mask = self.match(filters)
         if end:
-            lasts = np.array(self.multi_last_seqs(filters, end), dtype=np.int64)
+            lasts = np.array(self.skip_entries(filters, st, end), dtype=np.int64)
             mask = (mask & (self.seqs > end)) | np.isin(self.seqs, lasts)
         return mask
 
@@ -915,6 +935,8 @@ class Consumers:
             target = max(target, 1)
             # the skip list is kept, as the server keeps ``o.lss``
             new = ConsumerState.starting_at(target, st.resume, st.skipped_to, st.reset_generation + 1)
+            if st.resume:
+                new.skip_gone = list(st.skip_gone)
             updated = replace(c, state=new)
             result.update(c=updated, seq=target)
             return [Change(CONSUMER, stream, name, updated.body())]
@@ -1050,9 +1072,10 @@ class Consumers:
         the message pending treats it as acked (``processTerm``): an ack-all consumer's floor
         moves up to it, acking what it had pending below, which on interest/work-queue streams
         may go; an explicit one drops it from pending and moves its floor past it if it was the
-        oldest (``moveAckFloor``). Calling it again with the same messages changes nothing."""
+        oldest (``moveAckFloor``). A consumer's skip-list entries not yet handed out that go
+        are kept as ``skip_gone``. Calling it again with the same messages changes nothing."""
         seqs = np.asarray(seqs, dtype=np.int64)
-        if not any(_may_hold(c, seqs) for c in self._all(stream)):
+        if not any(_may_hold(c, seqs) or _may_skip(c, seqs) for c in self._all(stream)):
             return  # none can have them pending: nothing to tell, and the stream's view is not read
         order = np.argsort(seqs)
         seqs, subjects = seqs[order], pa.array(subjects, pa.string()).take(pa.array(order))
@@ -1064,18 +1087,23 @@ class Consumers:
 
         def plan(records: dict[Key, Record]) -> list[Change]:
             acked.clear()
-            acking = [c for c in self._all(stream, records) if _may_hold(c, seqs)]
-            if not acking:
+            told = [c for c in self._all(stream, records) if _may_hold(c, seqs) or _may_skip(c, seqs)]
+            if not told:
                 return []
-            above = min(c.state.ack_floor.stream_seq for c in acking)
-            ends = [max(c.state.delivered.stream_seq, c.state.resume, c.state.skipped_below) for c in acking]
+            # below each floor (pending) and, during a skip list, below its entries not handed out
+            above = min(min(c.state.ack_floor.stream_seq, c.state.skipped_to if c.state.resume else 2**63) for c in told)
+            ends = [max(c.state.delivered.stream_seq, c.state.resume, c.state.skipped_below) for c in told]
             before = view.before_removal(seqs, subjects, above, max(ends))
             changes = []
-            for c in acking:
+            for c in told:
                 st = c.state
                 pending = before.pending(c.filters, st)
+                gone = np.isin(seqs, np.array(before.skip_list(c.filters, st), dtype=np.int64))
+                if gone.any():  # the list keeps them: their subjects' older messages take no place
+                    entries = zip(seqs[gone].tolist(), subjects.filter(pa.array(gone)).to_pylist(), strict=True)
+                    st = replace(st, skip_gone=[*st.skip_gone, *entries])
                 moved, rest, took = _removal_acked(c, st, pending, seqs, signals, now)
-                if moved is st:
+                if moved is c.state:
                     continue
                 acked.append(took)
                 changes.append(Change(CONSUMER, stream, c.name, c.body(_settled(c, moved, view, rest))))
@@ -1287,6 +1315,12 @@ def _may_hold(c: Consumer, seqs: np.ndarray) -> bool:
     return c.config.ack_policy is not AckPolicy.NONE and bool(
         ((seqs > st.ack_floor.stream_seq) & (seqs <= st.delivered.stream_seq)).any()
     )
+
+
+def _may_skip(c: Consumer, seqs: np.ndarray) -> bool:
+    """Whether any of ``seqs`` can be an entry of the consumer's skip list not yet handed out."""
+    st = c.state
+    return bool(st.resume) and bool(((seqs > st.skipped_to) & (seqs <= st.resume)).any())
 
 
 def _terminated(

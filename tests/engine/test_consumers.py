@@ -233,6 +233,23 @@ def test_max_consumers(pair: Pair) -> None:
     pair.consumer_create(s, {"durable_name": "A", "ack_policy": "all", "description": "update is fine"})
 
 
+def test_a_sourcing_or_direct_consumer_is_not_held_to_max_consumers(pair: Pair) -> None:
+    """2.15.1 neither counts a direct or sourcing consumer for ``max_consumers``
+    (``numLimitableConsumers``) nor refuses a new one when the stream is full."""
+    sourcing = {"sourcing": True, "ack_policy": "none", "inactive_threshold": 60_000_000_000}
+    s = pair.stream(max_consumers=1)
+    pair.consumer_create(s, {"durable_name": "A", "ack_policy": "all"})
+    assert "error" not in pair.consumer_create(s, {"name": "S", **sourcing})
+    pair.consumer_create(s, {"name": "D", "direct": True, "ack_policy": "none", "mem_storage": True,
+                             "num_replicas": 1, "deliver_subject": "direct.d", "inactive_threshold": 60_000_000_000})
+    assert pair.consumer_create(s, {"durable_name": "B", "ack_policy": "all"})["error"]["err_code"] == 10026
+    w = pair.stream(retention="workqueue", max_consumers=1)
+    pair.consumer_create(w, {"durable_name": "A", "ack_policy": "explicit"})
+    pair.consumer_create(w, {"durable_name": "F", "sourcing": True, "ack_policy": "flow_control",
+                             "deliver_subject": "fc.f", "flow_control": True, "idle_heartbeat": 1_000_000_000})
+    assert pair.state(w)["consumer_count"] == 2
+
+
 def test_workqueue_validation(pair: Pair) -> None:
     s = pair.stream(retention="workqueue", max_consumers=2)
     pair.consumer_create(s, {"durable_name": "W0", "ack_policy": "all"})

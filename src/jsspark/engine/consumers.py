@@ -565,7 +565,8 @@ class Consumers:
                 raise api_error("JSConsumerDoesNotExist")
             limitable = [c for c in others if c.limitable]
             maxc = int(scfg.max_consumers)
-            if maxc > 0 and len(limitable) >= maxc:
+            # a direct or sourcing consumer is not limited, nor counted (2.15.1)
+            if maxc > 0 and len(limitable) >= maxc and not (cfg_now.direct or cfg_now.sourcing):
                 raise api_error("JSMaximumConsumersLimitErr")
             if deferred is not None:
                 raise deferred

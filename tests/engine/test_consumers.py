@@ -250,6 +250,22 @@ def test_a_sourcing_or_direct_consumer_is_not_held_to_max_consumers(pair: Pair) 
     assert pair.state(w)["consumer_count"] == 2
 
 
+def test_a_direct_consumer_is_neither_counted_nor_listed(pair: Pair) -> None:
+    """A direct consumer (a mirror's or source's reader) is left out of the stream's
+    ``consumer_count`` and of the consumer list and names (``getPublicConsumers``); its info
+    answers. A sourcing one is counted and listed."""
+    s = pair.stream()
+    pair.consumer_create(s, {"durable_name": "A", "ack_policy": "all"})
+    pair.consumer_create(s, {"name": "D", "direct": True, "ack_policy": "none", "mem_storage": True,
+                             "num_replicas": 1, "deliver_subject": "direct.d", "inactive_threshold": 60_000_000_000})
+    pair.consumer_create(s, {"name": "S", "sourcing": True, "ack_policy": "none", "inactive_threshold": 60_000_000_000})
+    assert pair.state(s)["consumer_count"] == 2
+    listed = [c["name"] for c in pair.server._req(f"$JS.API.CONSUMER.LIST.{s}", {})["consumers"]]
+    assert listed == pair.server._req(f"$JS.API.CONSUMER.NAMES.{s}", {})["consumers"] == ["A", "S"]
+    assert [c.name for c in pair.lake.lake.consumers_info(s)] == listed
+    pair.consumer_info(s, "D")
+
+
 def test_workqueue_validation(pair: Pair) -> None:
     s = pair.stream(retention="workqueue", max_consumers=2)
     pair.consumer_create(s, {"durable_name": "W0", "ack_policy": "all"})

@@ -521,10 +521,11 @@ class Consumers:
         return self.info_of(c, StreamView.of(engine))
 
     def infos(self, stream: str) -> list[ConsumerInfo]:
+        """``$JS.API.CONSUMER.LIST``: every consumer but the direct ones (``getPublicConsumers``)."""
         engine = self.lake.stream(stream)
         self.expire(stream)
         view = StreamView.of(engine)
-        return [self.info_of(c, view) for c in self._all(stream)]
+        return [self.info_of(c, view) for c in self._all(stream) if not c.config.direct]
 
     # -- create / update -------------------------------------------------------------------
     def add(

@@ -376,7 +376,9 @@ class Lake:
     def stream_info(self, name: str, subjects_filter: str | None = None) -> StreamInfo:
         engine = self.stream(name)
         self.consumers.expire(name)  # consumer_count, and what interest retention removed with them
-        state = engine.state(consumer_count=len(self.catalog.list(CONSUMER, name)))
+        # a direct consumer (a mirror's or source's reader) is not counted (``getPublicConsumers``)
+        public = [r for r in self.catalog.list(CONSUMER, name) if not r.body["config"].get("direct")]
+        state = engine.state(consumer_count=len(public))
         if subjects_filter:
             stats = engine.index().subject_stats().to_pylist()
             state.subjects = {

@@ -8,6 +8,7 @@ on streams with gaps and several subjects, the reset rules, interest and work-qu
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -264,6 +265,25 @@ def test_a_direct_consumer_is_neither_counted_nor_listed(pair: Pair) -> None:
     assert listed == pair.server._req(f"$JS.API.CONSUMER.NAMES.{s}", {})["consumers"] == ["A", "S"]
     assert [c.name for c in pair.lake.lake.consumers_info(s)] == listed
     pair.consumer_info(s, "D")
+
+
+@pytest.mark.parametrize("retention", ["limits", "interest", "workqueue"])
+def test_a_named_direct_sourcing_consumer_is_made_as_the_server_makes_it(pair: Pair, retention: str) -> None:
+    """``jsConsumerCreateRequest``: on an interest or work-queue stream a named direct
+    sourcing consumer becomes a durable ``flow_control`` consumer of that name (acked, not
+    removed on delivery, and counted); on a limits stream its name gets a random suffix."""
+    s = pair.stream(retention=retention)
+    cfg = {"name": "DS", "direct": True, "sourcing": True, "ack_policy": "none", "mem_storage": True,
+           "num_replicas": 1, "deliver_subject": "direct.ds", "flow_control": True, "idle_heartbeat": 1_000_000_000,
+           "inactive_threshold": 5_000_000_000}
+    server, lake = pair.server.consumer_create(s, cfg), pair.lake.consumer_create(s, cfg)
+    if retention == "limits":
+        assert re.fullmatch(r"DS-[A-Za-z0-9]{8}", server["name"]) and re.fullmatch(r"DS-[A-Za-z0-9]{8}", lake["name"])
+        server, lake = (json.loads(json.dumps(r).replace(r["name"], "DS-*")) for r in (server, lake))
+    else:
+        assert (server["name"], server["config"]["ack_policy"]) == ("DS", "flow_control")
+    assert server == lake
+    pair.state(s)
 
 
 def test_workqueue_validation(pair: Pair) -> None:

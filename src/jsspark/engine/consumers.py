@@ -541,6 +541,8 @@ class Consumers:
         engine = self.lake.stream(stream)
         self.expire(stream)
         scfg = engine.config
+        if cfg.direct and cfg.sourcing and cfg.name:
+            cfg = _named_direct_sourcing(cfg, scfg)
         deferred: APIError | None = None
         try:
             checked = check_consumer_config(cfg, scfg)
@@ -1404,6 +1406,19 @@ def _with_dynamic_metadata(cfg: ConsumerConfig) -> ConsumerConfig:
     out = cfg.model_copy(deep=True)
     out.metadata = {**out.metadata, SERVER_VERSION_KEY: SERVER_VERSION, SERVER_LEVEL_KEY: str(API_LEVEL)}
     return out
+
+
+def _named_direct_sourcing(cfg: ConsumerConfig, scfg: StreamConfig) -> ConsumerConfig:
+    """``jsConsumerCreateRequest`` on a standalone server: a named direct sourcing consumer
+    becomes a durable ``flow_control`` one of that name on an interest or work-queue stream
+    (so it is acked, not removed on delivery), and elsewhere gets a random suffix (the
+    source's name is stable)."""
+    if scfg.retention is RetentionPolicy.LIMITS:
+        return cfg.model_copy(update={"name": f"{cfg.name}-{_random_name()}"})
+    return cfg.model_copy(update={
+        "direct": False, "durable_name": cfg.name, "ack_policy": AckPolicy.FLOW_CONTROL,
+        "ack_wait": 0, "max_deliver": 0, "inactive_threshold": 0,
+    })
 
 
 def _random_name() -> str:

@@ -286,6 +286,23 @@ def test_a_named_direct_sourcing_consumer_is_made_as_the_server_makes_it(pair: P
     pair.state(s)
 
 
+def test_a_durable_sourcing_consumer_created_again_keeps_its_deliver_policy(pair: Pair) -> None:
+    """``jsConsumerCreateRequest`` replaces the request's deliver policy and start sequence by
+    an existing durable sourcing consumer's: no 10012, the rest of the update applies."""
+    s = pair.stream()
+    for t in "abcabc":
+        pair.publish(subj(s, t), b"x")
+    cfg = {"durable_name": "S", "sourcing": True, "ack_policy": "flow_control", "deliver_subject": "fc.s",
+           "flow_control": True, "idle_heartbeat": 1_000_000_000}
+    pair.consumer_create(s, cfg)
+    again = pair.consumer_create(s, {**cfg, "deliver_policy": "by_start_sequence", "opt_start_seq": 4})
+    assert again["config"]["deliver_policy"] == "all"
+    updated = pair.consumer_create(s, {**cfg, "deliver_policy": "new", "description": "x"})
+    assert updated["config"]["description"] == "x"
+    pair.consumer_create(s, {**cfg, "deliver_policy": "new"}, action="create")
+    pair.consumer_info(s, "S")
+
+
 def test_workqueue_validation(pair: Pair) -> None:
     s = pair.stream(retention="workqueue", max_consumers=2)
     pair.consumer_create(s, {"durable_name": "W0", "ack_policy": "all"})

@@ -618,10 +618,13 @@ class Consumers:
         A new filter keeps what the old one left pending (``updateConfig`` keeps ``o.pending``).
         ``pause_until`` is the existing consumer's whatever the request says
         (``jsConsumerCreateRequest``, before the static metadata and the comparison): only the
-        pause API changes it."""
+        pause API changes it. So are a durable sourcing consumer's deliver policy and start
+        sequence (the request's are replaced there too)."""
         if cfg.pause_until != existing.config.pause_until:
             cfg.pause_until = existing.config.pause_until
             set_static_consumer_metadata(cfg)
+        if cfg.sourcing and cfg.durable_name:  # a durable sourcing consumer keeps where it started
+            cfg.deliver_policy, cfg.opt_start_seq = existing.config.deliver_policy, existing.config.opt_start_seq
         same = cfg.to_json() == existing.config.to_json()
         if action == "create" and (stamped or not same):
             raise api_error("JSConsumerAlreadyExists")

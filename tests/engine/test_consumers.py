@@ -576,6 +576,28 @@ def test_a_skip_list_entry_removed_after_later_deliveries_leaves_no_pending_in_i
     pair.consumer_info(s, "L")
 
 
+@pytest.mark.parametrize("ack", ["all", "explicit"])
+def test_a_reset_during_a_skip_list_leaves_what_it_handed_out_unpending(pair: Pair, ack: str) -> None:
+    """A reset keeps the last-per-subject skip list where it was (``o.lss``) and clears the
+    pending acks: the entries handed out before it (3, 4) are not delivered again, nor
+    counted as pending once later entries are delivered."""
+    s = pair.stream()
+    for t in "baacdde":  # skip list 1 (b), 3 (a), 4 (c), 6 (d), 7 (e)
+        pair.publish(subj(s, t), t.encode())
+    pair.consumer_create(s, {"durable_name": "L", "ack_policy": ack, "deliver_policy": "last_per_subject",
+                             "filter_subject": subj(s, "*"), "mem_storage": True})
+    assert [m[0] for m in pair.fetch(s, "L", 3)] == [1, 3, 4]
+    pair.ack(s, "L", 1, 1)
+    server, lake = pair.server.consumer_reset(s, "L"), pair.lake.consumer_reset(s, "L")
+    server.pop("num_pending")  # the server's running count after a reset (test_reset_rules_and_response)
+    lake.pop("num_pending")
+    assert server == lake
+    assert [m[0] for m in pair.fetch(s, "L", 1)] == [6]
+    assert pair.consumer_info(s, "L")["num_ack_pending"] == 1
+    assert [m[0] for m in pair.fetch(s, "L", 5)] == [7]
+    pair.consumer_info(s, "L")
+
+
 def test_interest_ack_none_removes_on_delivery(pair: Pair) -> None:
     s = pair.stream(retention="interest")
     pair.consumer_create(s, {"durable_name": "N", "ack_policy": "none"})

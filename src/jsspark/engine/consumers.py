@@ -17,6 +17,9 @@ there (``StreamView.pending``). Where that no longer holds, the entries are list
                      server keeps ``o.lss``); both are 0 once the list is used up
     skipped_below    the ``resume`` of a used-up skip list, until a reset: the messages it
                      jumped over were never delivered, so they are not pending acks
+    reset_handed     after a reset during a skip list: the last entry handed out before it; the
+                     server's list went on past those (``o.lss``) and the reset cleared their
+                     pending acks, so they are neither delivered again nor pending
     skip_gone        [[stream_seq, subject], ...]: skip-list entries removed before they were
                      handed out (a delete, an expiry); the server's list was fixed at creation,
                      so each is skipped and its subject's older message never takes its place
@@ -160,6 +163,7 @@ class ConsumerState:
     listed: list[tuple[int, int]] = field(default_factory=list)
     listed_to: int = 0
     skip_gone: list[tuple[int, str]] = field(default_factory=list)
+    reset_handed: int = 0
 
     @classmethod
     def starting_at(cls, sseq: int, resume: int = 0, skipped_to: int = 0, generation: int = 0) -> ConsumerState:
@@ -177,6 +181,7 @@ class ConsumerState:
             "listed": [list(e) for e in self.listed],
             "listed_to": self.listed_to,
             "skip_gone": [list(e) for e in self.skip_gone],
+            "reset_handed": self.reset_handed,
         }
 
     @classmethod
@@ -191,6 +196,7 @@ class ConsumerState:
             [(int(s), int(n)) for s, n in d.get("listed", [])],
             int(d.get("listed_to", 0)),
             [(int(s), str(subj)) for s, subj in d.get("skip_gone", [])],
+            int(d.get("reset_handed", 0)),
         )
 
 
@@ -370,11 +376,12 @@ class StreamView:
         """What a consumer delivers or has delivered, for counting deliveries and pending acks
         (the server's pending map): the whole skip list, handed out or not, and every match
         after it. The messages a skip list jumped over were never delivered, also once it is
-        used up (``skipped_below``)."""
+        used up (``skipped_below``); after a reset, the entries it handed out before are not
+        due again (``reset_handed``)."""
         end = st.resume or st.skipped_below
         mask = self.match(filters)
         if end:
-            lasts = np.array(self.skip_entries(filters, st, end), dtype=np.int64)
+            lasts = np.array([s for s in self.skip_entries(filters, st, end) if s > st.reset_handed], dtype=np.int64)
             mask = (mask & (self.seqs > end)) | np.isin(self.seqs, lasts)
         return mask
 
@@ -943,7 +950,7 @@ class Consumers:
             # the skip list is kept, as the server keeps ``o.lss``
             new = ConsumerState.starting_at(target, st.resume, st.skipped_to, st.reset_generation + 1)
             if st.resume:
-                new.skip_gone = list(st.skip_gone)
+                new.skip_gone, new.reset_handed = list(st.skip_gone), max(st.reset_handed, st.skipped_to)
             updated = replace(c, state=new)
             result.update(c=updated, seq=target)
             return [Change(CONSUMER, stream, name, updated.body())]

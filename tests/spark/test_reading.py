@@ -407,3 +407,30 @@ def test_rate_limit_bps_releases_as_the_server_delivers(tmp_path: Path, server: 
         ours = lake_times(name, n, max_size, headers_only)
         assert srv == pytest.approx(expected, abs=0.15), (name, srv)
         assert ours == pytest.approx(srv, abs=0.15), (name, ours, srv)
+
+
+def test_a_restart_after_the_skip_lists_remaining_entries_went_skips_their_older_messages(tmp_path: Path) -> None:
+    """A durable query restarted from its consumer after every skip-list entry it had not
+    handed out was deleted: the list still stands up to its ``resume`` (the server's is fixed
+    at creation), so the subjects' older messages stay undelivered, as the engine's consumer
+    (``next_seqs``, checked against the server in ``test_consumers``) delivers."""
+    loc, lake = _lake(tmp_path)
+    lake.publish_batch("S", pa.table({"subject": ["s.a", "s.b", "s.c", "s.b", "s.c"], "data": [b""] * 5}))
+    opts = {"durable_name": "D", "deliver_policy": "last_per_subject", "filter_subject": "s.*"}
+    planner = _planner(loc, **opts)
+    start = planner.initial(bind=True)
+    cur, _ = planner.on_planning(start)
+    end = planner.latest(cur, 1, None)
+    assert [r["seq"] for p in planner.partitions(cur, end) for b in read_partition(p) for r in b.to_pylist()] == [1]
+    planner.on_planning(Cursor.from_offset(end.to_offset()))  # the batch committed: acked
+    lake.delete_msg("S", 4)
+    lake.delete_msg("S", 5)  # the list's entries for s.b and s.c, not handed out
+    lake.publish("s.d", b"")
+    expected = lake.next_seqs("S", "D", 10)
+
+    restarted = _planner(loc, **opts)
+    cur, _ = restarted.on_planning(restarted.initial(bind=True))
+    end = restarted.latest(cur, 10, None)
+    seen = [r["seq"] for p in restarted.partitions(cur, end) for b in read_partition(p) for r in b.to_pylist()]
+    assert expected == [6]
+    assert seen == expected  # not 2 and 3, the older s.b and s.c

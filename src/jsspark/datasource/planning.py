@@ -403,9 +403,9 @@ class Planner:
         seq = st.delivered.stream_seq
         if st.delivered.consumer_seq == 0:
             seq = max(seq, self.first_seq(self.snapshot()) - 1)
-        return Cursor(
-            seq, st.delivered.consumer_seq, skip, st.resume if skip else 0, st.reset_generation, self.durable
-        )
+        # ``resume`` stands with no entries left too: entries removed before they were handed out
+        # (``skip_gone``) leave their subjects' older messages undelivered up to it, as on the server
+        return Cursor(seq, st.delivered.consumer_seq, skip, st.resume, st.reset_generation, self.durable)
 
     def _check_stream(self, cur: Cursor) -> None:
         """An offset of another stream: the checkpoint was written by a query reading that one

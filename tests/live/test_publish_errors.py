@@ -6,17 +6,23 @@ text). Nothing published before the failure is lost: each was acked."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import threading
+import time
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from jsspark.errors import APIError
+from jsspark.live import bulk_publish
 from jsspark.live.client import PublishFailed
 from jsspark.live.options import parse_live_write_options
 from jsspark.live.publisher import _run
 from jsspark.nats_server import NatsServer
 from tests.live.conftest import SyncNats
+from tests.live.test_durable_source import wait_for
 
 pytestmark = [pytest.mark.nats]
 
@@ -150,3 +156,61 @@ def test_a_msg_id_column_the_dataframe_lacks_fails_at_the_start(server: NatsServ
     assert str(info.value) == ("jetstream (live) sink: option msgIdColumn names column 'order_id', which the "
                                "DataFrame does not have (its columns: subject, data, orderid)")
     assert live_writer({"servers": server.url, "msgIdColumn": "orderid"}, True, ["subject", "data", "orderid"])
+
+
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "rows"])
+def test_a_stalled_server_fails_the_publish_on_time_and_a_retry_lands_each_once(
+        tmp_path: Any, bulk: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nats-server paused (SIGSTOP) while a task publishes 60 MB: it reads nothing more, so
+    nats-py's buffer passes its max pending size and its writes wait for a drain that never
+    comes. The task still fails within publishTimeout of its first unanswered message, naming
+    it, without waiting for that drain when it closes; once the server resumes, the retry Spark
+    makes stores every message exactly once (the ids drop what landed before)."""
+    n, timeout = 1000, 2.0
+    batch = pa.RecordBatch.from_pydict({"subject": [f"stall.{i}" for i in range(n)],
+                                        "data": [b"x" * 60_000] * n,
+                                        "stream": ["O"] * n, "seq": list(range(1, n + 1))})
+    if not bulk:
+        monkeypatch.setattr(bulk_publish, "client_class", lambda base: None)
+    with NatsServer(store_dir=tmp_path) as srv:
+        assert srv.proc is not None
+        pid = srv.proc.pid
+        api = SyncNats(srv.url)
+        api.add_stream(name="STALL", subjects=["stall.>"], duplicate_window=120_000_000_000)
+        opts = parse_live_write_options({"servers": srv.url, "publishTimeout": f"{timeout:g}"})
+        paused_at: list[float] = []
+        ended = threading.Event()
+
+        def pause_mid_way() -> None:
+            wait_for(lambda: ended.is_set() or api.state("STALL")["messages"] >= 100, 60,
+                     "the publish under way")
+            if ended.is_set():
+                return
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                paused_at.append(time.monotonic())
+                ended.wait(timeout + 30)  # the old code waited for the server as long as it was paused
+            finally:
+                os.kill(pid, signal.SIGCONT)
+
+        pauser = threading.Thread(target=pause_mid_way)
+        pauser.start()
+        try:
+            with pytest.raises(PublishFailed) as info:
+                _run(opts, iter([batch]))
+            failed_at = time.monotonic()
+            ended.set()
+            pauser.join()
+            assert paused_at, "the server was not paused before the publish ended"
+            assert str(info.value).startswith("jetstream (live) sink: no PubAck for a publish to 'stall.")
+            assert str(info.value).endswith(" within publishTimeout (2 s)")
+            assert failed_at - paused_at[0] < timeout + 10
+            retry = _run(opts, iter([batch]))
+            assert retry.published == n
+            state = api.state("STALL")
+            assert (state["messages"], state["num_subjects"]) == (n, n)
+        finally:
+            ended.set()
+            pauser.join()
+            os.kill(pid, signal.SIGCONT)
+            api.close()

@@ -15,7 +15,9 @@ answered within ``timeout`` (else the batch fails at once, naming the first one 
 sending stops at the first failure and the messages under way are waited for, and the first
 failure is raised. A connection lost under way loses the frames in its buffer: their replies
 never come, and the timeout fails the batch (a retried task re-sends them; their
-``Nats-Msg-Id`` drops copies).
+``Nats-Msg-Id`` drops copies). A timeout counts while a write is under way too (nats-py waits
+for a full buffer to drain with no limit, and a stalled server never drains it), and the
+connection that timed out is torn down (``client.tear_down``), not drained.
 
 Users: the live sink (``publisher``) and republish's idempotent mode. Core publishes (republish
 at most once) stay a row at a time: sent in bulk they outran a stream's ingest queue, which
@@ -37,7 +39,7 @@ import pyarrow.compute as pc
 from jsspark.engine import headers as H
 from jsspark.engine.arrays import value_bytes, value_offsets
 from jsspark.live import wire
-from jsspark.live.client import PublishFailed, pub_ack
+from jsspark.live.client import PublishFailed, pub_ack, tear_down
 from jsspark.subjects.vectorized import all_sendable
 
 CHUNK = 4096  # the most messages one write carries (also at most half the window)
@@ -133,6 +135,7 @@ class AckWindow:
         self.sent_at = np.zeros(n, np.float64)
         self.done = self.published = self.duplicates = 0
         self.failure: BaseException | None = None
+        self.timed_out = False  # a message went unanswered past the timeout
         self.low = 0  # every row below this is answered
         self.changed = asyncio.Event()
 
@@ -194,15 +197,33 @@ class AckWindow:
             return PublishFailed(f"no PubAck for a publish to {subject!r} within publishTimeout ({timeout:g} s)")
         return None
 
+    def _due(self, timeout: float, sent: int) -> float:
+        """Seconds until the first unanswered message is due (``timeout`` while none is)."""
+        due = self.sent_at[self.low] + timeout - time.monotonic() if self.low < sent else timeout
+        return max(due, 0.0) + 0.001
+
+    def _raise_overdue(self, timeout: float, sent: int) -> None:
+        late = self.overdue(timeout, sent)
+        if late is not None:
+            self.timed_out = True
+            raise late
+
     async def wait(self, timeout: float, sent: int) -> None:
         """Until a reply comes, or the first unanswered message is due; raises ``overdue``'s error."""
         self.changed.clear()
-        due = self.sent_at[self.low] + timeout - time.monotonic() if self.low < sent else timeout
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.changed.wait(), max(due, 0.0) + 0.001)
-        late = self.overdue(timeout, sent)
-        if late is not None:
-            raise late
+            await asyncio.wait_for(self.changed.wait(), self._due(timeout, sent))
+        self._raise_overdue(timeout, sent)
+
+    async def write(self, writing: asyncio.Future[None], timeout: float, sent: int) -> None:
+        """Until ``writing`` (``send_frames``) ends, or the first unanswered message is due;
+        raises ``overdue``'s error. Past its max pending size nats-py waits for its buffer to
+        drain with no time limit, and a stalled server never drains it."""
+        while not writing.done():
+            await asyncio.wait({writing}, timeout=self._due(timeout, sent))
+            if not writing.done():
+                self._raise_overdue(timeout, sent)
+        writing.result()
 
 
 async def publish_columns(nc: Any, subjects: pa.Array, blocks: pa.Array, payloads: pa.Array, max_in_flight: int,
@@ -218,6 +239,7 @@ async def publish_columns(nc: Any, subjects: pa.Array, blocks: pa.Array, payload
     window = AckWindow(subjects, inbox, no_responders)
     sub = await nc.subscribe(f"{inbox}.*", cb=_ignore, pending_msgs_limit=-1, pending_bytes_limit=-1)
     wire.route(nc, sub, window.take)
+    writing: asyncio.Future[None] | None = None
     try:
         step = max(1, min(CHUNK, max_in_flight // 2))
         sent = 0
@@ -231,8 +253,9 @@ async def publish_columns(nc: Any, subjects: pa.Array, blocks: pa.Array, payload
                     continue
                 k = min(room, step, hi - sent)
                 window.sent_at[sent:sent + k] = time.monotonic()
-                await send_frames(nc, frames, sent - lo, sent - lo + k)
+                writing = asyncio.ensure_future(send_frames(nc, frames, sent - lo, sent - lo + k))
                 sent += k
+                await window.write(writing, timeout, sent)
             if window.failure is not None:
                 break
         while window.done < sent:  # what is under way is answered (or times out) before anything is raised
@@ -247,6 +270,8 @@ async def publish_columns(nc: Any, subjects: pa.Array, blocks: pa.Array, payload
         return window.published, window.duplicates
     finally:
         wire.route(nc, sub, None)
+        if window.timed_out:  # a server that answers nothing may read nothing: not drained, torn down
+            await tear_down(nc, [writing] if writing is not None else [])
         with contextlib.suppress(Exception):  # the connection is gone: nothing to unsubscribe from
             await sub.unsubscribe()
 

@@ -34,11 +34,13 @@ reconnect too, where nats-py then tries again).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
 import re
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from jsspark.engine import headers as H
@@ -46,6 +48,7 @@ from jsspark.live.options import Connection, redact
 
 log = logging.getLogger(__name__)
 RETRY_SECONDS = 0.25
+TEAR_DOWN_SECONDS = 5.0  # a bound on closing a connection whose transport is aborted (``tear_down``)
 
 
 async def open_client(conn: Connection, wait: float, client_cls: type | None = None, **callbacks: Any) -> Any:
@@ -253,6 +256,29 @@ def wire_headers(pairs: list[tuple[str, str]] | None, hooked: bool) -> Any:
         raise RuntimeError(f"jetstream (live): repeated header key {repeated!r} cannot be published: "
                            f"{hook_problem()}, so only one value per key would reach NATS")
     return dict(pairs)
+
+
+async def tear_down(nc: Any, tasks: Iterable[asyncio.Future[Any]] = ()) -> None:
+    """Close a connection whose writes may never drain (a server that stopped reading, e.g. a
+    stalled one), and end ``tasks``, the publishes under way on it. nats-py's ``close`` and
+    ``unsubscribe``, and a publish once its buffer is past its max pending size, wait for that
+    buffer to reach the socket with no time limit. So its transport is aborted and its buffer
+    dropped (nothing in either was acknowledged: a retried task re-sends it), then it is closed.
+    A publish stuck there swallows one cancellation (``Client._flush_pending``) and goes on to
+    wait for its reply, where the next one ends it: the tasks are cancelled until they end."""
+    writer = getattr(getattr(nc, "_transport", None), "_io_writer", None)
+    if writer is not None:
+        writer.transport.abort()
+        nc._pending, nc._pending_data_size = [], 0
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(nc.close(), TEAR_DOWN_SECONDS)
+    pending = {t for t in tasks if not t.done()}
+    for _ in range(5):
+        if not pending:
+            break
+        for t in pending:
+            t.cancel()
+        _, pending = await asyncio.wait(pending, timeout=0.1)
 
 
 class PublishFailed(RuntimeError):

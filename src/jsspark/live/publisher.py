@@ -22,7 +22,8 @@ row with a repeated key fails with an error saying so instead of losing values.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,10 +35,11 @@ from jsspark.engine import headers as H
 from jsspark.engine.arrays import data_column, one_chunk
 from jsspark.errors import APIError
 from jsspark.live.bulk_publish import can_send
-from jsspark.live.client import PublishFailed, check_size, pub_ack, unacked, wire_headers
+from jsspark.live.client import PublishFailed, check_size, pub_ack, tear_down, unacked, wire_headers
 from jsspark.live.options import LiveWriteOptions, parse_live_write_options, redact
 
 MSG_ID = "Nats-Msg-Id"
+STALL_GRACE = 0.5  # seconds past publishTimeout, for a publish nats-py has not sent (``_publish_rows``)
 
 
 @dataclass
@@ -157,16 +159,19 @@ async def _publish_rows(nc: Any, opts: LiveWriteOptions, rows: Iterator[dict[str
     """Publish rows one at a time with a JetStream ack, ``max_in_flight`` at a time; (published, duplicates)."""
     sem = asyncio.Semaphore(opts.max_in_flight)
     published = duplicates = 0
+    timed_out = False
     failures: list[BaseException] = []
+    under_way: dict[asyncio.Task[None], tuple[float, str]] = {}  # start and subject of each, oldest first
 
     async def one(subject: str, data: bytes, headers: Any) -> None:
-        nonlocal published, duplicates
+        nonlocal published, duplicates, timed_out
         try:
             reply = await nc.request(subject, data, timeout=opts.publish_timeout, headers=headers)
             ack = pub_ack(subject, reply.data)
             published += 1
             duplicates += bool(ack.get("duplicate"))
         except BaseException as e:
+            timed_out = timed_out or isinstance(e, asyncio.TimeoutError)
             failures.append(unacked(subject, e, opts.publish_timeout))
         finally:
             sem.release()
@@ -180,7 +185,28 @@ async def _publish_rows(nc: Any, opts: LiveWriteOptions, rows: Iterator[dict[str
         check_size(nc, subject, payload, headers)
         return subject, payload, headers
 
-    tasks: set[asyncio.Task[None]] = set()
+    async def unless_late(aw: Awaitable[Any]) -> BaseException | None:
+        """Await ``aw`` (a free slot, or the end of every publish), unless the oldest publish
+        under way goes ``publish_timeout`` (and ``STALL_GRACE``) without its PubAck first: its
+        timeout error. nats-py's request starts its own timeout only once its buffer took the
+        message, which it waits for with no time limit past its max pending size (a stalled
+        server never drains it); the grace lets that timeout decide where it runs."""
+        waiting = asyncio.ensure_future(aw)
+        try:
+            while not waiting.done():
+                oldest = next(iter(under_way.values()), None)
+                if oldest is None:
+                    await waiting
+                    break
+                due = oldest[0] + opts.publish_timeout + STALL_GRACE - time.monotonic()
+                await asyncio.wait({waiting}, timeout=max(due, 0.0) + 0.001)
+                if not waiting.done() and oldest is next(iter(under_way.values()), None):
+                    return unacked(oldest[1], TimeoutError(), opts.publish_timeout)
+        finally:
+            waiting.cancel()
+        return None
+
+    late = None
     while not failures:
         try:
             row = next(rows, None)
@@ -190,12 +216,19 @@ async def _publish_rows(nc: Any, opts: LiveWriteOptions, rows: Iterator[dict[str
         except Exception as e:  # a row that cannot be sent: what is under way still gets its ack
             failures.append(e)
             break
-        await sem.acquire()
+        if not sem.locked():
+            await sem.acquire()  # a free slot: no wait
+        elif (late := await unless_late(sem.acquire())) is not None:
+            break
         t = asyncio.ensure_future(one(subject, payload, headers))
-        tasks.add(t)
-        t.add_done_callback(tasks.discard)
-    if tasks:
-        await asyncio.gather(*tasks)
+        under_way[t] = (time.monotonic(), subject)
+        t.add_done_callback(under_way.pop)
+    if under_way and late is None:
+        late = await unless_late(asyncio.wait(list(under_way)))
+    if late is not None:
+        failures.append(late)
+    if late is not None or timed_out:  # a server that answers nothing may read nothing: torn down
+        await tear_down(nc, list(under_way))
     if failures:
         raise failures[0]
     return published, duplicates

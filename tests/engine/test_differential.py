@@ -555,3 +555,31 @@ def test_a_negative_list_offset_lists_from_the_start(pair: Pair) -> None:
     lake = pair.lake.lake
     assert [i.config.name for i in lake.streams_info(offset=-1)] == [i.config.name for i in lake.streams_info()]
     assert [c.name for c in lake.consumers_info(s, offset=-1)] == ["C1", "C2"]
+
+
+def test_stream_info_subjects_filter_is_the_servers_and_matches_no_subject_one_by_one(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``stream_info(subjects_filter=...)`` lists what the server lists for literal and wildcard
+    filters, and decides it over the subject stats as columns: it once ran the Python matcher
+    once per subject (0.5 s for a literal filter at 500,000 subjects, the server 0.2 ms)."""
+    import jsspark.engine.lake as lake_module
+
+    s = pair.stream()
+    for i in range(60):
+        pair.publish(subj(s, f"k{i % 20}.{'a' if i % 3 else 'b'}"), b"v")
+    calls = 0
+    matcher = lake_module.subject_matches
+
+    def counted(f: str, subject: str) -> bool:
+        nonlocal calls
+        calls += 1
+        return matcher(f, subject)
+
+    monkeypatch.setattr(lake_module, "subject_matches", counted)
+    filters = [">", "*.*.*", f"{subj(s, '*')}.>", *(subj(s, r) for r in ("k1.a", "k1.b", "*.a", "k1.*", ">", "k1", "x.>"))]
+    for flt in filters:
+        info = pair.server._req(f"$JS.API.STREAM.INFO.{s}", {"subjects_filter": flt})
+        lake = pair.lake.lake.stream_info(s, subjects_filter=flt).state.subjects
+        assert lake == info["state"].get("subjects", {}), flt
+    assert calls == 0

@@ -51,7 +51,7 @@ from jsspark.engine.partitioning import DEFAULT_PARTITION_KEY
 from jsspark.engine.stream import LAST_MSG_ID, Incoming, LakeStream, NoRespondersError, check_purge_request
 from jsspark.engine.table import MessageTable
 from jsspark.errors import APIError, JSSparkError, StreamNotFoundError, api_error, check_uint64
-from jsspark.subjects import subject_matches, subjects_collide, validate_asset_name
+from jsspark.subjects import match_filter, subject_matches, subjects_collide, validate_asset_name
 
 STREAM = "stream"
 T = TypeVar("T")
@@ -380,10 +380,9 @@ class Lake:
         public = [r for r in self.catalog.list(CONSUMER, name) if not r.body["config"].get("direct")]
         state = engine.state(consumer_count=len(public))
         if subjects_filter:
-            stats = engine.index().subject_stats().to_pylist()
-            state.subjects = {
-                r["subject"]: r["msgs"] for r in stats if subject_matches(subjects_filter, r["subject"])
-            }
+            stats = engine.index().subject_stats()
+            hit = stats.filter(match_filter(stats["subject"], subjects_filter))
+            state.subjects = dict(zip(hit["subject"].to_pylist(), hit["msgs"].to_pylist(), strict=True))
         mirror, sources = engine.replication()
         return StreamInfo(engine.config, state, engine.created_ns, sources=sources, mirror=mirror)
 

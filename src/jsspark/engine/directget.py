@@ -30,6 +30,7 @@ from jsspark.subjects import is_literal, match_filter
 MAX_MULTI_RESULTS = 1024
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # the server's max_pending default
+NEXT_WINDOW = 4096  # index rows a next-by-subject get matches first (then 4x as many each time)
 
 # JSApiMsgGetRequest's fields and their Go types (jetstream_api.go).
 _UINT64, _INT, _STRING, _STRINGS, _TIME, _BOOL = "uint64", "int", "string", "[]string", "*time.Time", "bool"
@@ -196,11 +197,6 @@ class DirectGet:
         return int(hit[0].as_py()) if len(hit) else last_seq + 1
 
     @staticmethod
-    def _matching(index: MessageIndex, subject: str) -> pa.Table:
-        rows = index.rows
-        return rows if subject == ">" else rows.filter(match_filter(rows["subject"], subject))
-
-    @staticmethod
     def _last_by(index: MessageIndex, subject: str, last_seq: int) -> int:
         """From the per-subject stats: O(1) for a literal subject, O(distinct subjects) for a
         wildcard. ``>`` is the message at the stream's last seq, if stored (``LoadLastMsg``)."""
@@ -212,15 +208,30 @@ class DirectGet:
         hit = stats["last_seq"].filter(match_filter(stats["subject"], subject))
         return int(pc.max(hit).as_py()) if len(hit) else 0
 
-    @classmethod
-    def _from(cls, index: MessageIndex, subject: str, start: int) -> pa.Table:
+    @staticmethod
+    def _from(index: MessageIndex, subject: str, start: int) -> pa.Table:
         """The rows on ``subject`` at or after ``start``, a uint64: past ``MAX_SEQ``, none."""
-        hit = cls._matching(index, subject)
-        return hit.filter(pc.greater_equal(hit["seq"], start)) if start <= MAX_SEQ else hit.slice(0, 0)
+        if start > MAX_SEQ:
+            return index.rows.slice(0, 0)
+        rows = index.rows.slice(int(np.searchsorted(index.seq_array(), start)))
+        return rows if subject == ">" else rows.filter(match_filter(rows["subject"], subject))
 
-    def _next_by(self, index: MessageIndex, subject: str, start: int) -> int:
-        hit = self._from(index, subject, start)
-        return int(hit["seq"][0].as_py()) if hit.num_rows else 0
+    @staticmethod
+    def _next_by(index: MessageIndex, subject: str, start: int) -> int:
+        """The first seq on ``subject`` at or after ``start``: matched over growing windows of
+        the index from ``start``, so the cost follows the distance to that message, not the
+        stream (a literal subject with nothing at or after ``start`` is decided by its stats)."""
+        if start > MAX_SEQ or (is_literal(subject) and index.last_seq_of(subject) < start):
+            return 0
+        rows = index.rows
+        lo, window = int(np.searchsorted(index.seq_array(), start)), NEXT_WINDOW
+        while lo < rows.num_rows:
+            part = rows.slice(lo, window)
+            seqs = part["seq"] if subject == ">" else part["seq"].filter(match_filter(part["subject"], subject))
+            if len(seqs):
+                return int(seqs[0].as_py())
+            lo, window = lo + window, window * 4
+        return 0
 
     def _batch(self, pin: Pin, start: int, subject: str, batch: int, max_bytes: int,
                no_hdr: bool) -> DirectReply:

@@ -301,3 +301,33 @@ def test_next_by_subject_reads_the_index_up_to_the_message_only(
         lake.get_msg("N", seq=n - 5, subject="n.7", next=True)  # n.7's last is 99008
     assert matched == []
     assert lake.get_msg("N", seq=99_000, subject="n.7", next=True).seq == 99_008
+
+
+def test_a_batch_reads_only_the_messages_it_sends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch stops at ``max_bytes`` (64 MiB unless set) and reads only the messages up to the
+    one that reaches it. It read the whole batch first: 1,000 messages of 1 MiB took 4.6 GB of
+    memory and 6.7 s to send 65 of them, and 2.9 s to send one with ``max_bytes: 1000``."""
+    lake = connect(tmp_path / "lake")
+    lake.add_stream(name="B", subjects=["b.>"], allow_direct=True)
+    n, size = 200, 10_000
+    hdrs = H.to_arrow([[("K", "v" * 50)] if i % 2 else None for i in range(n)])
+    lake.publish_batch("B", pa.table({"subject": [f"b.{i % 7}" for i in range(n)], "data": [b"d" * size] * n,
+                                      "headers": hdrs}))
+    loaded: list[int] = []
+    real = directget.DirectGet._load
+
+    def counted(self: directget.DirectGet, pin: Any, seqs: list[int], no_hdr: bool) -> Any:
+        loaded.append(len(seqs))
+        return real(self, pin, seqs, no_hdr)
+
+    monkeypatch.setattr(directget.DirectGet, "_load", counted)
+    reply = lake.direct_get("B", {"seq": 1, "batch": n, "max_bytes": 5 * size})
+    assert [m.seq for m in reply.messages] == [1, 2, 3, 4, 5]
+    assert reply.eob == {"Nats-Num-Pending": str(n - 5), "Nats-Last-Sequence": "5"}
+    assert sum(loaded) == 5
+    loaded.clear()
+    reply = lake.direct_get("B", {"multi_last": ["b.*"], "max_bytes": 1})
+    assert [m.seq for m in reply.messages] == [194] and sum(loaded) == 1
+    loaded.clear()
+    assert len(lake.direct_get("B", {"seq": 1, "batch": n}).messages) == n  # all under the default
+    assert sum(loaded) == n

@@ -21,7 +21,7 @@ from jsspark.config.timestamps import UTCTime
 from jsspark.engine import headers as H
 from jsspark.engine.api import RawStreamMsg, rfc3339nano
 from jsspark.engine.index import MessageIndex
-from jsspark.engine.schema import MAX_SEQ
+from jsspark.engine.schema import MAX_SEQ, stored_size
 from jsspark.engine.stream import LakeStream
 from jsspark.engine.table import Snapshot
 from jsspark.errors import DirectGetError, JSSparkError, api_error
@@ -290,24 +290,30 @@ class DirectGet:
         """Load ``seqs`` and stamp each with the batch headers (none with ``no_hdr``); ``total`` is
         how many are pending before the first. Stops after the message that brings the bytes to
         ``max_bytes``, counted as the server does: subject, stored headers (sent or not), payload."""
-        msgs = self._load(pin, list(seqs), no_hdr=False)
         limit = max_bytes or DEFAULT_MAX_BYTES
         reply = DirectReply([], None, [])
-        sent_bytes, prev = 0, 0
-        for i, m in enumerate(msgs):
-            if no_hdr:
-                reply.messages.append(replace(m, header_pairs=None))
-                reply.reply_headers.append({})
-            else:
-                h = self._headers(m)
-                h["Nats-Num-Pending"] = str(total - i - 1)
-                h["Nats-Last-Sequence"] = str(prev)
-                reply.messages.append(m)
-                reply.reply_headers.append(h)
-            prev = m.seq
-            sent_bytes += len(m.subject.encode()) + H.encoded_len(m.header_pairs) + len(m.data)
-            if sent_bytes >= limit:
-                break
+        sent_bytes, prev, i = 0, 0, 0
+        # Only the messages up to the one that reaches the limit are read: each sends at least
+        # its stored size less the store's overhead and a header block's 4 bytes (stored_size).
+        index = pin[1]
+        at_least = index.rows["size"].take(pa.array(index.positions_of(np.asarray(seqs, np.int64))))
+        at_least = np.maximum(at_least.to_numpy() - (stored_size("", 0, 0) + 4), 0)
+        while i < len(seqs):
+            upto = i + int(np.searchsorted(np.cumsum(at_least[i:]), limit - sent_bytes)) + 1
+            for m in self._load(pin, list(seqs[i:upto]), no_hdr=False):
+                if no_hdr:
+                    reply.messages.append(replace(m, header_pairs=None))
+                    reply.reply_headers.append({})
+                else:
+                    h = self._headers(m)
+                    h["Nats-Num-Pending"] = str(total - i - 1)
+                    h["Nats-Last-Sequence"] = str(prev)
+                    reply.messages.append(m)
+                    reply.reply_headers.append(h)
+                prev, i = m.seq, i + 1
+                sent_bytes += len(m.subject.encode()) + H.encoded_len(m.header_pairs) + len(m.data)
+                if sent_bytes >= limit:
+                    return reply
         return reply
 
     # -- loading -------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ import pyarrow as pa
 import pytest
 
 import jsspark
+from jsspark.engine import arrays
 from jsspark.engine.headers import HEADER_TYPE
+from jsspark.engine.schema import value_lengths
 from jsspark.engine.stream import Incoming
 
 
@@ -80,3 +82,43 @@ def test_batch_columns_are_read_by_name_or_fail_naming_the_column(tmp_path: Path
     with pytest.raises(ValueError, match=r"column 'headers' has type list<item: string>, which is not message headers"):
         lake.publish_batch("P", pa.table({"subject": ["t.a"], "headers": [["K: v"]]}))
     assert lake.stream_info("P").state.messages == 2
+
+
+def test_a_data_column_over_2_gib_is_kept_in_its_chunks() -> None:
+    """A binary array's offsets are int32, so a ``data`` column over 2 GiB cannot be one array:
+    ``publish_batch`` of such a batch (a Spark micro-batch into a lake stream is one) failed with
+    Arrow's ``offset overflow while concatenating arrays``. Its chunks are kept instead (30
+    references to one 72 MiB chunk: 2.1 GiB of data in 72 MiB of memory)."""
+    chunk = pa.array([b"z" * (8 << 20)] * 9, pa.binary())
+    table = pa.table({"subject": pa.array(["t.a"] * 270), "data": pa.chunked_array([chunk] * 30)})
+    data = arrays.data_column(table)
+    assert isinstance(data, pa.ChunkedArray) and data.num_chunks == 30 and data.type == pa.binary()
+    assert len(data) == 270 and int(value_lengths(data).sum()) == 270 * (8 << 20)
+
+
+def test_a_batch_with_its_data_in_chunks_stores_what_one_chunk_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same batches, their data kept in chunks (the path of a column over 2 GiB, here for
+    any size): the same rows, acks and duplicates as with one chunk, null and string data too."""
+    def chunked(b: pa.Table) -> pa.Table:
+        data = pa.array([None if i % 5 == 0 else x for i, x in enumerate(b["data"].to_pylist())], pa.binary())
+        return pa.Table.from_batches(b.set_column(1, "data", data).to_batches(max_chunksize=7))
+
+    whole, parts = _stream(tmp_path / "whole"), _stream(tmp_path / "parts")
+    acks = [whole.publish_batch("P", chunked(b).combine_chunks()) for b in BATCHES]
+    monkeypatch.setattr(arrays, "_INT32_MAX", 0)
+    seen = []
+    real = Incoming.from_table
+
+    def kept(table: pa.Table) -> Incoming:
+        seen.append(real(table).data.num_chunks)
+        return real(table)
+
+    monkeypatch.setattr(Incoming, "from_table", kept)
+    got = [parts.publish_batch("P", chunked(b)) for b in BATCHES]
+    assert seen == [5, 6, 3]
+    assert [(list(a.seqs), list(a.duplicates)) for a in got] == [(list(a.seqs), list(a.duplicates)) for a in acks]
+    stored = parts.stream("P").read().sort_by("seq").select(KEPT)
+    assert stored.equals(whole.stream("P").read().sort_by("seq").select(KEPT))
+    assert stored["data"].null_count == 0

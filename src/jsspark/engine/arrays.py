@@ -42,12 +42,19 @@ def subject_column(table: pa.Table | pa.RecordBatch, who: str) -> pa.Array:
     return subject
 
 
-def data_column(table: pa.Table | pa.RecordBatch) -> pa.Array:
+_INT32_MAX = 2**31 - 1
+
+
+def data_column(table: pa.Table | pa.RecordBatch) -> pa.Array | pa.ChunkedArray:
     """A batch's ``data`` column as binary (string data as its UTF-8); empty data where there is
     none, a missing column or a null cell: a NATS message has no null payload, so a null stored
     would read back as null in Spark but as ``b''`` from the engine."""
     if "data" not in table.schema.names:
         return pa.array([b""] * table.num_rows, pa.binary())
+    col = table.column("data")
+    if isinstance(col, pa.ChunkedArray) and col.num_chunks > 1 and col.nbytes > _INT32_MAX:
+        # one binary array holds at most 2 GiB (int32 offsets): a larger column stays in its chunks
+        return pa.chunked_array([data_column(pa.table({"data": c})) for c in col.chunks], pa.binary())
     data = cast_column(table, "data", pa.binary(), "binary or string")
     return pc.fill_null(data, b"") if data.null_count else data
 

@@ -83,7 +83,7 @@ class Incoming:
     """Messages to publish, as Arrow columns of equal length."""
 
     subject: pa.Array
-    data: pa.Array
+    data: pa.Array | pa.ChunkedArray  # chunked when over 2 GiB (``data_column``)
     headers: pa.Array
     # the subjects as plain strings when ``subject`` is their dictionary encoding (``encoded()``)
     plain_subject: pa.Array | None = None
@@ -622,7 +622,7 @@ class LakeStream:
             keep = np.flatnonzero(store)
             idx = pa.array(keep, pa.int64())
             new_subjects, new_headers = subjects.take(idx), batch.headers.take(idx)
-            new_data, new_ids = batch.data.take(idx), msg_ids.take(idx)
+            new_data, new_ids = batch.data.filter(pa.array(store)), msg_ids.take(idx)  # (take would join data's chunks)
             new_seqs, new_sizes = seqs[keep], sizes[keep]
             rollup_kinds = rollup_kinds[keep]
             plain = plain.take(idx)

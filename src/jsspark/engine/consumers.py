@@ -292,6 +292,22 @@ class StreamView:
         rows = pa.concat_tables([kept, back.filter(inside)]).sort_by("seq")
         return StreamView(rows, self.last, self.config)
 
+    def from_seq(self, seq: int) -> StreamView:
+        """The messages at or after ``seq``, with the same first and last seq: what a position
+        in the stream needs, matched without the messages before it."""
+        start = int(np.searchsorted(self.seqs, seq))
+        if not start:
+            return self
+        view = StreamView(self.rows.slice(start), self.last, self.config)
+        view.first = self.first
+        return view
+
+    def ahead(self, st: ConsumerState, seq: int) -> StreamView:
+        """``from_seq(seq)`` for what a consumer in state ``st`` delivers at or after ``seq``
+        (``deliverable``, ``delivered_or_due``): the whole view while ``seq`` is within its skip
+        list, whose entries are decided on the messages before it."""
+        return self if seq <= (st.resume or st.skipped_below) else self.from_seq(seq)
+
     def match(self, filters: list[str]) -> np.ndarray:
         """Live messages on any of ``filters`` (no filter: all of them)."""
         if not filters:
@@ -407,10 +423,11 @@ class StreamView:
         sseq = max(sseq, self.first)
         if sseq > self.last:
             return 0
-        mask = self.match(filters) & (self.seqs >= sseq)
+        tail = self.from_seq(sseq)
+        mask = tail.match(filters)
         if not last_per_subject:
             return int(mask.sum())
-        return len(pc.unique(self.rows["subject"].filter(pa.array(mask))))
+        return len(pc.unique(tail.rows["subject"].filter(pa.array(mask))))
 
     def count(self, mask: np.ndarray, lo: int, hi: int) -> int:
         """How many of ``mask`` lie in ``(lo, hi]``."""
@@ -499,11 +516,12 @@ class Consumers:
     def info_of(self, c: Consumer, view: StreamView, reset_seq: int | None = None) -> ConsumerInfo:
         """``infoWithSnapAndReply`` from a stored consumer and the stream's current messages."""
         st = c.state
-        deliverable = view.deliverable(c.filters, st)
         nxt = st.delivered.stream_seq + 1
         pending = 0
         if nxt <= view.last:
-            pending = min(int((deliverable & (view.seqs >= nxt)).sum()), len(view.seqs), view.last - nxt + 1)
+            ahead = view.ahead(st, nxt)
+            deliverable = ahead.deliverable(c.filters, st)
+            pending = min(int((deliverable & (ahead.seqs >= nxt)).sum()), len(view.seqs), view.last - nxt + 1)
         ack_pending = len(view.pending(c.filters, st)) if c.config.ack_policy is not AckPolicy.NONE else 0
         now = time.time_ns()
         return ConsumerInfo(
@@ -778,8 +796,10 @@ class Consumers:
             limit = min(limit, maxp - len(view.pending(c.filters, c.state)))
         if limit <= 0:
             return []
-        mask = view.deliverable(c.filters, c.state) & (view.seqs > c.state.delivered.stream_seq)
-        return [int(s) for s in view.seqs[mask][:limit]]
+        after = c.state.delivered.stream_seq
+        ahead = view.ahead(c.state, after + 1)
+        mask = ahead.deliverable(c.filters, c.state) & (ahead.seqs > after)
+        return [int(s) for s in ahead.seqs[mask][:limit]]
 
     def record_delivered(
         self, stream: str, name: str, stream_seq: int, consumer_seq: int | None = None,
@@ -804,10 +824,11 @@ class Consumers:
             if (generation is not None and generation < st.reset_generation) or stream_seq <= st.delivered.stream_seq:
                 return []
             none = c.config.ack_policy is AckPolicy.NONE
-            mask = view.delivered_or_due(c.filters, st) if consumer_seq is None or none else None
+            ahead = view.ahead(st, st.ack_floor.stream_seq + 1)  # (the floor is at or below the delivered seq)
+            mask = ahead.delivered_or_due(c.filters, st) if consumer_seq is None or none else None
             dseq = consumer_seq
             if dseq is None:
-                dseq = st.delivered.consumer_seq + view.count(mask, st.delivered.stream_seq, stream_seq)
+                dseq = st.delivered.consumer_seq + ahead.count(mask, st.delivered.stream_seq, stream_seq)
             resume, skipped_to, skipped_below = st.resume, st.skipped_to, st.skipped_below
             if resume:  # hand out skip-list entries; once all are out, deliver normally
                 left = view.skip_list(c.filters, st)
@@ -820,8 +841,8 @@ class Consumers:
                           skipped_below=skipped_below)
             if none:  # acked on delivery: ``deliverMsg`` sets the floors without ``updateAcks`` (no last_active)
                 new.ack_floor = Position(dseq, stream_seq, st.ack_floor.last_active_ns)
-                covered = mask & (view.seqs > st.ack_floor.stream_seq) & (view.seqs <= stream_seq)
-                acked.append(np.append(view.seqs[covered], stream_seq))
+                covered = mask & (ahead.seqs > st.ack_floor.stream_seq) & (ahead.seqs <= stream_seq)
+                acked.append(np.append(ahead.seqs[covered], stream_seq))
             active = now if inactive.counts_pulls(c.config) else None  # a pull consumer's delivery is activity
             return [Change(CONSUMER, stream, name, c.body(new, active_ns=active))]
 
@@ -884,13 +905,14 @@ class Consumers:
             if dseq is None:
                 d = st.delivered
                 at = np.flatnonzero(pending.seqs == stream_seq)
-                mask = view.delivered_or_due(c.filters, st)
+                ahead = view.ahead(st, min(stream_seq, d.stream_seq) + 1)
+                mask = ahead.delivered_or_due(c.filters, st)
                 dseq = (
                     int(pending.dseqs[at[0]])
                     if len(at)
-                    else d.consumer_seq - view.count(mask, stream_seq, d.stream_seq)
+                    else d.consumer_seq - ahead.count(mask, stream_seq, d.stream_seq)
                     if stream_seq <= d.stream_seq
-                    else d.consumer_seq + view.count(mask, d.stream_seq, stream_seq)
+                    else d.consumer_seq + ahead.count(mask, d.stream_seq, stream_seq)
                 )
             explicit = c.config.ack_policy is AckPolicy.EXPLICIT
             if stream_seq <= st.ack_floor.stream_seq:

@@ -1017,3 +1017,43 @@ def test_a_consumer_near_the_tail_matches_only_the_messages_ahead_of_it(
     assert lake.num_pending("T", n - 500, ["t.3"]) == 5
     assert lake.num_pending("T", n - 500, ["t.3"], last_per_subject=True) == 1
     assert 0 < sum(matched) <= 12 * 1000
+
+
+def test_a_purge_looks_up_each_consumers_pending_acks_without_a_pass_over_the_stream(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A purge narrower than a consumer's filter drops the pending acks it removed: whether each
+    is still stored was a set lookup against every stored seq, once per consumer (at a million
+    messages 4 ms each: 0.24 s of a purge with 50 consumers). It is a binary search of the few
+    pending seqs now; the consumers end where they did."""
+    import numpy as np
+    import pyarrow as pa
+
+    import jsspark.engine.consumers as consumers_module
+
+    lake = connect(tmp_path / "lake")
+    lake.add_stream(name="P", subjects=["p.>"])
+    n = 5000
+    lake.publish_batch("P", pa.table({"subject": [f"p.{i % 10}" for i in range(n)], "data": [b"x"] * n}))
+    for c in range(5):
+        lake.add_consumer("P", durable_name=f"C{c}", ack_policy="explicit")
+        lake.record_delivered("P", f"C{c}", 20 + c)
+    stream_wide: list[int] = []
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(np, name)
+
+        def isin(self, a: Any, b: Any, **kw: Any) -> Any:
+            if len(b) >= n // 2:  # (every stored seq)
+                stream_wide.append(len(b))
+            return np.isin(a, b, **kw)
+
+    monkeypatch.setattr(consumers_module, "np", Counting())
+    assert lake.purge("P", subject="p.0") == 500
+    assert stream_wide == []
+    for c in range(5):
+        info = lake.consumer_info("P", f"C{c}")
+        # p.0's seqs 1, 11 (and 21) go from the pending acks, the floor to below the first left (2)
+        gone = 2 if c == 0 else 3
+        assert (info.ack_floor.stream_seq, info.delivered.stream_seq, info.num_ack_pending) == (1, 20 + c, 20 + c - gone)

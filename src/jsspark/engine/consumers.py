@@ -1025,7 +1025,9 @@ class Consumers:
         when nothing stays pending.
         ``before`` is the stream as it was before the purge.
         """
-        view = StreamView.of(self.lake.stream(stream))
+        engine = self.lake.stream(stream)
+        snap, index = engine._load()
+        view = StreamView(index.rows, snap.last_seq, engine.config)
         if subject:
             left = view.seqs[view.match([subject])]
             fseq = int(left[0]) if len(left) else 0
@@ -1034,7 +1036,7 @@ class Consumers:
         now = time.time_ns()
 
         def alive(seqs: np.ndarray) -> np.ndarray:
-            return np.isin(seqs, view.seqs)
+            return index.positions_of(seqs) >= 0  # (a few pending seqs: no pass over the stream's)
 
         def plan(records: dict[Key, Record]) -> list[Change]:
             changes = []

@@ -331,3 +331,31 @@ def test_a_batch_reads_only_the_messages_it_sends(tmp_path: Path, monkeypatch: p
     loaded.clear()
     assert len(lake.direct_get("B", {"seq": 1, "batch": n}).messages) == n  # all under the default
     assert sum(loaded) == n
+
+
+def test_multi_last_up_to_the_last_seq_reads_the_subject_stats_not_the_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A multi_last up to the stream's last seq (no ``up_to_seq``/``up_to_time`` before it) is
+    each matching subject's last message, which the subject stats keep: it matched every
+    message of the stream instead (13 ms for three keys at a million messages, growing with
+    the stream). One up to an earlier seq matches the messages up to it only."""
+    lake = connect(tmp_path / "lake")
+    lake.add_stream(name="M", subjects=["m.>"], allow_direct=True)
+    n = 50_000
+    lake.publish_batch("M", pa.table({"subject": [f"m.{i % 500}" for i in range(n)], "data": [b"x"] * n}))
+    matched: list[int] = []
+    real = directget.match_filter
+
+    def counted(subjects: Any, filters: Any) -> Any:
+        matched.append(len(subjects))
+        return real(subjects, filters)
+
+    monkeypatch.setattr(directget, "match_filter", counted)
+    reply = lake.direct_get("M", {"multi_last": ["m.1", "m.2", "m.499"]})
+    assert [m.seq for m in reply.messages] == [n - 498, n - 497, n]
+    assert matched == [500]
+    matched.clear()
+    reply = lake.direct_get("M", {"multi_last": ["m.1", "m.*"], "up_to_seq": 1000, "batch": 2})
+    assert [m.seq for m in reply.messages] == [501, 502] and reply.eob["Nats-Num-Pending"] == "498"
+    assert matched == [1000]

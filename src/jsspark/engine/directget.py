@@ -266,14 +266,15 @@ class DirectGet:
         upto = up_to_seq or last_seq
         if up_to_time:  # the last seq before that time; 0 means nothing qualifies
             upto = self._seq_from_time(index, _time_ns(up_to_time), last_seq) - 1
-        rows = index.rows
-        if upto < last_seq:
-            rows = rows.filter(pc.less_equal(rows["seq"], upto))
-        hit = rows.filter(match_filter(rows["subject"], subjects))
-        if not hit.num_rows:
+        if upto >= last_seq:  # each subject's last message: from the per-subject stats
+            stats = index.subject_stats()
+            seqs = np.sort(stats["last_seq"].filter(match_filter(stats["subject"], subjects)).to_numpy())
+        else:
+            rows = index.rows.slice(0, int(np.searchsorted(index.seq_array(), upto, side="right")))
+            hit = rows.filter(match_filter(rows["subject"], subjects))
+            seqs = np.sort(hit.group_by("subject", use_threads=False).aggregate([("seq", "max")])["seq_max"].to_numpy())
+        if not len(seqs):
             raise DirectGetError(404, "No Results")
-        last = hit.group_by("subject", use_threads=False).aggregate([("seq", "max")])
-        seqs = np.sort(last["seq_max"].to_numpy())
         if len(seqs) > MAX_MULTI_RESULTS:
             raise DirectGetError(413, "Too Many Results")
         # Skipped seqs still count down pending, as in the server's MultiLastMsgs.

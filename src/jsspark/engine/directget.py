@@ -20,6 +20,7 @@ import pyarrow.dataset as ds
 from jsspark.config.timestamps import UTCTime
 from jsspark.engine import headers as H
 from jsspark.engine.api import RawStreamMsg, rfc3339nano
+from jsspark.engine.arrays import take_rows
 from jsspark.engine.index import MessageIndex
 from jsspark.engine.schema import MAX_SEQ, stored_size
 from jsspark.engine.stream import LakeStream
@@ -297,8 +298,8 @@ class DirectGet:
         # Only the messages up to the one that reaches the limit are read: each sends at least
         # its stored size less the store's overhead and a header block's 4 bytes (stored_size).
         index = pin[1]
-        at_least = index.rows["size"].take(pa.array(index.positions_of(np.asarray(seqs, np.int64))))
-        at_least = np.maximum(at_least.to_numpy() - (stored_size("", 0, 0) + 4), 0)
+        sizes = take_rows(index.rows.select(["size"]), index.positions_of(np.asarray(seqs, np.int64)))["size"]
+        at_least = np.maximum(sizes.to_numpy() - (stored_size("", 0, 0) + 4), 0)
         while i < len(seqs):
             upto = i + int(np.searchsorted(np.cumsum(at_least[i:]), limit - sent_bytes)) + 1
             for m in self._load(pin, list(seqs[i:upto]), no_hdr=False):

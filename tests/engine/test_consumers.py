@@ -1057,3 +1057,20 @@ def test_a_purge_looks_up_each_consumers_pending_acks_without_a_pass_over_the_st
         # p.0's seqs 1, 11 (and 21) go from the pending acks, the floor to below the first left (2)
         gone = 2 if c == 0 else 3
         assert (info.ack_floor.stream_seq, info.delivered.stream_seq, info.num_ack_pending) == (1, 20 + c, 20 + c - gone)
+
+
+def test_a_delivery_after_a_flow_control_ack_ahead_of_it_counts_from_the_delivered_position(tmp_path: Any) -> None:
+    """A flow-control consumer's AckAll may move its floor past its delivered position; a
+    delivery then still counts the messages from the delivered position on, not from the floor
+    (matching only the messages ahead of a consumer must start at the lower of the two)."""
+    lake = connect(tmp_path / "lake")
+    lake.add_stream(name="S", subjects=["s.>"])
+    for i in range(20):
+        lake.publish(f"s.{i % 2}", b"x")
+    lake.add_consumer("S", durable_name="F", deliver_subject="dlv", flow_control=True, idle_heartbeat=5,
+                      ack_policy="all", filter_subject="s.0")
+    assert lake.ack("S", "F", 10)
+    lake.record_delivered("S", "F", 14)
+    info = lake.consumer_info("S", "F")
+    assert (info.delivered.consumer_seq, info.delivered.stream_seq) == (7, 14)  # s.0 at 1, 3, ..., 13
+    assert (info.ack_floor.consumer_seq, info.ack_floor.stream_seq) == (5, 10)

@@ -824,7 +824,7 @@ class Consumers:
             if (generation is not None and generation < st.reset_generation) or stream_seq <= st.delivered.stream_seq:
                 return []
             none = c.config.ack_policy is AckPolicy.NONE
-            ahead = view.ahead(st, st.ack_floor.stream_seq + 1)  # (the floor is at or below the delivered seq)
+            ahead = view.ahead(st, min(st.ack_floor.stream_seq, st.delivered.stream_seq) + 1)
             mask = ahead.delivered_or_due(c.filters, st) if consumer_seq is None or none else None
             dseq = consumer_seq
             if dseq is None:

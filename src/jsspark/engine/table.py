@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import (
     ColumnProperties,
@@ -57,10 +58,34 @@ STATE_KEY = "jsspark.state"
 # payloads all compress to nothing: 4.6 MB of files -> 44 KB, written in 0.05 CPU-s, not 0.07).
 # Spark's Parquet reader (vectorized or not) reads DELTA_BINARY_PACKED since 3.3.
 _ASCENDING = ColumnProperties(dictionary_enabled=False, encoding="DELTA_BINARY_PACKED")
-WRITER_PROPERTIES = WriterProperties(
-    max_row_group_size=16_384, compression="SNAPPY",
-    column_properties={"seq": _ASCENDING, "ts_ns": _ASCENDING, "time": _ASCENDING},
-)
+ROW_GROUP_ROWS = 16_384
+# ... and small in bytes too: a group of 16,384 messages of 1 MiB would be 16 GiB, all decoded
+# for a get of one of them, so large messages get fewer rows per group (a power of two)
+ROW_GROUP_BYTES = 4 << 20
+
+
+@functools.cache
+def _writer_properties(rows: int) -> WriterProperties:
+    return WriterProperties(
+        max_row_group_size=rows, compression="SNAPPY",
+        column_properties={"seq": _ASCENDING, "ts_ns": _ASCENDING, "time": _ASCENDING},
+    )
+
+
+WRITER_PROPERTIES = _writer_properties(ROW_GROUP_ROWS)
+
+
+def writer_properties(state: dict[str, Any] | None, rows: pa.Table | None = None) -> WriterProperties:
+    """The writer properties for messages of the average size of ``rows`` (else of the stream
+    in ``state``): row groups of ``ROW_GROUP_ROWS`` rows at most and about ``ROW_GROUP_BYTES``."""
+    n, size = 0, 0
+    if rows is not None and rows.num_rows:
+        n, size = rows.num_rows, int(pc.sum(rows["size"]).as_py() or 0)
+    elif state:
+        n, size = int(state.get("messages") or 0), int(state.get("bytes") or 0)
+    per_row = size // n if n else 0
+    limit = ROW_GROUP_ROWS if per_row <= 0 else max(1, min(ROW_GROUP_ROWS, ROW_GROUP_BYTES // per_row))
+    return _writer_properties(1 << (limit.bit_length() - 1))
 STATS_COLUMNS = 4  # the leading columns of MESSAGE_SCHEMA: seq, ts_ns, time, subject
 NO_CHANGE = ("VACUUM START", "VACUUM END")  # commits that change no message and record no state
 # How many commits that change no data (another engine's table properties, a Spark OPTIMIZE)
@@ -331,6 +356,7 @@ class MessageTable:
         Returns the version this commit made.
         """
         remove_predicate = removal.predicate if removal is not None else None
+        wp = writer_properties(state, rows)
         data: pa.Table | pa.RecordBatchReader | None = None
         if rows is not None and rows.num_rows:
             data = rows.select(MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA)
@@ -355,16 +381,16 @@ class MessageTable:
                         predicate=f"({remove_predicate}) OR seq > {snap.last_seq}",
                         partition_by=[PARTITION_COLUMN],
                         commit_properties=props,
-                        writer_properties=WRITER_PROPERTIES,
+                        writer_properties=wp,
                         post_commithook_properties=HOOKS,
                     )
                 else:
                     write_deltalake(
                         snap.table, data, mode="append", partition_by=[PARTITION_COLUMN], commit_properties=props,
-                        writer_properties=WRITER_PROPERTIES, post_commithook_properties=HOOKS,
+                        writer_properties=wp, post_commithook_properties=HOOKS,
                     )
             elif remove_predicate:
-                snap.table.delete(remove_predicate, commit_properties=props, writer_properties=WRITER_PROPERTIES,
+                snap.table.delete(remove_predicate, commit_properties=props, writer_properties=wp,
                                   post_commithook_properties=HOOKS)
             else:
                 # Nothing stored (e.g. interest retention, no interest) but sequences consumed:
@@ -427,7 +453,7 @@ class MessageTable:
         )
         try:
             return snap.table.optimize.compact(
-                target_size=target_size, commit_properties=props, writer_properties=WRITER_PROPERTIES,
+                target_size=target_size, commit_properties=props, writer_properties=writer_properties(state),
                 post_commithook_properties=HOOKS,
             )
         except CommitFailedError as e:

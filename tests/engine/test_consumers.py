@@ -20,6 +20,7 @@ from jsspark.engine import inactive
 from jsspark.engine.consumers import Consumer, StreamView
 from jsspark.engine.lake import connect
 from jsspark.errors import ConsumerNotFoundError
+from tests.engine.matching import count_matched
 from tests.engine.test_differential import Pair, pair, subj
 
 __all__ = ["pair"]
@@ -996,14 +997,7 @@ def test_a_consumer_near_the_tail_matches_only_the_messages_ahead_of_it(
     lake.publish_batch("T", pa.table({"subject": [f"t.{i % 100}" for i in range(n)], "data": [b"x"] * n}))
     lake.add_consumer("T", durable_name="C", filter_subject="t.3", ack_policy=policy,
                       deliver_policy="by_start_sequence", opt_start_seq=n - 1000)
-    matched: list[int] = []
-    real = consumers_module.match_filter
-
-    def counted(subjects: Any, filters: Any) -> Any:
-        matched.append(len(subjects))
-        return real(subjects, filters)
-
-    monkeypatch.setattr(consumers_module, "match_filter", counted)
+    matched = count_matched(monkeypatch, consumers_module)
     seqs = lake.next_seqs("T", "C", 3)
     assert seqs == [19004, 19104, 19204]
     lake.record_delivered("T", "C", seqs[-1])

@@ -16,6 +16,7 @@ from jsspark.engine import directget
 from jsspark.engine import headers as H
 from jsspark.engine.lake import connect
 from jsspark.errors import APIError
+from tests.engine.matching import count_matched
 from tests.engine.test_differential import Pair, pair, subj
 
 __all__ = ["pair"]
@@ -284,14 +285,7 @@ def test_next_by_subject_reads_the_index_up_to_the_message_only(
     lake.add_stream(name="N", subjects=["n.>"], allow_direct=True)
     n = 100_000
     lake.publish_batch("N", pa.table({"subject": [f"n.{i % 1000}" for i in range(n)], "data": [b"x"] * n}))
-    matched: list[int] = []
-    real = directget.match_filter
-
-    def counted(subjects: Any, filters: Any) -> Any:
-        matched.append(len(subjects))
-        return real(subjects, filters)
-
-    monkeypatch.setattr(directget, "match_filter", counted)
+    matched = count_matched(monkeypatch, directget)
     assert lake.get_msg("N", seq=10, subject="n.*", next=True).seq == 10
     assert lake.get_msg("N", seq=10, subject="n.7", next=True).seq == 1008
     assert lake.direct_get("N", {"seq": 50_001, "next_by_subj": "n.>"}).messages[0].seq == 50_001
@@ -344,14 +338,7 @@ def test_multi_last_up_to_the_last_seq_reads_the_subject_stats_not_the_stream(
     lake.add_stream(name="M", subjects=["m.>"], allow_direct=True)
     n = 50_000
     lake.publish_batch("M", pa.table({"subject": [f"m.{i % 500}" for i in range(n)], "data": [b"x"] * n}))
-    matched: list[int] = []
-    real = directget.match_filter
-
-    def counted(subjects: Any, filters: Any) -> Any:
-        matched.append(len(subjects))
-        return real(subjects, filters)
-
-    monkeypatch.setattr(directget, "match_filter", counted)
+    matched = count_matched(monkeypatch, directget)
     reply = lake.direct_get("M", {"multi_last": ["m.1", "m.2", "m.499"]})
     assert [m.seq for m in reply.messages] == [n - 498, n - 497, n]
     assert matched == [500]

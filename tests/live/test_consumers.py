@@ -751,3 +751,35 @@ def test_a_batch_by_reference_is_one_partition_with_its_sequences(
             assert json.loads(part.to_json())["rows"] == len(want)
     finally:
         ing.stop()
+
+
+def test_a_bind_whose_reset_gets_no_answer_tries_again(server: NatsServer, nats: SyncNats, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a clustered JetStream a reset sent just after the durable's creation or a leader change
+    can go unanswered: only the consumer leader answers, and only once its proposal applied
+    (``resetStartingSeqLocked``). A start within ``waitTimeout`` asks again rather than failing the
+    query on that one timeout. Here the first reset takes effect, its answer is lost."""
+    from nats.errors import TimeoutError as NatsTimeout
+
+    nats.add_stream(name="NA", subjects=["na.>"], retention="workqueue")
+    fast_publish(nats, "na", 0, 300)
+    wait_for(lambda: nats.state("NA")["messages"] == 300, 10, "300 stored")
+    real, calls = C.reset_consumer, []
+
+    async def answer_lost(*args: Any, **kw: Any) -> dict[str, Any]:
+        calls.append(args)
+        resp = await real(*args, **kw)
+        if len(calls) == 1:
+            raise NatsTimeout
+        return resp
+
+    monkeypatch.setattr(C, "reset_consumer", answer_lost)
+    ing = Ingestor(opts(server.url, "NA", tmp_path, consumer="lake", waitTimeout="30"))
+    ing.start(None)
+    try:
+        assert len(calls) == 2
+        _, got = drain(ing, 0, 300)
+        assert got == list(range(1, 301))
+        wait_for(lambda: nats.state("NA")["messages"] == 0, 10, "the origin to be acked")
+    finally:
+        ing.stop()

@@ -366,6 +366,7 @@ class Ingestor:
         return self._call(ask(), timeout)
 
     async def _bind(self, from_consumer: bool, origin: str | None = None) -> None:
+        deadline = time.monotonic() + self.opts.wait_timeout
         cls = wire.client_class(client_class()) if self._bulk else client_class()
         self._nc = await open_client(self.opts.conn, self.opts.wait_timeout / 2, cls,
                                      reconnected_cb=self._on_reconnect, error_cb=self._on_error)
@@ -379,7 +380,18 @@ class Ingestor:
             self._recreated(origin or "", self.origin, held)
             from_consumer = True
         self._from_consumer = from_consumer
-        await self._restart_delivery(raise_errors=True)
+        while True:
+            try:
+                await self._restart_delivery(raise_errors=True)
+                break
+            except TimeoutError:
+                # A clustered consumer answers a reset from its leader only, once applied: one
+                # sent as the leader changes (or just after the durable's creation) gets no
+                # answer. Asked again, as a running reader does, while waitTimeout allows.
+                if time.monotonic() + C.REQUEST_TIMEOUT >= deadline:
+                    raise
+                log.warning("jetstream (live): binding consumer %s on %s: no answer (%s); asking again",
+                            self.opts.consumer, self.opts.stream, self.last_error)
         self._watch = asyncio.get_running_loop().create_task(self._watchdog())
 
     def _check_ordered(self) -> None:

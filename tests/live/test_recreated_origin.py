@@ -209,3 +209,35 @@ def test_a_spark_query_restarted_after_the_stream_was_created_again(spark: Any, 
     assert q.exception() is None, q.exception()
     got = sorted(r.d for r in spark.read.parquet(out).collect())
     assert got == sorted([f"old{i}" for i in range(10)] + [f"new{i}" for i in range(15)])
+
+
+def test_an_origin_whose_info_times_out_at_the_start_is_still_told_apart(server: NatsServer, nats: SyncNats,
+                                                                        tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a clustered JetStream the origin's STREAM.INFO goes unanswered while its stream leader
+    is elected (its node died), though the consumer API answers. The reader took identity
+    ``unknown`` for good then, so a stream created again later was read as the old one: on a
+    WorkQueue its first messages were skipped and acked away. Asked again, the identity is learnt."""
+    from nats.errors import TimeoutError as NatsTimeout
+
+    from jsspark.live import consumer as C
+
+    real, calls = C.stream_info, []
+
+    async def electing(*args: Any, **kw: Any) -> dict[str, Any]:
+        calls.append(args)
+        if len(calls) == 1:
+            raise NatsTimeout
+        return await real(*args, **kw)
+
+    monkeypatch.setattr(C, "stream_info", electing)
+    stream = "ELECTING"
+    r = _reader(server.url, stream, tmp_path)
+    try:
+        end = _first_batch(nats, r, stream, retention="workqueue")
+        assert end["origin"].split(".")[1] != "nats-unknown", end
+        _recreate(nats, stream, retention="workqueue")
+        assert "was deleted and created again" in str(_data_loss(r, end))
+        assert nats.state(stream)["messages"] == 15  # nothing of the new stream acked away
+    finally:
+        r.stop()

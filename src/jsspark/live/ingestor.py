@@ -372,7 +372,7 @@ class Ingestor:
                                      reconnected_cb=self._on_reconnect, error_cb=self._on_error)
         if self.opts.mode != "ordered":  # an ordered consumer gets a new inbox at each (re)creation
             await self._subscribe(C.deliver_subject_for(self.opts))
-        await self._learn_origin()
+        await self._learn_origin(deadline)
         self._check_ordered()
         if not same_stream(origin, self.origin):
             with self._cv:
@@ -488,20 +488,30 @@ class Ingestor:
             self._from_consumer = True
         return True
 
-    async def _learn_origin(self) -> None:
+    async def _learn_origin(self, deadline: float) -> None:
         """``origin``: this reader's origin key (``datasource.planning.Origin``), which its offsets
         carry for a sink's per-origin mark. The origin stream, told from another of its name (on
         another server, or deleted and created again) by its identity (its creation time, hashed),
         and the consumer (a durable's name; an ordered consumer's filters). The same
         ``STREAM.INFO`` gives the retention. A user allowed only the consumer API gets identity
-        ``unknown`` (``_oldest_stored`` then finds out the retention, and says it cannot)."""
+        ``unknown`` (``_oldest_stored`` then finds out the retention, and says it cannot); one
+        unanswered is asked again until ``deadline`` nears (the bind's ``waitTimeout``)."""
         from jsspark.engine.sourcing import server_hash
 
-        identity = "unknown"
-        try:
-            info = await C.stream_info(self._nc, self.opts.conn, self.opts.stream, LOOKUP_TIMEOUT)
-        except Exception:
-            info = None
+        identity, info = "unknown", None
+        while True:
+            try:
+                info = await C.stream_info(self._nc, self.opts.conn, self.opts.stream, LOOKUP_TIMEOUT)
+            except TimeoutError:
+                # Unanswered: on a cluster, while the origin's stream leader is elected (the consumer
+                # API, answered by the consumer's leader, may answer meanwhile). Asked again while the
+                # bind's waitTimeout leaves room, unless the server said the user may not ask.
+                denied = "permissions violation" in (self.last_error or "").lower()
+                if not denied and time.monotonic() + LOOKUP_TIMEOUT + C.REQUEST_TIMEOUT < deadline:
+                    continue
+            except Exception:
+                pass
+            break
         if info is not None:
             self._retention = str((info.get("config") or {}).get("retention", "limits"))
             self._workqueue = self._retention == "workqueue"

@@ -96,14 +96,14 @@ def test_start_on_empty_and_purged_streams(pair: Pair, policy: dict[str, Any]) -
     pair.consumer_create(s, {"durable_name": "E", "ack_policy": "all", **policy})
     for t in "abab":
         pair.publish(subj(s, t), b"x")
-    pair.consumer_info(s, "E")
+    pair.settled("consumer_info", s, "E")  # the server counts a message in after its ack
     pair.fetch(s, "E", 5)
     pair.purge(s)  # moves E's delivery and ack floor past the purged messages
     pair.consumer_info(s, "E")
     pair.consumer_create(s, {"durable_name": "P", "ack_policy": "all", **policy})
     pair.publish(subj(s, "c"), b"y")
-    pair.consumer_info(s, "P")
-    pair.consumer_info(s, "E")
+    pair.settled("consumer_info", s, "P")
+    pair.settled("consumer_info", s, "E")
     pair.fetch(s, "P", 5)
     pair.fetch(s, "E", 5)
     pair.consumer_info(s, "E")

@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -22,7 +23,6 @@ from jsspark.live.options import parse_live_write_options
 from jsspark.live.publisher import _run
 from jsspark.nats_server import NatsServer
 from tests.live.conftest import SyncNats
-from tests.live.test_durable_source import wait_for
 
 pytestmark = [pytest.mark.nats]
 
@@ -179,29 +179,30 @@ def test_a_stalled_server_fails_the_publish_on_time_and_a_retry_lands_each_once(
         api.add_stream(name="STALL", subjects=["stall.>"], duplicate_window=120_000_000_000)
         opts = parse_live_write_options({"servers": srv.url, "publishTimeout": f"{timeout:g}"})
         paused_at: list[float] = []
-        ended = threading.Event()
+        paused, ended = threading.Event(), threading.Event()
 
-        def pause_mid_way() -> None:
-            wait_for(lambda: ended.is_set() or api.state("STALL")["messages"] >= 100, 60,
-                     "the publish under way")
-            if ended.is_set():
-                return
+        def paused_mid_way() -> Iterator[pa.RecordBatch]:
+            """The task's batches: the first 100 rows, then (each batch is answered before the
+            next is taken) the server paused, then the other 900 (54 MB, past nats-py's buffer)."""
+            yield batch.slice(0, 100)
             os.kill(pid, signal.SIGSTOP)
-            try:
-                paused_at.append(time.monotonic())
-                ended.wait(timeout + 30)  # the old code waited for the server as long as it was paused
-            finally:
-                os.kill(pid, signal.SIGCONT)
+            paused_at.append(time.monotonic())
+            paused.set()
+            yield batch.slice(100)
 
-        pauser = threading.Thread(target=pause_mid_way)
-        pauser.start()
+        def resume_later() -> None:
+            paused.wait(60)
+            ended.wait(timeout + 30)  # the old code waited for the server as long as it was paused
+            os.kill(pid, signal.SIGCONT)
+
+        resumer = threading.Thread(target=resume_later)
+        resumer.start()
         try:
             with pytest.raises(PublishFailed) as info:
-                _run(opts, iter([batch]))
+                _run(opts, paused_mid_way())
             failed_at = time.monotonic()
             ended.set()
-            pauser.join()
-            assert paused_at, "the server was not paused before the publish ended"
+            resumer.join()
             assert str(info.value).startswith("jetstream (live) sink: no PubAck for a publish to 'stall.")
             assert str(info.value).endswith(" within publishTimeout (2 s)")
             assert failed_at - paused_at[0] < timeout + 10
@@ -210,7 +211,8 @@ def test_a_stalled_server_fails_the_publish_on_time_and_a_retry_lands_each_once(
             state = api.state("STALL")
             assert (state["messages"], state["num_subjects"]) == (n, n)
         finally:
+            paused.set()
             ended.set()
-            pauser.join()
+            resumer.join()
             os.kill(pid, signal.SIGCONT)
             api.close()

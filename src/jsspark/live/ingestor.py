@@ -499,7 +499,7 @@ class Ingestor:
         from jsspark.engine.sourcing import server_hash
 
         identity, info = "unknown", None
-        while True:
+        while info is None:
             try:
                 info = await C.stream_info(self._nc, self.opts.conn, self.opts.stream, LOOKUP_TIMEOUT)
             except TimeoutError:
@@ -507,11 +507,10 @@ class Ingestor:
                 # API, answered by the consumer's leader, may answer meanwhile). Asked again while the
                 # bind's waitTimeout leaves room, unless the server said the user may not ask.
                 denied = "permissions violation" in (self.last_error or "").lower()
-                if not denied and time.monotonic() + LOOKUP_TIMEOUT + C.REQUEST_TIMEOUT < deadline:
-                    continue
-            except Exception:
-                pass
-            break
+                if denied or time.monotonic() + LOOKUP_TIMEOUT + C.REQUEST_TIMEOUT >= deadline:
+                    break
+            except Exception:  # refused otherwise: the identity stays unknown
+                break
         if info is not None:
             self._retention = str((info.get("config") or {}).get("retention", "limits"))
             self._workqueue = self._retention == "workqueue"

@@ -1,6 +1,6 @@
 """Single publishes into a stream of many subjects (a KV bucket's shape) against a one-row Delta append.
 
-    python3 dev.py bench puts [--keys 1000000] [--puts 30] [--cold 6]
+    python3 dev.py bench puts [--keys 1000000] [--puts 30] [--cold 6] [--value-size 100]
 
 A lake stream shaped like a KV bucket (``max_msgs_per_subject: 1``, discard new, rollups
 allowed) holds ``--keys`` subjects, one message each. Then, in this process (warm: the stream's
@@ -13,6 +13,10 @@ costs only its Delta commit). What a publish does besides that commit should not
 number of subjects; at a million keys it once took 1.2 s per put. The warm-up makes a few puts:
 a process builds its dict of subjects (``SubjectStats``'s lookup, 0.4 s at a million) at its
 fourth lookup, once.
+
+Values are ``--value-size`` random (incompressible) bytes. A put on an existing key rewrites
+the data file that held the old value (no deletion vectors), so its cost grows with the value
+size where the anchor's does not; the bench also prints the Parquet bytes each such put wrote.
 
 Then ``--cold`` one-off puts, each in a new process as a CLI user makes them (``jsspark pub``):
 wall time, process start and imports included, against a new process that imports
@@ -49,6 +53,11 @@ def p(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) * 1000
 
 
+def _parquet_bytes(root: Path) -> int:
+    """Bytes of every Parquet file under ``root`` (vacuum is far off: none is deleted here)."""
+    return sum(f.stat().st_size for f in root.rglob("*.parquet"))
+
+
 def wall(cmd: list[str]) -> float:
     start = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True)
@@ -61,6 +70,7 @@ def main() -> None:
     ap.add_argument("--puts", type=int, default=30)
     ap.add_argument("--cold", type=int, default=6, help="one-off puts, each in a new process")
     ap.add_argument("--ttl", action="store_true", help="a bucket with per-key TTLs (allow_msg_ttl)")
+    ap.add_argument("--value-size", type=int, default=100, help="bytes of each value (random)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="jsspark-bench-puts-"))
     try:
@@ -69,25 +79,38 @@ def main() -> None:
                          "allow_rollup_hdrs": True, "deny_delete": True, "allow_direct": True,
                          "allow_msg_ttl": args.ttl})
         step = 200_000
+        rng = np.random.default_rng(1)
+
+        def values(n: int) -> pa.Array:
+            size = args.value_size
+            flat = pa.py_buffer(rng.bytes(n * size))
+            return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.arange(n + 1, dtype=np.int32) * size),
+                                                          flat])
+
         t0 = time.perf_counter()
         for lo in range(0, args.keys, step):
             n = min(step, args.keys - lo)
-            batch = {"subject": [f"$KV.B.k{i}" for i in range(lo, lo + n)], "data": pa.array([b"v" * 100] * n, pa.binary())}
+            batch = {"subject": [f"$KV.B.k{i}" for i in range(lo, lo + n)], "data": values(n)}
             if args.ttl:
                 batch["headers"] = H.to_arrow([[(H.TTL, "1h")] if i % 100 == 0 else None for i in range(lo, lo + n)])
             lake.publish_batch("KV_B", pa.table(batch))
         print(f"{args.keys:,} keys stored in {time.perf_counter() - t0:.1f} s")
         anchor_path = str(work / "anchor")
-        one = pa.table({"subject": ["$KV.B.x"], "data": pa.array([b"v" * 100], pa.binary())})
+        one = pa.table({"subject": ["$KV.B.x"], "data": values(1)})
         write_deltalake(anchor_path, one)
         for i in range(5):  # the first put loads what later ones keep; the fourth lookup builds the dict
             lake.publish(f"$KV.B.k{i}", b"warm")
         existing, fresh, anchor = [], [], []
+        written = 0
         for i in range(args.puts):
             for times, subject in ((existing, f"$KV.B.k{(i * 7919) % args.keys}"), (fresh, f"$KV.B.new{i}")):
+                value = values(1)[0].as_py()
+                size = _parquet_bytes(work / "lake")
                 start = time.perf_counter()
-                lake.publish(subject, b"w" * 100)
+                lake.publish(subject, value)
                 times.append(time.perf_counter() - start)
+                if times is existing:
+                    written += _parquet_bytes(work / "lake") - size
                 start = time.perf_counter()
                 write_deltalake(anchor_path, one, mode="append")
                 anchor.append(time.perf_counter() - start)
@@ -105,6 +128,8 @@ def main() -> None:
         for label, times in (("put on an existing key (replaces)", existing), ("put on a new key", fresh),
                              ("anchor: one-row Delta append", anchor)):
             print(f"{label:34}{p(times, 50):9.1f}{p(times, 99):9.1f}{a50 / statistics.median(times):12.2f}")
+        print(f"Parquet bytes a put on an existing key wrote: {written / args.puts / 1e6:.2f} MB on average "
+              f"(values of {args.value_size} B)")
         if cold:
             c50 = statistics.median(cold_anchor)
             later = cold[1:] or cold

@@ -10,6 +10,7 @@ stack and the process died (exit 139).
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from pathlib import Path
@@ -19,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 import jsspark
-from jsspark.engine import limits
+from jsspark.engine import limits, table
 from jsspark.engine.index import MessageIndex
 from jsspark.engine.limits import seq_removal
 from jsspark.engine.schema import INDEX_COLUMNS
@@ -210,4 +211,55 @@ def test_a_removal_on_one_subject_leaves_other_partitions_files_alone(tmp_path: 
     target = before.filter(pa.array(np.arange(n) % 64 == 5))["part"][0].as_py()
     assert {p for p, part in files.items() if part != target} == {p for p, part in now.items() if part != target}
     assert {p for p, part in files.items() if part == target}.isdisjoint(now)  # its own partition was rewritten
+    _check_against_full_read(tmp_path, "S")
+
+
+def _commit_files(root: Path, name: str, version: int) -> tuple[list[int], list[int]]:
+    """The sizes of the data files commit ``version`` of stream ``name`` added and removed."""
+    log = root / "streams" / name / "_delta_log" / f"{version:020d}.json"
+    actions = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return ([a["add"]["size"] for a in actions if "add" in a],
+            [a["remove"]["size"] for a in actions if "remove" in a])
+
+
+def test_a_removal_rewrites_what_it_keeps_in_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A publish into a full stream removes its oldest message from a large file: what the file
+    keeps is written in pieces of about ``REWRITE_FILE_BYTES``, so the next removal there
+    rewrites one piece, not the file again; a delete (no new rows) too. A batch larger than a
+    piece is not cut into pieces. What is stored is what the removals leave."""
+    monkeypatch.setattr(table, "REWRITE_FILE_BYTES", 64 << 10)
+    lake = jsspark.connect(str(tmp_path))
+    n = 20_000
+    lake.add_stream({"name": "S", "subjects": ["s.>"], "max_msgs": n})
+    stream = lake.stream("S")
+    rng = random.Random(5)
+    payload = [rng.randbytes(100) for _ in range(n)]  # incompressible: the file is as large as its data
+    lake.publish_batch("S", pa.table({"subject": ["s.a"] * n, "data": pa.array(payload, pa.binary())}))
+    (whole,), _ = _commit_files(tmp_path, "S", stream.table.snapshot().version)
+    assert whole > 1 << 20
+
+    lake.publish("s.a", b"new.1")  # removes seq 1 from the one file
+    added, removed = _commit_files(tmp_path, "S", stream.table.snapshot().version)
+    assert removed == [whole] and len(added) > 8 and max(added) < whole // 4
+
+    lake.publish("s.a", b"new.2")  # removes seq 2: the first piece only
+    added, removed = _commit_files(tmp_path, "S", stream.table.snapshot().version)
+    assert len(removed) == 1 and removed[0] < whole // 4 and len(added) <= 2
+
+    lake.delete_msg("S", 5000)  # no new rows: the piece holding it, written again in pieces
+    added, removed = _commit_files(tmp_path, "S", stream.table.snapshot().version)
+    assert len(removed) == 1 and removed[0] < whole // 4 and len(added) <= 2
+
+    big = 4_000  # 400 KB of new rows: they set the size, so they and what is kept are not cut up
+    lake.publish_batch("S", pa.table({"subject": ["s.a"] * big,
+                                      "data": pa.array([rng.randbytes(100) for _ in range(big)], pa.binary())}))
+    added, removed = _commit_files(tmp_path, "S", stream.table.snapshot().version)
+    assert removed and len(added) <= 3
+
+    rows = stream.read(columns=["seq", "data"]).sort_by("seq")
+    want = [q for q in range(big + 2, n + 2 + big + 1) if q != 5000]  # the delete left room for one
+    assert rows["seq"].to_pylist() == want
+    data = {q: d for q, d in zip(rows["seq"].to_pylist(), rows["data"].to_pylist(), strict=True)}
+    assert data[n + 1] == b"new.1" and data[n + 2] == b"new.2"
+    assert data[4999] == payload[4998] and data[5001] == payload[5000]
     _check_against_full_read(tmp_path, "S")

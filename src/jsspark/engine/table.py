@@ -86,6 +86,13 @@ def writer_properties(state: dict[str, Any] | None, rows: pa.Table | None = None
     per_row = size // n if n else 0
     limit = ROW_GROUP_ROWS if per_row <= 0 else max(1, min(ROW_GROUP_ROWS, ROW_GROUP_BYTES // per_row))
     return _writer_properties(1 << (limit.bit_length() - 1))
+# A commit that removes messages writes what it keeps of each file it touches in pieces of
+# about this size (delta-rs rolls to a new file once it has written this much), so the next
+# removal near them (the head of a stream at a limit, the older revision a KV put replaces)
+# rewrites one piece, not a whole file of a large batch or a compaction. Its new rows, when
+# larger, set the size instead: a big batch is not cut into many small files.
+REWRITE_FILE_BYTES = 1 << 20
+DEFAULT_FILE_BYTES = 100 << 20  # delta-rs's own target when none is passed
 STATS_COLUMNS = 4  # the leading columns of MESSAGE_SCHEMA: seq, ts_ns, time, subject
 NO_CHANGE = ("VACUUM START", "VACUUM END")  # commits that change no message and record no state
 # How many commits that change no data (another engine's table properties, a Spark OPTIMIZE)
@@ -369,29 +376,28 @@ class MessageTable:
             max_commit_retries=0,
         )
         try:
-            if data is not None:
-                if remove_predicate:
-                    # Predicate overwrite: delete matches and add the new rows atomically. The new
-                    # rows satisfy the predicate through its ``seq > snapshot last`` arm, the
-                    # kept ones through its ranges.
-                    write_deltalake(
-                        snap.table,
-                        data,
-                        mode="overwrite",
-                        predicate=f"({remove_predicate}) OR seq > {snap.last_seq}",
-                        partition_by=[PARTITION_COLUMN],
-                        commit_properties=props,
-                        writer_properties=wp,
-                        post_commithook_properties=HOOKS,
-                    )
-                else:
-                    write_deltalake(
-                        snap.table, data, mode="append", partition_by=[PARTITION_COLUMN], commit_properties=props,
-                        writer_properties=wp, post_commithook_properties=HOOKS,
-                    )
-            elif remove_predicate:
-                snap.table.delete(remove_predicate, commit_properties=props, writer_properties=wp,
-                                  post_commithook_properties=HOOKS)
+            if remove_predicate:
+                # Predicate overwrite: delete matches and add the new rows atomically. The new
+                # rows satisfy the predicate through its ``seq > snapshot last`` arm, the kept
+                # ones through its ranges; the rest of a file it matches is written again by
+                # delta-rs, in pieces (``REWRITE_FILE_BYTES``), as the kept rows are.
+                new_bytes = rows.nbytes if rows is not None and rows.num_rows else 0
+                write_deltalake(
+                    snap.table,
+                    data if data is not None else MESSAGE_SCHEMA.empty_table(),
+                    mode="overwrite",
+                    predicate=f"({remove_predicate}) OR seq > {snap.last_seq}",
+                    partition_by=[PARTITION_COLUMN],
+                    target_file_size=min(DEFAULT_FILE_BYTES, max(REWRITE_FILE_BYTES, new_bytes)),
+                    commit_properties=props,
+                    writer_properties=wp,
+                    post_commithook_properties=HOOKS,
+                )
+            elif data is not None:
+                write_deltalake(
+                    snap.table, data, mode="append", partition_by=[PARTITION_COLUMN], commit_properties=props,
+                    writer_properties=wp, post_commithook_properties=HOOKS,
+                )
             else:
                 # Nothing stored (e.g. interest retention, no interest) but sequences consumed:
                 # an empty append still records the new last sequence.

@@ -583,3 +583,22 @@ def test_stream_info_subjects_filter_is_the_servers_and_matches_no_subject_one_b
         lake = pair.lake.lake.stream_info(s, subjects_filter=flt).state.subjects
         assert lake == info["state"].get("subjects", {}), flt
     assert calls == 0
+
+
+def test_a_stream_named_with_a_nul(pair: Pair) -> None:
+    """A NUL is a valid stream name character to the server, but its file store cannot make the
+    directory: a file stream fails with 500 10049, a memory stream is made and stores. The lake
+    gave up after 20 creations instead ('concurrent creations')."""
+    assert pair.add_stream({"name": "N\x00F", "subjects": ["nul.f"]}) == {"error": {
+        "code": 500, "err_code": 10049, "description": "error creating store for stream"}}
+    with pytest.warns(UserWarning, match="storage='memory' kept but not honoured"):
+        assert pair.add_stream({"name": "N\x00M", "subjects": ["nul.m"], "storage": "memory"}) == {"ok": True}
+    pair.streams.append("N\x00M")
+    pair.check("N\x00M")
+    # the server's PubAck is not JSON here (it quotes the name Go's way: "N\x00M"): the lake's only
+    assert pair.lake.publish("nul.m", b"x") == {"stream": "N\x00M", "seq": 1}
+    assert pair.lake.state("N\x00M")["messages"] == 1
+    with pytest.raises(nats.errors.NoRespondersError):
+        pair.server.publish("nul.f", b"x")
+    with pytest.raises(NoRespondersError):
+        pair.lake.lake.publish("nul.f", b"x")

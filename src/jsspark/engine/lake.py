@@ -155,6 +155,7 @@ class Lake:
                     return []
                 raise api_error("JSStreamNameExistErr")
             self._check_overlap(records, cfg)
+            check_store_name(cfg)  # the server makes the store after its checks of the account
             if not table:
                 raise _TableNeeded
             if MessageTable(self.stream_uri(name), self.storage_options).table_id_or_none() != table[0]:
@@ -672,9 +673,18 @@ def _stored_state(state: dict[str, Any]) -> dict[str, Any]:
 # on ``[ ] ^ |`` and control characters in a table URI, reads a ``%XX`` as an escape (a local
 # table is not found again; an object store's is not where its removal looks), and an object
 # store's ``?`` as a query (its ``#`` is not removed either). Each is written ``.XX.`` (its code in hex): no stream name has a
-# ``.``, so no other stream's directory is that, and every other name keeps its directory.
-_PATH_UNSAFE_LOCAL = re.compile(r"[\[\]^|\x01-\x1f\x7f]|%(?=[0-9A-Fa-f]{2})")
-_PATH_UNSAFE_STORE = re.compile(r"[\[\]^|\x01-\x1f\x7f?#]|%(?=[0-9A-Fa-f]{2})")
+# ``.``, so no other stream's directory is that, and every other name keeps its directory. A NUL
+# is written ``.00.`` too, for a memory stream: a server makes no file for one, where it fails
+# to make a file stream's store (``check_store_name``).
+_PATH_UNSAFE_LOCAL = re.compile(r"[\[\]^|\x00-\x1f\x7f]|%(?=[0-9A-Fa-f]{2})")
+_PATH_UNSAFE_STORE = re.compile(r"[\[\]^|\x00-\x1f\x7f?#]|%(?=[0-9A-Fa-f]{2})")
+
+
+def check_store_name(cfg: StreamConfig) -> None:
+    """A file stream named with a NUL: the server's file store cannot make its directory, so
+    the creation fails there with 10049 (a memory stream is made)."""
+    if "\x00" in cfg.name and cfg.storage == StorageType.FILE:
+        raise api_error("JSStreamCreateErrF", err="error creating store for stream")
 
 
 def table_dir(name: str, local: bool) -> str:

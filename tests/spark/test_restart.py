@@ -186,6 +186,29 @@ def test_a_durable_kept_by_planning_and_deleted_when_no_batch_is_planned_within_
     assert _batch(_reader(loc, **opts), end)[1] == [6]
 
 
+def test_the_inactive_threshold_option_sets_the_durables(tmp_path: Path) -> None:
+    """``inactive_threshold`` (ConsumerConfig's name: nanoseconds, or a Go duration) is the
+    durable's, as a query without a checkpoint creates or binds it (the server's
+    create-or-update); a restart from a checkpoint reads on with the durable as it stands, as
+    for every consumer option. A value that is not a duration fails at load naming it."""
+    loc = str(tmp_path / "lake")
+    lake = jsspark.connect(loc)
+    lake.add_stream({"name": "S", "subjects": ["s.>"]})
+    _publish(lake, 2, "a")
+    reader = _reader(loc, durable_name="D", inactive_threshold="1h")
+    end, seqs = _batch(reader, reader.initialOffset())
+    assert seqs == [1, 2]
+    assert lake.consumer_info("S", "D").config.inactive_threshold == 3600 * 10**9
+    _publish(lake, 1, "b")
+    assert _batch(_reader(loc, durable_name="D", inactive_threshold="90s"), end)[1] == [3]  # a restart
+    assert lake.consumer_info("S", "D").config.inactive_threshold == 3600 * 10**9
+    reader = _reader(loc, durable_name="D", inactive_threshold=str(90 * 10**9))  # a new query binds it
+    reader.initialOffset()
+    assert lake.consumer_info("S", "D").config.inactive_threshold == 90 * 10**9
+    with pytest.raises(Exception, match=r"(?s)invalid consumer option.*inactive_threshold.*invalid duration .soon."):
+        _reader(loc, durable_name="E", inactive_threshold="soon")
+
+
 @pytest.mark.parametrize("new_count", [3, 20])
 def test_running_query_sees_the_stream_created_again(tmp_path: Path, new_count: int) -> None:
     """The same reader plans on after its stream is deleted and created again: with fewer Delta

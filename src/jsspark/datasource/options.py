@@ -43,6 +43,7 @@ CONSUMER_OPTIONS = (
     "headers_only",
     "replay_policy",
     "rate_limit_bps",
+    "inactive_threshold",
 )
 # Spark options, as users of the Kafka and Delta sources spell them.
 SPARK_READ_OPTIONS = (
@@ -200,6 +201,9 @@ def consumer_config(opts: Mapping[str, str]) -> ConsumerConfig:
         wire["headers_only"] = parse_bool("headers_only", opts["headers_only"])
     if "replay_policy" in opts:
         wire["replay_policy"] = _enum("replay_policy", opts["replay_policy"], ReplayPolicy)
+    if "inactive_threshold" in opts:  # nanoseconds, as in the JSON, or a Go duration ("1h")
+        text = opts["inactive_threshold"].strip()
+        wire["inactive_threshold"] = int(text) if text.isdigit() else text
     if "rate_limit_bps" in opts:
         wire["rate_limit_bps"] = parse_int("rate_limit_bps", opts["rate_limit_bps"])
         if wire["rate_limit_bps"]:

@@ -466,3 +466,74 @@ def test_a_lake_destination_stream_without_subjects_captures_nothing(tmp_path: P
     for dest in (LakeDestination(str(tmp_path / "dst")), LakeDestination(str(tmp_path / "dst"), "SRC")):
         publish_to_lake(dest, rows, txn=("app", 1), lake=lake)
     assert (lake.stream_info("SRC").state.messages, lake.stream_info("PLAIN").state.messages) == (0, 1)
+
+
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "rows"])
+def test_idempotent_to_a_stalled_server_fails_on_time_and_a_replay_stores_each_once(
+        tmp_path: Path, bulk: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The destination nats-server paused (SIGSTOP) once a batch's connection is up, before its
+    54 MB: it reads nothing, so nats-py's buffer passes its max pending size and its writes wait
+    for a drain that never comes. The batch still fails within publishTimeout, naming a subject,
+    in bulk and a row at a time (where the rows go when bulk cannot say what they send); once
+    the server resumes, Spark's replay of the batch stores every message exactly once (the
+    ``Nats-Msg-Id`` drops what landed before)."""
+    import asyncio
+    import os
+    import re
+    import signal
+    import threading
+    import time
+
+    from jsspark.engine.republish import OUTPUT_SCHEMA
+    from jsspark.jobs.republish import publish_to_server
+    from jsspark.live import bulk_publish
+    from jsspark.live.client import PublishFailed
+
+    n, timeout = 1000, 2.0
+    rows = pa.Table.from_pylist([{"seq": i + 1, "subject": f"stall.{i}", "headers": None, "data": b"x" * 60_000}
+                                 for i in range(n)], OUTPUT_SCHEMA)
+    if not bulk:
+        monkeypatch.setattr(bulk_publish, "client_class", lambda base: None)
+    with NatsServer(store_dir=tmp_path / "srv") as srv:
+        assert srv.proc is not None
+        pid = srv.proc.pid
+        api = SyncNats(srv.url)
+        api.add_stream(name="STALL", subjects=["stall.>"], duplicate_window=120_000_000_000)
+        d = parse_destination({"servers": srv.url, "publishTimeout": f"{timeout:g}"},
+                              origin_location=str(tmp_path), origin_stream="O")
+        paused_at: list[float] = []
+        paused, ended = threading.Event(), threading.Event()
+
+        def pause() -> None:
+            """``on_connected``: the connection is up, nothing of the batch sent yet."""
+            os.kill(pid, signal.SIGSTOP)
+            paused_at.append(time.monotonic())
+            paused.set()
+
+        def resume_later() -> None:
+            paused.wait(60)
+            ended.wait(timeout + 30)  # the old code waited for the server as long as it was paused
+            os.kill(pid, signal.SIGCONT)
+
+        resumer = threading.Thread(target=resume_later)
+        resumer.start()
+        try:
+            assert asyncio.run(publish_to_server(d, rows.slice(0, 100), stream="O", acked=True)) == (100, 0)
+            with pytest.raises(PublishFailed) as info:
+                asyncio.run(publish_to_server(d, rows.slice(100), stream="O", acked=True, on_connected=pause))
+            failed_at = time.monotonic()
+            ended.set()
+            resumer.join()
+            assert re.fullmatch(r"no PubAck for a publish to 'stall\.\d+' within publishTimeout \(2 s\)",
+                                str(info.value)), info.value
+            assert failed_at - paused_at[0] < timeout + 10
+            sent, dups = asyncio.run(publish_to_server(d, rows, stream="O", acked=True))  # the replay
+            assert sent == n and dups >= 100
+            state = api.state("STALL")
+            assert (state["messages"], state["num_subjects"]) == (n, n)
+        finally:
+            paused.set()
+            ended.set()
+            resumer.join()
+            os.kill(pid, signal.SIGCONT)
+            api.close()

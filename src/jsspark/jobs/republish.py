@@ -42,7 +42,7 @@ import asyncio
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -282,17 +282,11 @@ async def publish_to_server(
     """Send ``rows`` (``engine.republish.OUTPUT_SCHEMA``) in order: core publishes then one
     flush (``acked=False``), or JetStream publishes with ``Nats-Msg-Id: <stream>:<seq>``,
     ``max_in_flight`` outstanding, each PubAck checked. ``on_connected`` runs once connected,
-    before the first publish. Returns (sent, duplicates)."""
-    from nats.errors import NoRespondersError
-
-    from jsspark.live.client import (
-        PublishFailed,
-        check_size,
-        pub_ack,
-        publish_client_class,
-        unacked,
-        wire_headers,
-    )
+    before the first publish. Returns (sent, duplicates). A publish the server does not
+    answer within ``publish_timeout`` fails the batch naming its subject, also while nats-py
+    waits for a stalled server (``live.publisher.publish_messages``)."""
+    from jsspark.live.client import check_size, publish_client_class, wire_headers
+    from jsspark.live.publisher import publish_messages
 
     async def quiet(e: Exception) -> None:
         """nats-py logs every failed attempt with a traceback; the failure itself is raised."""
@@ -306,7 +300,7 @@ async def publish_to_server(
     # (Spark then stops the query) rather than retry forever
     await nc.connect(**{**dest.conn.connect_kwargs(), "max_reconnect_attempts": CONNECT_ATTEMPTS,
                         "error_cb": quiet})
-    sent = dups = 0
+    sent = 0
     if on_connected is not None:
         try:
             on_connected()
@@ -329,39 +323,15 @@ async def publish_to_server(
                 sent += 1
             await nc.flush(timeout=dest.publish_timeout)
             return sent, 0
-        sem = asyncio.Semaphore(dest.max_in_flight)
-        failures: list[BaseException] = []
 
-        async def one(subject: str, data: bytes, headers: Any) -> None:
-            nonlocal sent, dups
-            try:
-                reply = await nc.request(subject, data, timeout=dest.publish_timeout, headers=headers)
-                ack = pub_ack(subject, reply.data)
-                sent += 1
-                dups += bool(ack.get("duplicate"))
-            except NoRespondersError:
-                failures.append(_no_capture(subject))
-            except BaseException as e:
-                failures.append(unacked(subject, e, dest.publish_timeout))
-            finally:
-                sem.release()
-
-        tasks = []
-        for r in rows.to_pylist():
-            if failures:
-                break
-            headers = wire_headers(with_msg_id(storable(_pairs(r["headers"])), f"{stream}:{r['seq']}"), hooked)
-            try:
+        def messages() -> Iterator[tuple[str, bytes, Any]]:
+            for r in rows.to_pylist():
+                headers = wire_headers(with_msg_id(storable(_pairs(r["headers"])), f"{stream}:{r['seq']}"), hooked)
                 check_size(nc, r["subject"], r["data"] or b"", headers)
-            except PublishFailed as e:  # what is under way still gets its ack
-                failures.append(e)
-                break
-            await sem.acquire()
-            tasks.append(asyncio.ensure_future(one(r["subject"], r["data"] or b"", headers)))
-        await asyncio.gather(*tasks)
-        if failures:
-            raise failures[0]
-        return sent, dups
+                yield r["subject"], r["data"] or b"", headers
+
+        return await publish_messages(nc, messages(), dest.max_in_flight, dest.publish_timeout,
+                                      no_responders=_no_capture)
     finally:
         await nc.close()
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,7 @@ from jsspark.live.client import PublishFailed, check_size, pub_ack, tear_down, u
 from jsspark.live.options import LiveWriteOptions, parse_live_write_options, redact
 
 MSG_ID = "Nats-Msg-Id"
-STALL_GRACE = 0.5  # seconds past publishTimeout, for a publish nats-py has not sent (``_publish_rows``)
+STALL_GRACE = 0.5  # seconds past publishTimeout, for a publish nats-py has not sent (``unless_late``)
 
 
 @dataclass
@@ -155,78 +155,100 @@ def bulk_columns(table: pa.Table, opts: LiveWriteOptions, max_payload: int) -> t
     return (subjects, blocks, payloads) if can_send(subjects, headers, blocks, payloads, max_payload) else None
 
 
+async def unless_late(aw: Awaitable[Any], oldest: Callable[[], tuple[float, str] | None],
+                      timeout: float) -> tuple[float, str] | None:
+    """Await ``aw`` unless the publish ``oldest`` names (its start and subject: the oldest one
+    under way, or ``None``) goes ``timeout`` (and ``STALL_GRACE``) without being answered first:
+    then that publish, and ``aw`` is cancelled. nats-py's request starts its own timeout only
+    once its buffer took the message, which it waits for with no time limit past its max
+    pending size (a stalled server never drains it); the grace lets that timeout decide where
+    it runs. A new ``oldest`` (another object) starts the count again."""
+    waiting = asyncio.ensure_future(aw)
+    try:
+        while not waiting.done():
+            first = oldest()
+            if first is None:
+                await waiting
+                break
+            due = first[0] + timeout + STALL_GRACE - time.monotonic()
+            await asyncio.wait({waiting}, timeout=max(due, 0.0) + 0.001)
+            if not waiting.done() and first is oldest():
+                return first
+    finally:
+        waiting.cancel()
+    return None
+
+
 async def _publish_rows(nc: Any, opts: LiveWriteOptions, rows: Iterator[dict[str, Any]], hooked: bool) -> tuple[int, int]:
     """Publish rows one at a time with a JetStream ack, ``max_in_flight`` at a time; (published, duplicates)."""
-    sem = asyncio.Semaphore(opts.max_in_flight)
+
+    def messages() -> Iterator[tuple[str, bytes, Any]]:
+        for row in rows:
+            subject = row.get("subject") or opts.subject
+            if not subject:
+                raise PublishFailed("a row has no subject and no subject option is set")
+            payload = row.get("data") or b""
+            headers = wire_headers(_headers(row, _msg_id(row, opts), opts), hooked)
+            check_size(nc, subject, payload, headers)
+            yield subject, payload, headers
+
+    return await publish_messages(nc, messages(), opts.max_in_flight, opts.publish_timeout)
+
+
+async def publish_messages(nc: Any, messages: Iterator[tuple[str, bytes, Any]], max_in_flight: int, timeout: float,
+                           no_responders: Callable[[str], BaseException] | None = None) -> tuple[int, int]:
+    """Publish ``messages`` (subject, payload, nats-py headers) one at a time with a JetStream
+    ack, ``max_in_flight`` at a time; (published, duplicates). A message ``messages`` cannot
+    make (it raises) ends the sending, and what is under way still gets its ack; the first
+    failure is raised. No PubAck within ``timeout`` fails (``unless_late``: also while nats-py
+    waits for a stalled server), and the connection is then torn down. ``no_responders``: the
+    error for a subject no stream captures (else ``unacked``'s)."""
+    sem = asyncio.Semaphore(max_in_flight)
     published = duplicates = 0
     timed_out = False
     failures: list[BaseException] = []
     under_way: dict[asyncio.Task[None], tuple[float, str]] = {}  # start and subject of each, oldest first
 
+    from nats.errors import NoRespondersError
+
     async def one(subject: str, data: bytes, headers: Any) -> None:
         nonlocal published, duplicates, timed_out
         try:
-            reply = await nc.request(subject, data, timeout=opts.publish_timeout, headers=headers)
+            reply = await nc.request(subject, data, timeout=timeout, headers=headers)
             ack = pub_ack(subject, reply.data)
             published += 1
             duplicates += bool(ack.get("duplicate"))
         except BaseException as e:
             timed_out = timed_out or isinstance(e, asyncio.TimeoutError)
-            failures.append(unacked(subject, e, opts.publish_timeout))
+            nobody = no_responders is not None and isinstance(e, NoRespondersError)
+            failures.append(no_responders(subject) if nobody else unacked(subject, e, timeout))
         finally:
             sem.release()
 
-    def message(row: dict[str, Any]) -> tuple[str, bytes, Any]:
-        subject = row.get("subject") or opts.subject
-        if not subject:
-            raise PublishFailed("a row has no subject and no subject option is set")
-        payload = row.get("data") or b""
-        headers = wire_headers(_headers(row, _msg_id(row, opts), opts), hooked)
-        check_size(nc, subject, payload, headers)
-        return subject, payload, headers
-
-    async def unless_late(aw: Awaitable[Any]) -> BaseException | None:
-        """Await ``aw`` (a free slot, or the end of every publish), unless the oldest publish
-        under way goes ``publish_timeout`` (and ``STALL_GRACE``) without its PubAck first: its
-        timeout error. nats-py's request starts its own timeout only once its buffer took the
-        message, which it waits for with no time limit past its max pending size (a stalled
-        server never drains it); the grace lets that timeout decide where it runs."""
-        waiting = asyncio.ensure_future(aw)
-        try:
-            while not waiting.done():
-                oldest = next(iter(under_way.values()), None)
-                if oldest is None:
-                    await waiting
-                    break
-                due = oldest[0] + opts.publish_timeout + STALL_GRACE - time.monotonic()
-                await asyncio.wait({waiting}, timeout=max(due, 0.0) + 0.001)
-                if not waiting.done() and oldest is next(iter(under_way.values()), None):
-                    return unacked(oldest[1], TimeoutError(), opts.publish_timeout)
-        finally:
-            waiting.cancel()
-        return None
+    def oldest() -> tuple[float, str] | None:
+        return next(iter(under_way.values()), None)
 
     late = None
     while not failures:
         try:
-            row = next(rows, None)
-            if row is None:
+            message = next(messages, None)
+            if message is None:
                 break
-            subject, payload, headers = message(row)
-        except Exception as e:  # a row that cannot be sent: what is under way still gets its ack
+            subject, payload, headers = message
+        except Exception as e:  # a message that cannot be sent: what is under way still gets its ack
             failures.append(e)
             break
         if not sem.locked():
             await sem.acquire()  # a free slot: no wait
-        elif (late := await unless_late(sem.acquire())) is not None:
+        elif (late := await unless_late(sem.acquire(), oldest, timeout)) is not None:
             break
         t = asyncio.ensure_future(one(subject, payload, headers))
         under_way[t] = (time.monotonic(), subject)
         t.add_done_callback(under_way.pop)
     if under_way and late is None:
-        late = await unless_late(asyncio.wait(list(under_way)))
+        late = await unless_late(asyncio.wait(list(under_way)), oldest, timeout)
     if late is not None:
-        failures.append(late)
+        failures.append(unacked(late[1], TimeoutError(), timeout))
     if late is not None or timed_out:  # a server that answers nothing may read nothing: torn down
         await tear_down(nc, list(under_way))
     if failures:

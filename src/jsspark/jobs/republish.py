@@ -9,8 +9,8 @@ them to the destination:
   publishes; once connected and before a batch's first publish its id is recorded under the
   checkpoint (``_republish/started``), and a batch Spark replays after a crash is skipped,
   never sent twice (the rest of a batch interrupted mid-way is lost, as a server's republish
-  is lost in a crash; a server that cannot be reached fails the batch before anything is
-  recorded, so a restart retries it). ``mode="idempotent"`` sends JetStream publishes (request/reply, waiting for every
+  is lost in a crash, or when a stalled destination takes nothing for ``publishTimeout``, which
+  fails the batch; a server that cannot be reached fails the batch before anything is recorded, so a restart retries it). ``mode="idempotent"`` sends JetStream publishes (request/reply, waiting for every
   PubAck; a batch in bulk, ``live.bulk_publish``) with ``Nats-Msg-Id: <stream>:<seq>``, so the destination subject must be captured
   by a JetStream stream on that server (else no responders fails the batch); a replayed
   batch is re-sent and that stream's duplicate window drops it: at least once sent, exactly
@@ -42,6 +42,7 @@ import asyncio
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -283,10 +284,11 @@ async def publish_to_server(
     flush (``acked=False``), or JetStream publishes with ``Nats-Msg-Id: <stream>:<seq>``,
     ``max_in_flight`` outstanding, each PubAck checked. ``on_connected`` runs once connected,
     before the first publish. Returns (sent, duplicates). A publish the server does not
-    answer within ``publish_timeout`` fails the batch naming its subject, also while nats-py
-    waits for a stalled server (``live.publisher.publish_messages``)."""
-    from jsspark.live.client import check_size, publish_client_class, wire_headers
-    from jsspark.live.publisher import publish_messages
+    answer (a core one: does not take) within ``publish_timeout`` fails the batch naming its
+    subject, also while nats-py waits for a stalled server to drain its buffer (which it does
+    with no time limit past its max pending size), and the connection is torn down."""
+    from jsspark.live.client import PublishFailed, check_size, publish_client_class, tear_down, wire_headers
+    from jsspark.live.publisher import publish_messages, unless_late
 
     async def quiet(e: Exception) -> None:
         """nats-py logs every failed attempt with a traceback; the failure itself is raised."""
@@ -316,12 +318,32 @@ async def publish_to_server(
             return await bulk_publish.publish_columns(nc, *columns, dest.max_in_flight, dest.publish_timeout,
                                                       no_responders=_no_capture)
         if not acked:
-            for r in rows.to_pylist():
-                headers = wire_headers(_pairs(r["headers"]), hooked)
-                check_size(nc, r["subject"], r["data"] or b"", headers)
-                await nc.publish(r["subject"], r["data"] or b"", headers=headers)
-                sent += 1
-            await nc.flush(timeout=dest.publish_timeout)
+            todo = rows.to_pylist()
+            taking = [(time.monotonic(), todo[0]["subject"] if todo else "")]  # the publish nats-py holds
+
+            async def send() -> None:
+                nonlocal sent
+                for r in todo:
+                    headers = wire_headers(_pairs(r["headers"]), hooked)
+                    check_size(nc, r["subject"], r["data"] or b"", headers)
+                    taking[0] = (time.monotonic(), r["subject"])
+                    await nc.publish(r["subject"], r["data"] or b"", headers=headers)
+                    sent += 1
+                taking[0] = (time.monotonic(), taking[0][1])
+                await nc.flush(timeout=dest.publish_timeout)
+
+            # past its max pending size nats-py waits for a stalled server to drain its buffer with
+            # no time limit: a publish it holds for publishTimeout fails the batch
+            sending = asyncio.ensure_future(send())
+            late = await unless_late(sending, lambda: taking[0], dest.publish_timeout)
+            if late is not None or isinstance(sending.exception(), asyncio.TimeoutError):
+                await tear_down(nc, [sending])  # a server that reads nothing: not drained, torn down
+            if late is not None:
+                if sending.done() and not sending.cancelled():
+                    sending.exception()  # the next publish on the closed connection (a cancellation swallowed)
+                raise PublishFailed(f"the server took no publish within publishTimeout ({dest.publish_timeout:g} s): "
+                                    f"stalled at the publish to {late[1]!r}")
+            await sending  # its error, if any
             return sent, 0
 
         def messages() -> Iterator[tuple[str, bytes, Any]]:

@@ -4,7 +4,8 @@ Given every live message after a publish (the index plus the new rows) this retu
 sequences that ``max_msgs_per_subject``, ``max_msgs``, ``max_bytes`` and ``max_age`` remove
 under discard-old, in the server's order: per-subject first (keep the newest N of each
 subject), then oldest-first for the totals, and age on its own. Discard-new rejections are
-decided by the publisher before it gets here.
+decided by the publisher before it gets here. Without ages, TTLs or rollups, all of it is the
+oldest of some subjects and of the rest: ``oldest_removals`` finds it reading from the head.
 """
 
 from __future__ import annotations
@@ -35,15 +36,18 @@ def per_subject_excess(rows: pa.Table, max_per_subject: int, only: pa.Array | No
         return out
     codes = pc.dictionary_encode(rows["subject"]).combine_chunks().indices.to_numpy()
     # Walk newest-first: a message's rank is how many newer ones share its subject.
-    rev_codes = codes[::-1]
-    order = np.argsort(rev_codes, kind="stable")
-    sorted_codes = rev_codes[order]
+    return (_ranks(codes[::-1]) >= max_per_subject)[::-1]
+
+
+def _ranks(codes: np.ndarray) -> np.ndarray:
+    """Each element's rank among those with its code: how many before it have the same one."""
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
     starts = np.r_[0, np.flatnonzero(np.diff(sorted_codes)) + 1]
     group_start = np.repeat(starts, np.diff(np.r_[starts, len(sorted_codes)]))
-    rank_sorted = np.arange(len(sorted_codes)) - group_start
-    rank_rev = np.empty(n, dtype=np.int64)
-    rank_rev[order] = rank_sorted
-    return (rank_rev >= max_per_subject)[::-1]
+    ranks = np.empty(len(codes), dtype=np.int64)
+    ranks[order] = np.arange(len(sorted_codes)) - group_start
+    return ranks
 
 
 def totals_excess(sizes: np.ndarray, max_msgs: int, max_bytes: int) -> np.ndarray:
@@ -99,6 +103,55 @@ def removal_mask(
         drop[alive[totals_excess(sizes, max_msgs, max_bytes)]] = True
     drop |= expired(rows["ts_ns"].to_numpy(), max_age_ns, now_ns, expires)
     return drop
+
+
+HEAD_WINDOW = 4096  # the first rows ``oldest_removals`` reads (then 4 times as many, and so on)
+
+
+def oldest_removals(
+    head: Callable[[int], pa.Table],
+    n: int,
+    total_bytes: int,
+    *,
+    max_msgs: int,
+    max_bytes: int,
+    discard_old: bool,
+    over: pa.Array | None = None,
+    excess: np.ndarray | None = None,
+) -> np.ndarray:
+    """Positions of what ``removal_mask`` removes (without ages or TTLs) from ``n`` rows sorted
+    by seq, ``head(k)`` giving the first ``k`` (``subject``, ``size``) and ``total_bytes`` their
+    sizes' sum: the oldest ``excess`` of each ``over`` subject (those over ``max_msgs_per_subject``
+    by that many), then the oldest of the rest past ``max_msgs`` / ``max_bytes``. All of it is
+    at the head, so windows from the head grow until one holds it: a publish at a limit reads
+    about what it removes, not the whole stream."""
+    totals = discard_old and (max_msgs >= 0 or max_bytes >= 0)
+    hi = 0
+    while True:
+        hi = min(n, max(HEAD_WINDOW, 4 * hi))
+        part = head(hi)
+        drop = np.zeros(hi, dtype=bool)
+        complete = True
+        if over is not None and excess is not None and len(over):
+            codes = pc.fill_null(pc.index_in(part["subject"], value_set=over), -1).to_numpy()
+            at = np.flatnonzero(codes >= 0)
+            mine = codes[at]
+            drop[at[_ranks(mine) < excess[mine]]] = True
+            complete = bool((np.bincount(mine, minlength=len(over)) >= excess).all())
+        if complete and totals:
+            alive = np.flatnonzero(~drop)
+            sizes = part["size"].to_numpy()
+            cut = max(0, n - int(drop.sum()) - max_msgs) if max_msgs >= 0 else 0
+            if max_bytes >= 0:  # the bytes kept after dropping the first 0, 1, ... alive ones
+                kept = total_bytes - int(sizes[drop].sum()) - np.r_[0, np.cumsum(sizes[alive])]
+                fits = np.flatnonzero(kept <= max_bytes)
+                complete = len(fits) > 0
+                cut = max(cut, int(fits[0]) if complete else 0)
+            complete = complete and cut <= len(alive)
+            if complete:
+                drop[alive[:cut]] = True
+        if complete or hi == n:
+            return np.flatnonzero(drop)
 
 
 # A removal's Delta predicate names at most this many seq ranges. delta-rs evaluates every row

@@ -37,7 +37,7 @@ from jsspark.engine.expiry import NEVER as TTL_NEVER
 from jsspark.engine.expiry import Expiries, expires_of, is_marker, marker_headers
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.index_store import EXPIRY_COLUMNS, IndexStore
-from jsspark.engine.limits import SeqRemoval, expired, removal_mask, seq_removal
+from jsspark.engine.limits import SeqRemoval, expired, oldest_removals, removal_mask, seq_removal
 from jsspark.engine.partitioning import PartitionKey
 from jsspark.engine.rollups import ALL as ROLLUP_ALL
 from jsspark.engine.rollups import NEVER, RolledUp, Rollup, purged_by, pushed_out_by, rollup_moments
@@ -705,17 +705,32 @@ class LakeStream:
         if not rollups and not self._has_limits() and expires is None:
             return None
         combined = pa.concat_tables([index.rows, rows.select(INDEX_COLUMNS).cast(index.rows.schema)])
-        seqs = combined["seq"].to_numpy()
         gone = np.zeros(combined.num_rows, dtype=bool)
         rolled = np.zeros(combined.num_rows, dtype=bool)
         per_subject = int(cfg.max_msgs_per_subject)
         # only the subjects over their limit after this batch (from the subject stats) are
         # ranked: picked out of the rows when they are few, else every subject is ranked
-        over = index.subjects().over(groups, per_subject) if per_subject > 0 else None
+        over, counts = index.subjects().over(groups, per_subject) if per_subject > 0 else (None, None)
         if over is not None and not len(over):
             per_subject = 0
         elif over is not None and 4 * len(over) >= len(index.subjects()):
             over = None
+        if not rollups and expires is None and not max_age and (per_subject <= 0 or over is not None):
+            # what goes is the oldest of the subjects over their limit and the oldest of the rest
+            gone[
+                oldest_removals(
+                    lambda k: combined.slice(0, k),
+                    combined.num_rows,
+                    index.bytes + int(pc.sum(rows["size"]).as_py() or 0),
+                    max_msgs=int(cfg.max_msgs),
+                    max_bytes=int(cfg.max_bytes),
+                    discard_old=_v(cfg.discard) != "new",
+                    over=over if per_subject > 0 else None,
+                    excess=None if counts is None else counts - per_subject,
+                )
+            ] = True
+            return gone, rolled, None
+        seqs = combined["seq"].to_numpy()
 
         def limits(upto: int) -> None:
             alive = np.flatnonzero(~gone[:upto])

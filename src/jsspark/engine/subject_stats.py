@@ -303,12 +303,16 @@ class SubjectStats:
         pos = self.positions(names)
         return np.where(pos >= 0, self.counts[np.maximum(pos, 0)], 0) if len(self.counts) else np.zeros(len(names), np.int64)
 
-    def over(self, added: SubjectGroups, limit: int) -> pa.Array:
-        """The subjects with more than ``limit`` messages once ``added`` is counted in: the
-        only ones a per-subject limit can remove from."""
+    def over(self, added: SubjectGroups, limit: int) -> tuple[pa.Array, np.ndarray]:
+        """The subjects with more than ``limit`` messages once ``added`` is counted in (the
+        only ones a per-subject limit can remove from), and how many each has then."""
         counts, known = self._with_added(added)
-        over_known = self.names.filter(pa.array(counts > limit)) if len(counts) else self.names
-        return pa.concat_arrays([over_known, added.names.filter(pa.array(~known & (added.counts > limit)))])
+        big, fresh = counts > limit, ~known & (added.counts > limit)
+        over_known = self.names.filter(pa.array(big)) if len(counts) else self.names
+        return (
+            pa.concat_arrays([over_known, added.names.filter(pa.array(fresh))]),
+            np.concatenate([counts[big], added.counts[fresh]]),
+        )
 
     def last_seq(self, name: str) -> int:
         i = self.positions(pa.array([name], pa.string()))[0]

@@ -1068,3 +1068,49 @@ def test_a_delivery_after_a_flow_control_ack_ahead_of_it_counts_from_the_deliver
     info = lake.consumer_info("S", "F")
     assert (info.delivered.consumer_seq, info.delivered.stream_seq) == (7, 14)  # s.0 at 1, 3, ..., 13
     assert (info.ack_floor.consumer_seq, info.ack_floor.stream_seq) == (5, 10)
+
+
+def test_a_listing_of_lagging_consumers_matches_each_filter_against_the_subjects_once(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``consumers_info`` counts the ``num_pending`` of consumers without a skip list together:
+    each matched the messages ahead of it on its own (200 lagging consumers on a million
+    messages: 1.56 s). Each filter is now matched against the distinct subjects once; the
+    infos are those each consumer's own ``consumer_info`` answers."""
+    import dataclasses
+
+    import pyarrow as pa
+
+    import jsspark.engine.consumers as consumers_module
+
+    lake = connect(tmp_path / "lake")
+    lake.add_stream(name="L", subjects=["l.>"])
+    n = 20_000
+    lake.publish_batch(
+        "L", pa.table({"subject": [f"l.{i % 100}.{i % 7}" for i in range(n)], "data": [b"x"] * n})
+    )
+    filters = [None, "l.3.*", "l.*.2", "l.>", "l.40.5", "l.99.1", "l.nope"]
+    for i in range(30):
+        start = {} if i % 3 == 0 else {"deliver_policy": "by_start_sequence", "opt_start_seq": 1 + i * 600}
+        lake.add_consumer(
+            "L",
+            durable_name=f"C{i:02d}",
+            filter_subject=filters[i % len(filters)],
+            ack_policy="none" if i in (1, 4, 10, 11) else "explicit",
+            **start,
+        )
+    lake.add_consumer("L", durable_name="LPS", filter_subject="l.5.*", deliver_policy="last_per_subject")
+    for i, seq in ((1, 700), (4, 5000), (10, 19_999), (11, n)):
+        lake.record_delivered("L", f"C{i:02d}", seq)
+    lake.publish("l.3.3", b"y")
+    names = [f"C{i:02d}" for i in range(30)] + ["LPS"]
+
+    def without_time(info: Any) -> Any:
+        return dataclasses.replace(info, ts_ns=0)
+
+    each = [without_time(lake.consumer_info("L", name)) for name in names]
+    assert len({info.num_pending for info in each}) > 10
+    matched = count_matched(monkeypatch, consumers_module)
+    assert [without_time(info) for info in lake.consumers_info("L")] == each
+    # the skip-list consumer's two matches of the stream, and each filter against the 700 subjects
+    assert sum(matched) <= 2 * (n + 1) + len(filters) * 700

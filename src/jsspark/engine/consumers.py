@@ -429,6 +429,42 @@ class StreamView:
             return int(mask.sum())
         return len(pc.unique(tail.rows["subject"].filter(pa.array(mask))))
 
+    def counts_from(self, asks: Sequence[tuple[list[str], int]]) -> list[int] | None:
+        """For each ``(filters, seq)``: the live messages on ``filters`` at or after ``seq``
+        (``from_seq(seq).match(filters)``'s), for many at once, as a listing of lagging
+        consumers asks. The subjects from the earliest ``seq`` on are encoded once and each
+        filter is matched against the distinct ones; a count is the per-subject counts from its
+        ``seq`` on (kept while sweeping back from the end) over its subjects, or, from a ``seq``
+        with fewer messages after it than distinct subjects, its subjects' rows gathered.
+        None when the spans overlap too little for this to pay (each is then matched alone)."""
+        n = len(self.seqs)
+        starts = np.searchsorted(self.seqs, np.array([s for _, s in asks], dtype=np.int64))
+        lo = int(starts.min()) if len(asks) else n
+        if len(asks) < 2 or int((n - starts).sum()) <= 2 * (n - lo):
+            return None
+        enc = pc.dictionary_encode(self.rows["subject"].slice(lo)).combine_chunks()
+        codes, names = enc.indices.to_numpy(), enc.dictionary
+        k = len(names)
+        matched: dict[tuple[str, ...], np.ndarray] = {}
+        ahead, hi = np.zeros(k, dtype=np.int64), n  # per subject, its messages at positions [hi, n)
+        out = [0] * len(asks)
+        for i in np.argsort(-starts, kind="stable").tolist():  # the latest seq first
+            filters, start = asks[i][0], int(starts[i])
+            on = matched.get(tuple(filters))
+            if on is None:
+                on = matched[tuple(filters)] = (
+                    match_filter(names, filters).to_numpy(zero_copy_only=False)
+                    if filters
+                    else np.ones(k, dtype=bool)
+                )
+            if n - start < k:  # few after it: gathered (``ahead`` stays where it was)
+                out[i] = int(np.count_nonzero(on[codes[start - lo :]]))
+                continue
+            ahead += np.bincount(codes[start - lo : hi - lo], minlength=k)
+            hi = start
+            out[i] = int(ahead[on].sum())
+        return out
+
     def count(self, mask: np.ndarray, lo: int, hi: int) -> int:
         """How many of ``mask`` lie in ``(lo, hi]``."""
         return int((mask & (self.seqs > lo) & (self.seqs <= hi)).sum())
@@ -513,15 +549,21 @@ class Consumers:
             key=lambda c: c.name,
         )
 
-    def info_of(self, c: Consumer, view: StreamView, reset_seq: int | None = None) -> ConsumerInfo:
-        """``infoWithSnapAndReply`` from a stored consumer and the stream's current messages."""
+    def info_of(
+        self, c: Consumer, view: StreamView, reset_seq: int | None = None, counted: int | None = None
+    ) -> ConsumerInfo:
+        """``infoWithSnapAndReply`` from a stored consumer and the stream's current messages;
+        ``counted``: its messages on its filters after its position, when counted already
+        (``StreamView.counts_from``; a consumer without a skip list)."""
         st = c.state
         nxt = st.delivered.stream_seq + 1
         pending = 0
         if nxt <= view.last:
-            ahead = view.ahead(st, nxt)
-            deliverable = ahead.deliverable(c.filters, st)
-            pending = min(int((deliverable & (ahead.seqs >= nxt)).sum()), len(view.seqs), view.last - nxt + 1)
+            if counted is None:
+                ahead = view.ahead(st, nxt)
+                deliverable = ahead.deliverable(c.filters, st)
+                counted = int((deliverable & (ahead.seqs >= nxt)).sum())
+            pending = min(counted, len(view.seqs), view.last - nxt + 1)
         ack_pending = len(view.pending(c.filters, st)) if c.config.ack_policy is not AckPolicy.NONE else 0
         now = time.time_ns()
         return ConsumerInfo(
@@ -550,7 +592,12 @@ class Consumers:
         engine = self.lake.stream(stream)
         self.expire(stream)
         view = StreamView.of(engine)
-        return [self.info_of(c, view) for c in self._all(stream) if not c.config.direct]
+        listed = [c for c in self._all(stream) if not c.config.direct]
+        # the num_pending of consumers without a skip list, counted together (their spans overlap)
+        plain = [c for c in listed if not (c.state.resume or c.state.skipped_below)]
+        counts = view.counts_from([(c.filters, c.state.delivered.stream_seq + 1) for c in plain])
+        counted = dict(zip([c.name for c in plain], counts, strict=True)) if counts is not None else {}
+        return [self.info_of(c, view, counted=counted.get(c.name)) for c in listed]
 
     # -- create / update -------------------------------------------------------------------
     def add(

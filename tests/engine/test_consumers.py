@@ -1114,3 +1114,36 @@ def test_a_listing_of_lagging_consumers_matches_each_filter_against_the_subjects
     assert [without_time(info) for info in lake.consumers_info("L")] == each
     # the skip-list consumer's two matches of the stream, and each filter against the 700 subjects
     assert sum(matched) <= 2 * (n + 1) + len(filters) * 700
+
+
+def test_a_backlog_consumers_pending_acks_are_derived_from_its_floor_to_its_position(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer reading a backlog (ack floor near the head, 1,000 delivered and unacked)
+    derives its pending acks from the messages between its floor and its delivered position:
+    it matched every message from its floor to the end of the stream, on every info, pull and
+    ack (a million messages: info 246 ms, pull 197 ms, ack 637 ms). Acking a pending message no
+    longer numbers it by the messages ahead either."""
+    import pyarrow as pa
+
+    import jsspark.engine.consumers as consumers_module
+
+    lake = connect(tmp_path / "lake")
+    lake.add_stream(name="B", subjects=["b.>"])
+    n = 20_000
+    lake.publish_batch("B", pa.table({"subject": [f"b.{i % 100}" for i in range(n)], "data": [b"x"] * n}))
+    lake.add_consumer("B", durable_name="C", filter_subject="b.*", ack_policy="explicit", max_ack_pending=5000)
+    seqs = lake.next_seqs("B", "C", 1000)
+    lake.record_delivered("B", "C", seqs[-1])
+    matched = count_matched(monkeypatch, consumers_module)
+    info = lake.consumer_info("B", "C")
+    assert (info.num_ack_pending, info.num_pending) == (1000, n - 1000)
+    assert sum(matched) <= (n - 1000) + 1000  # what is ahead (num_pending), and the delivered span
+    matched.clear()
+    assert lake.ack("B", "C", seqs[10])
+    assert sum(matched) <= 2 * 1000
+    matched.clear()
+    assert lake.next_seqs("B", "C", 5) == list(range(1001, 1006))
+    assert sum(matched) <= 1000 + (n - 1000)  # the delivered span, and what is ahead
+    info = lake.consumer_info("B", "C")
+    assert (info.num_ack_pending, info.ack_floor.stream_seq, info.delivered.stream_seq) == (989, 11, 1000)

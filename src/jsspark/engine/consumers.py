@@ -409,8 +409,11 @@ class StreamView:
         start = int(np.searchsorted(self.seqs, max(floor, st.listed_to), side="right"))
         derived = self.seqs[:0]
         if start < int(np.searchsorted(self.seqs, st.delivered.stream_seq, side="right")):
-            # only the messages above the floor matter (being last on a subject depends on later ones)
-            above = StreamView(self.rows.slice(start), self.last, self.config)
+            # only the messages above the floor matter (being last on a subject depends on later
+            # ones), up to the delivered position or the skip list's end, whichever is later
+            last = max(st.delivered.stream_seq, st.resume, st.skipped_below)
+            end = int(np.searchsorted(self.seqs, last, side="right"))
+            above = StreamView(self.rows.slice(start, end - start), self.last, self.config)
             due = above.delivered_or_due(filters, st) & (above.seqs <= st.delivered.stream_seq)
             derived = above.seqs[due]
         numbers = st.delivered.consumer_seq - np.arange(len(derived) - 1, -1, -1, dtype=np.int64)
@@ -952,15 +955,16 @@ class Consumers:
             if dseq is None:
                 d = st.delivered
                 at = np.flatnonzero(pending.seqs == stream_seq)
-                ahead = view.ahead(st, min(stream_seq, d.stream_seq) + 1)
-                mask = ahead.delivered_or_due(c.filters, st)
-                dseq = (
-                    int(pending.dseqs[at[0]])
-                    if len(at)
-                    else d.consumer_seq - ahead.count(mask, stream_seq, d.stream_seq)
-                    if stream_seq <= d.stream_seq
-                    else d.consumer_seq + ahead.count(mask, d.stream_seq, stream_seq)
-                )
+                if len(at):
+                    dseq = int(pending.dseqs[at[0]])
+                else:  # not pending: numbered by what it delivers between it and the delivered position
+                    ahead = view.ahead(st, min(stream_seq, d.stream_seq) + 1)
+                    mask = ahead.delivered_or_due(c.filters, st)
+                    dseq = (
+                        d.consumer_seq - ahead.count(mask, stream_seq, d.stream_seq)
+                        if stream_seq <= d.stream_seq
+                        else d.consumer_seq + ahead.count(mask, d.stream_seq, stream_seq)
+                    )
             explicit = c.config.ack_policy is AckPolicy.EXPLICIT
             if stream_seq <= st.ack_floor.stream_seq:
                 return []

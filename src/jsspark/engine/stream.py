@@ -541,7 +541,9 @@ class LakeStream:
                 picked = subjects.slice(int(at[0]), len(at))
             else:
                 picked = take_rows(subjects, at)
-            return self.partition.of(picked["subject"]).to_numpy(zero_copy_only=False)
+            # each distinct subject's partition, computed once (a span holds many of each)
+            enc = pc.dictionary_encode(picked["subject"]).combine_chunks()
+            return self.partition.of(enc.dictionary).to_numpy(zero_copy_only=False)[enc.indices.to_numpy()]
 
         return {"parts": of, "n_parts": self.partition.n if self.partition.kind == "hash" else None}
 

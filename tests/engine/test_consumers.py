@@ -1147,3 +1147,38 @@ def test_a_backlog_consumers_pending_acks_are_derived_from_its_floor_to_its_posi
     assert sum(matched) <= 1000 + (n - 1000)  # the delivered span, and what is ahead
     info = lake.consumer_info("B", "C")
     assert (info.num_ack_pending, info.ack_floor.stream_seq, info.delivered.stream_seq) == (989, 11, 1000)
+
+
+def test_a_backlog_consumers_pulls_and_deliveries_match_up_to_what_they_hand_out(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer far behind the end of the stream: a pull of a few messages matches windows
+    from its position, and recording a delivery (or acking a message it no longer has pending)
+    counts deliveries up to that position. Each matched everything ahead of the consumer (a
+    pull of 10 on a backlog of a million: 45 ms). The seqs and numbers are the same."""
+    import pyarrow as pa
+
+    import jsspark.engine.consumers as consumers_module
+
+    lake = connect(tmp_path / "lake")
+    lake.add_stream(name="B", subjects=["b.>"])
+    n = 40_000
+    lake.publish_batch("B", pa.table({"subject": [f"b.{i % 100}" for i in range(n)], "data": [b"x"] * n}))
+    lake.add_consumer("B", durable_name="C", filter_subject="b.7", ack_policy="all")
+    lake.add_consumer("B", durable_name="W", filter_subject="b.*", ack_policy="none")
+    matched = count_matched(monkeypatch, consumers_module)
+    seqs = lake.next_seqs("B", "C", 30)
+    assert seqs == list(range(8, 3000, 100))
+    assert lake.next_seqs("B", "W", 10) == list(range(1, 11))
+    assert max(matched) <= 4096  # one window each
+    matched.clear()
+    lake.record_delivered("B", "C", seqs[-1])
+    lake.record_delivered("B", "W", 500)
+    assert max(matched) <= 3000  # never past the delivered position
+    matched.clear()
+    assert lake.ack("B", "C", seqs[4])
+    assert lake.ack("B", "C", seqs[2]) is False  # below the floor now: nothing moves
+    assert max(matched) <= 3000  # never past the delivered position
+    c, w = lake.consumer_info("B", "C"), lake.consumer_info("B", "W")
+    assert (c.delivered.consumer_seq, c.ack_floor.consumer_seq, c.num_ack_pending) == (30, 5, 25)
+    assert (w.delivered.consumer_seq, w.ack_floor.consumer_seq, w.num_pending) == (500, 500, n - 500)

@@ -302,6 +302,32 @@ class StreamView:
         view.first = self.first
         return view
 
+    def upto(self, seq: int) -> StreamView:
+        """The messages at or before ``seq``, with the same first and last seq: what counting up
+        to a position needs (``delivered_or_due`` up to it, once it is at or past a skip list's
+        end, does not depend on later messages)."""
+        end = int(np.searchsorted(self.seqs, seq, side="right"))
+        if end == len(self.seqs):
+            return self
+        view = StreamView(self.rows.slice(0, end), self.last, self.config)
+        view.first = self.first
+        return view
+
+    def first_matches(self, filters: list[str], after: int, limit: int) -> list[int]:
+        """The first ``limit`` live seqs above ``after`` on ``filters`` (``match``'s), matched in
+        windows from there (4096 messages, then 4 times as many): a pull reads about what it
+        delivers, not everything ahead of it."""
+        lo, n, window = int(np.searchsorted(self.seqs, after, side="right")), len(self.seqs), 4096
+        found: list[int] = []
+        while lo < n and len(found) < limit:
+            seqs = self.seqs[lo : lo + window]
+            if filters:
+                hit = match_filter(self.rows["subject"].slice(lo, window), filters)
+                seqs = seqs[hit.to_numpy(zero_copy_only=False)]
+            found.extend(seqs[: limit - len(found)].tolist())
+            lo, window = lo + window, window * 4
+        return found
+
     def ahead(self, st: ConsumerState, seq: int) -> StreamView:
         """``from_seq(seq)`` for what a consumer in state ``st`` delivers at or after ``seq``
         (``deliverable``, ``delivered_or_due``): the whole view while ``seq`` is within its skip
@@ -847,6 +873,8 @@ class Consumers:
         if limit <= 0:
             return []
         after = c.state.delivered.stream_seq
+        if not c.state.resume:  # no skip list: its matches after its position (and a used-up list's end)
+            return view.first_matches(c.filters, max(after, c.state.skipped_below), limit)
         ahead = view.ahead(c.state, after + 1)
         mask = ahead.deliverable(c.filters, c.state) & (ahead.seqs > after)
         return [int(s) for s in ahead.seqs[mask][:limit]]
@@ -874,7 +902,9 @@ class Consumers:
             if (generation is not None and generation < st.reset_generation) or stream_seq <= st.delivered.stream_seq:
                 return []
             none = c.config.ack_policy is AckPolicy.NONE
-            ahead = view.ahead(st, min(st.ack_floor.stream_seq, st.delivered.stream_seq) + 1)
+            ahead = view.ahead(st, min(st.ack_floor.stream_seq, st.delivered.stream_seq) + 1).upto(
+                max(stream_seq, st.resume, st.skipped_below)
+            )
             mask = ahead.delivered_or_due(c.filters, st) if consumer_seq is None or none else None
             dseq = consumer_seq
             if dseq is None:
@@ -958,7 +988,9 @@ class Consumers:
                 if len(at):
                     dseq = int(pending.dseqs[at[0]])
                 else:  # not pending: numbered by what it delivers between it and the delivered position
-                    ahead = view.ahead(st, min(stream_seq, d.stream_seq) + 1)
+                    ahead = view.ahead(st, min(stream_seq, d.stream_seq) + 1).upto(
+                        max(stream_seq, d.stream_seq, st.resume, st.skipped_below)
+                    )
                     mask = ahead.delivered_or_due(c.filters, st)
                     dseq = (
                         d.consumer_seq - ahead.count(mask, stream_seq, d.stream_seq)

@@ -42,6 +42,7 @@ class MessageIndex:
         self._subjects: SubjectStats | None = subjects
         self._bytes: int | None = None
         self._seqs: np.ndarray | None = None
+        self._ts_ordered: bool | None = None
         self._planned_removal: tuple[np.ndarray, SubjectGroups] | None = None
 
     def frozen(self) -> MessageIndex:
@@ -80,6 +81,8 @@ class MessageIndex:
             rows = left
         self._planned_removal = None
         if added is not None and added.num_rows:
+            if self._ts_ordered:  # (a removal keeps the rest in order)
+                self._ts_ordered = self.ts_ordered_after(rows, added)
             if self._bytes is not None:
                 self._bytes += int(pc.sum(added["size"]).as_py() or 0)
             rows = pa.concat_tables([rows, added])
@@ -120,6 +123,22 @@ class MessageIndex:
         if not self.rows.num_rows:
             return None
         return int(self.rows["seq"][0].as_py()), int(self.rows["ts_ns"][0].as_py())
+
+    def ts_ordered(self) -> bool:
+        """Whether the live messages' timestamps never decrease with their seqs (a publisher's
+        never do; a mirror's are its origin's), so that those past an age are the oldest:
+        checked once, then kept current."""
+        if self._ts_ordered is None:
+            ts = self.rows["ts_ns"].to_numpy()
+            self._ts_ordered = bool((ts[1:] >= ts[:-1]).all())
+        return self._ts_ordered
+
+    @staticmethod
+    def ts_ordered_after(rows: pa.Table, added: pa.Table) -> bool:
+        """Whether ``added`` (seqs above ``rows``') keeps ``rows``, in order, in order."""
+        ts = added["ts_ns"].to_numpy()
+        after = not rows.num_rows or int(ts[0]) >= int(rows["ts_ns"][rows.num_rows - 1].as_py())
+        return after and bool((ts[1:] >= ts[:-1]).all())
 
     def subjects(self) -> SubjectStats:
         """Per-subject counts and last sequences, built once and then kept current."""

@@ -4,8 +4,9 @@ Given every live message after a publish (the index plus the new rows) this retu
 sequences that ``max_msgs_per_subject``, ``max_msgs``, ``max_bytes`` and ``max_age`` remove
 under discard-old, in the server's order: per-subject first (keep the newest N of each
 subject), then oldest-first for the totals, and age on its own. Discard-new rejections are
-decided by the publisher before it gets here. Without ages, TTLs or rollups, all of it is the
-oldest of some subjects and of the rest: ``oldest_removals`` finds it reading from the head.
+decided by the publisher before it gets here. Without TTLs or rollups, and with ages in seq
+order, all of it is the oldest of some subjects and of the rest: ``oldest_removals`` finds it
+reading from the head.
 """
 
 from __future__ import annotations
@@ -118,13 +119,15 @@ def oldest_removals(
     discard_old: bool,
     over: pa.Array | None = None,
     excess: np.ndarray | None = None,
+    aged_ns: int | None = None,
 ) -> np.ndarray:
     """Positions of what ``removal_mask`` removes (without ages or TTLs) from ``n`` rows sorted
     by seq, ``head(k)`` giving the first ``k`` (``subject``, ``size``) and ``total_bytes`` their
     sizes' sum: the oldest ``excess`` of each ``over`` subject (those over ``max_msgs_per_subject``
-    by that many), then the oldest of the rest past ``max_msgs`` / ``max_bytes``. All of it is
-    at the head, so windows from the head grow until one holds it: a publish at a limit reads
-    about what it removes, not the whole stream."""
+    by that many), then the oldest of the rest past ``max_msgs`` / ``max_bytes``, and with
+    ``aged_ns`` (the rows' ``ts_ns`` in order) those stored at or before it (``max_age``). All of
+    it is at the head, so windows from the head grow until one holds it: a publish at a limit
+    reads about what it removes, not the whole stream."""
     totals = discard_old and (max_msgs >= 0 or max_bytes >= 0)
     hi = 0
     while True:
@@ -150,6 +153,10 @@ def oldest_removals(
             complete = complete and cut <= len(alive)
             if complete:
                 drop[alive[:cut]] = True
+        if aged_ns is not None:  # aged on their own, after the totals (``removal_mask``'s order)
+            aged = int(np.searchsorted(part["ts_ns"].to_numpy(), aged_ns, side="right"))
+            drop[:aged] = True
+            complete = complete and aged < hi
         if complete or hi == n:
             return np.flatnonzero(drop)
 

@@ -717,8 +717,11 @@ class LakeStream:
             per_subject = 0
         elif over is not None and 4 * len(over) >= len(index.subjects()):
             over = None
-        if not rollups and expires is None and not max_age and (per_subject <= 0 or over is not None):
-            # what goes is the oldest of the subjects over their limit and the oldest of the rest
+        ordered = not max_age or (
+            index.ts_ordered() and (not rows.num_rows or MessageIndex.ts_ordered_after(index.rows, rows))
+        )
+        if not rollups and expires is None and ordered and (per_subject <= 0 or over is not None):
+            # what goes is the oldest of the subjects over their limit, the oldest of the rest, and the aged
             gone[
                 oldest_removals(
                     lambda k: combined.slice(0, k),
@@ -729,6 +732,7 @@ class LakeStream:
                     discard_old=_v(cfg.discard) != "new",
                     over=over if per_subject > 0 else None,
                     excess=None if counts is None else counts - per_subject,
+                    aged_ns=now - max_age if max_age else None,
                 )
             ] = True
             return gone, rolled, None

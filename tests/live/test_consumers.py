@@ -783,3 +783,46 @@ def test_a_bind_whose_reset_gets_no_answer_tries_again(server: NatsServer, nats:
         wait_for(lambda: nats.state("NA")["messages"] == 0, 10, "the origin to be acked")
     finally:
         ing.stop()
+
+
+def test_a_restart_whose_reset_goes_unanswered_sends_it_again(
+    server: NatsServer, nats: SyncNats, tmp_path: Path
+) -> None:
+    """On a clustered JetStream a request sent while the consumer's (or the stream's, or the meta)
+    leader is elected gets no answer at all, though the new leader answers one sent seconds later.
+    A restart after a node kill waited the whole request timeout (10 s) on such a request, so
+    reading stalled 10-16 s per kill (and failed restarts on top). The request is sent again every
+    ``RESEND_SECONDS`` within that timeout, the first answer taken. Here a relay in front of the
+    JetStream API (``apiPrefix``) drops the restart's first reset, as a cluster without a leader does."""
+    nats.add_stream(name="RU", subjects=["ru.>"], retention="workqueue")
+    fast_publish(nats, "ru", 0, 300)
+    resets, dropping = [], [False]
+
+    async def relay(msg: Any) -> None:
+        api = msg.subject.removeprefix("relay.API.")
+        if api.startswith("CONSUMER.RESET."):
+            resets.append(api)
+            if dropping[0] and len(resets) == 2:  # the bind's went through
+                return
+        resp = await nats.nc.request(f"$JS.API.{api}", msg.data, timeout=10)
+        await msg.respond(resp.data)
+
+    sub = nats.run(nats.nc.subscribe("relay.API.>", cb=relay))
+    ing = Ingestor(opts(server.url, "RU", tmp_path, consumer="lake", apiPrefix="relay.API"))
+    ing.start(None)
+    try:
+        start, got = drain(ing, 0, 300)
+        dropping[0] = True
+        assert ing._loop is not None
+        began = time.monotonic()
+        info = asyncio.run_coroutine_threadsafe(ing._restart_delivery(), ing._loop).result(C.REQUEST_TIMEOUT + 5)
+        took = time.monotonic() - began
+        assert info and len(resets) == 3, (ing.last_error, resets)  # answered when sent again
+        assert C.RESEND_SECONDS <= took < C.REQUEST_TIMEOUT / 2, took
+        fast_publish(nats, "ru", 300, 200)
+        _, more = drain(ing, start, 500)
+        assert got + more == list(range(1, 501))
+        wait_for(lambda: nats.state("RU")["messages"] == 0, 10, "the origin acked empty")
+    finally:
+        ing.stop()
+        nats.run(sub.unsubscribe())

@@ -27,6 +27,7 @@ lose messages. Gaps and (re)binds use the reset API.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -35,6 +36,12 @@ from jsspark.live.options import Connection, LiveReadOptions
 
 HEARTBEAT_NS = 1_000_000_000
 REQUEST_TIMEOUT = 10.0
+# A clustered JetStream answers a stream's or a consumer's request from its leader only: one sent
+# while that leader is elected (its node died) gets no answer at all, though the new leader
+# answers a request sent a few seconds later. A request that may be sent twice (``resend``) is
+# sent again every RESEND_SECONDS within its timeout, the first answer taken (a late answer to
+# an earlier send still counts, so a slow server is waited for as long as before).
+RESEND_SECONDS = 2.0
 # In a server-managed durable's metadata: jsspark created it, so it may update it (create_durable).
 OWNER_KEY, OWNER_VALUE = "jsspark", "live"
 
@@ -51,15 +58,17 @@ class JetStreamNotEnabled(RuntimeError):
 
 
 async def js_request(nc: Any, conn: Connection, api: str, body: dict[str, Any] | None,
-                     timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
+                     timeout: float = REQUEST_TIMEOUT, resend: bool = False) -> dict[str, Any]:
     """One JetStream API request (``api`` after the prefix, e.g. ``STREAM.INFO.ORDERS``). No
     responders means no JetStream at that prefix: said so, naming the prefix (nats-py's "no
-    responders available for request" names nothing)."""
+    responders available for request" names nothing). ``resend``: the request may be sent twice
+    (a lookup, a durable's creation or reset): unanswered, it is sent again (``RESEND_SECONDS``)."""
     from nats.errors import NoRespondersError
 
     payload = b"" if body is None else json.dumps(body).encode()
+    subject = f"{conn.js_prefix}.{api}"
     try:
-        msg = await nc.request(f"{conn.js_prefix}.{api}", payload, timeout=timeout)
+        msg = await (_resent(nc, subject, payload, timeout) if resend else nc.request(subject, payload, timeout=timeout))
     except NoRespondersError:
         where = (f"apiPrefix {conn.api_prefix!r}" if conn.api_prefix else
                  f"domain {conn.domain!r} ({conn.js_prefix})" if conn.domain else f"{conn.js_prefix} (no domain)")
@@ -69,6 +78,35 @@ async def js_request(nc: Any, conn: Connection, api: str, body: dict[str, Any] |
     resp = json.loads(msg.data or b"{}")
     _raise_api(resp)
     return resp
+
+
+async def _resent(nc: Any, subject: str, payload: bytes, timeout: float) -> Any:
+    """``nc.request`` sent again every ``RESEND_SECONDS`` while none of its sends is answered,
+    each waiting until ``timeout`` from the first; the first answer (or error other than a
+    timeout) is taken. nats-py's TimeoutError when none is answered in ``timeout``."""
+    from nats.errors import TimeoutError as NatsTimeout
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    sends: set[asyncio.Task[Any]] = set()
+    try:
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise NatsTimeout
+            sends.add(asyncio.ensure_future(nc.request(subject, payload, timeout=left)))
+            done, sends = await asyncio.wait(sends, timeout=min(RESEND_SECONDS, left),
+                                             return_when=asyncio.FIRST_COMPLETED)
+            for send in done:
+                if not isinstance(send.exception(), TimeoutError):
+                    return send.result()
+            if not sends and done:  # the last send timed out: so did every other
+                raise NatsTimeout
+    finally:
+        for send in sends:
+            send.cancel()
+        if sends:
+            await asyncio.gather(*sends, return_exceptions=True)
 
 
 def deliver_subject_for(opts: LiveReadOptions) -> str:
@@ -148,7 +186,8 @@ async def create_durable(nc: Any, opts: LiveReadOptions, config: dict[str, Any] 
     since); an operator's durable of that name is never taken over."""
     api, config = f"CONSUMER.CREATE.{opts.stream}.{opts.consumer}", config or durable_config(opts)
     try:
-        return await js_request(nc, opts.conn, api, {"stream_name": opts.stream, "config": config, "action": "create"})
+        return await js_request(nc, opts.conn, api, {"stream_name": opts.stream, "config": config, "action": "create"},
+                                resend=True)
     except APIError as e:
         if e.err_code != 10148:  # consumer already exists (with another config)
             raise
@@ -158,7 +197,8 @@ async def create_durable(nc: Any, opts: LiveReadOptions, config: dict[str, Any] 
         raise NotOurDurable(f"{exists}: durable {opts.consumer!r} on stream {opts.stream} exists with another config and "
                             "was not created by jsspark's consumerMode server, so it is not changed to jsspark's; bind "
                             "it with consumerMode user (and its deliverSubject), or give option consumer another name")
-    return await js_request(nc, opts.conn, api, {"stream_name": opts.stream, "config": config, "action": "update"})
+    return await js_request(nc, opts.conn, api, {"stream_name": opts.stream, "config": config, "action": "update"},
+                            resend=True)
 
 
 class NotOurDurable(RuntimeError):
@@ -201,12 +241,13 @@ async def consumer_names(nc: Any, conn: Connection, stream: str) -> list[str]:
 
 async def reset_consumer(nc: Any, conn: Connection, stream: str, name: str, seq: int | None = None) -> dict[str, Any]:
     """``$JS.API.CONSUMER.RESET``: empty body restarts delivery at the ack floor + 1, dseq 1."""
-    return await js_request(nc, conn, f"CONSUMER.RESET.{stream}.{name}", None if seq is None else {"seq": seq})
+    return await js_request(nc, conn, f"CONSUMER.RESET.{stream}.{name}", None if seq is None else {"seq": seq},
+                            resend=True)
 
 
 async def consumer_info(nc: Any, conn: Connection, stream: str, name: str,
                         timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
-    return await js_request(nc, conn, f"CONSUMER.INFO.{stream}.{name}", None, timeout)
+    return await js_request(nc, conn, f"CONSUMER.INFO.{stream}.{name}", None, timeout, resend=True)
 
 
 def ack_floor(info: dict[str, Any]) -> int:
@@ -237,7 +278,7 @@ async def oldest_stored(nc: Any, conn: Connection, stream: str, config: dict[str
     for subject in subjects:
         try:
             resp = await js_request(nc, conn, f"STREAM.MSG.GET.{stream}", {"seq": 1, "next_by_subj": subject},
-                                    timeout)
+                                    timeout, resend=True)
         except APIError as e:
             if e.err_code == 10037:  # no message found
                 continue
@@ -274,4 +315,4 @@ def check_bound(info: dict[str, Any], opts: LiveReadOptions) -> None:
 
 
 async def stream_info(nc: Any, conn: Connection, stream: str, timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
-    return await js_request(nc, conn, f"STREAM.INFO.{stream}", None, timeout)
+    return await js_request(nc, conn, f"STREAM.INFO.{stream}", None, timeout, resend=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -450,6 +451,56 @@ def test_a_restart_whose_reset_fails_is_made_again(server: NatsServer, nats: Syn
         assert got + more == list(range(1, 501))
         assert len(calls) == 3  # reset again, once
     finally:
+        ing.stop()
+
+
+def test_a_failed_restart_is_made_again_while_the_durable_goes_on_delivering(
+    server: NatsServer, nats: SyncNats, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, with messages coming in all along: the durable goes on delivering (the reader
+    drops them, waiting for its reset's first delivery), so neither a silence nor an idle
+    heartbeat came to make the restart again, and reading stalled until publishing paused (on a
+    cluster after a node kill, 18 s with one message per 20 ms). It is made again
+    ``STALL_SECONDS`` after it failed."""
+    from jsspark.live import ingestor as I
+
+    real, calls = C.reset_consumer, []
+
+    async def fails_once(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append(time.monotonic())
+        if len(calls) == 2:  # the first is the bind's
+            raise TimeoutError("nats: timeout")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(C, "reset_consumer", fails_once)
+    nats.add_stream(name="RD", subjects=["rd.>"], retention="workqueue")
+    ing = Ingestor(opts(server.url, "RD", tmp_path, consumer="lake"))
+    ing.start(None)
+    stop, sent = threading.Event(), [0]
+
+    def steady() -> None:  # one message per 50 ms: never a second without a delivery
+        while not stop.is_set():
+            nats.run(nats.nc.jetstream().publish("rd.x", b"m"))
+            sent[0] += 1
+            time.sleep(0.05)
+
+    publisher = threading.Thread(target=steady, daemon=True)
+    try:
+        publisher.start()
+        wait_for(lambda: sent[0] >= 20, 10, "deliveries under way")
+        assert ing._loop is not None
+        asyncio.run_coroutine_threadsafe(ing._restart_delivery(), ing._loop).result(10)  # as a reconnect does
+        failed = time.monotonic()
+        assert len(calls) == 2 and "timeout" in (ing.last_error or "")
+        wait_for(lambda: len(calls) == 3, I.STALL_SECONDS + 5, "the restart made again while delivering")
+        assert calls[2] - failed < I.STALL_SECONDS + 2.5 and publisher.is_alive()
+        stop.set()
+        publisher.join(10)
+        _, got = drain(ing, 0, sent[0])
+        assert got == list(range(1, sent[0] + 1))
+        wait_for(lambda: nats.state("RD")["messages"] == 0, 10, "the origin acked empty")
+    finally:
+        stop.set()
         ing.stop()
 
 

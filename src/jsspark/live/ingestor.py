@@ -664,9 +664,11 @@ class Ingestor:
         self.last_error = self._redact(str(e))
 
     async def _watchdog(self) -> None:
-        """Break a stall: no message or heartbeat for STALL_SECONDS while connected. And while
-        no delivery comes (heartbeats may), check every STALL_SECONDS that the durable's acks
-        can still move it (``_check_acks``)."""
+        """Break a stall: no message or heartbeat for STALL_SECONDS while connected, or a failed
+        restart of delivery STALL_SECONDS ago (the durable may go on delivering what the reader
+        drops while it waits for a reset's first delivery: no silence, no idle heartbeat comes).
+        And while no delivery comes (heartbeats may), check every STALL_SECONDS that the
+        durable's acks can still move it (``_check_acks``)."""
         seen, since = self._last_dseq, time.monotonic()
         while True:
             await asyncio.sleep(1.0)
@@ -675,6 +677,8 @@ class Ingestor:
                 continue
             if now - self._last_heard > STALL_SECONDS:
                 self._last_heard = now
+                self._schedule_restart()
+            elif self._unbound and self._fatal is None and now - self._restart_ended > STALL_SECONDS:
                 self._schedule_restart()
             elif self._last_dseq != seen:
                 seen, since = self._last_dseq, now

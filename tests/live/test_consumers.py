@@ -246,6 +246,50 @@ def test_acked_messages_still_stored_are_cleared_while_reading(server: NatsServe
         ing.stop()
 
 
+def test_a_look_for_acked_messages_that_times_out_is_made_again(
+    server: NatsServer, nats: SyncNats, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """The look for acked messages still stored gets no answer while a cluster elects the
+    stream's leader (the consumer's answers meanwhile). One such timeout switched the look off
+    for good, as a refusal does; on a standalone server (which never removes them itself) the
+    acked messages a reset by another process stranded then stayed stored for good. It is made
+    again at the next check; here its first answer is lost, then the state of the test above."""
+    from nats.errors import TimeoutError as NatsTimeout
+
+    from jsspark.live import ingestor as I
+
+    real, looks = C.oldest_stored, []
+
+    async def first_lost(*args: Any, **kw: Any) -> int | None:
+        looks.append(args)
+        if len(looks) == 1:
+            raise NatsTimeout
+        return await real(*args, **kw)
+
+    monkeypatch.setattr(C, "oldest_stored", first_lost)
+    monkeypatch.setattr(I, "STALL_SECONDS", 2.0)  # idle checks come sooner
+    nats.add_stream(name="ORTO", subjects=["orto.>"], retention="workqueue")
+    fast_publish(nats, "orto", 0, 3_000)
+    ing = Ingestor(opts(server.url, "ORTO", tmp_path, consumer="lake"))
+    ing.start(None)
+    try:
+        with caplog.at_level(logging.WARNING, logger="jsspark.live.ingestor"):
+            start, got = drain(ing, 0, 2_000)
+            wait_for(lambda: nats.state("ORTO")["first_seq"] == 2_001, 30, "acks up to 2,000")
+            wait_for(lambda: ing.latest(start, None, None) >= 3_000, 30, "3,000 held")
+            wait_for(lambda: len(looks) >= 1, 20, "an idle check's look (its answer lost)")
+            assert "error" not in nats.api("CONSUMER.RESET.ORTO.lake", {"seq": 2_501})
+            _, more = drain(ing, start, 3_000)
+            assert got + more == list(range(1, 3_001))
+            wait_for(lambda: nats.state("ORTO")["messages"] == 0, 40, "the origin acked empty",
+                     lambda: str(nats.state("ORTO")))
+        assert ing.orphan_resets == 1 and len(looks) > 1
+        assert not [r for r in caplog.records if "not trying again" in r.getMessage()]
+    finally:
+        ing.stop()
+
+
 def test_reader_permitted_only_the_consumer_api(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A user allowed the consumer API, acks and flow-control replies, but not ``STREAM.INFO`` or
     ``STREAM.MSG.GET``: the look for acked messages still stored is skipped (a warning, once),

@@ -137,6 +137,9 @@ ACKS_LOST_RESETS = 3
 # The look for acked messages still stored (_orphans) is an extra on each bind: a request the
 # user may not be permitted (answered by nothing) must not hold the bind for long.
 LOOKUP_TIMEOUT = 5.0
+# That look unanswered (a cluster electing the stream's leader) is made again at the next restart
+# or check; this many times in a row and it is given up, as a refused one is at once.
+ORPHAN_LOOK_TIMEOUTS = 3
 ACK_FLUSH_SECONDS = 3.0
 LANDED_POLL = 0.01  # how often a held flow-control request looks for the landing sink's mark
 # A batch waits for the buffer to fill while messages keep arriving (each Spark batch costs far
@@ -265,6 +268,7 @@ class Ingestor:
         self.last_error: str | None = None
         self.resets = 0
         self.orphan_resets = 0  # resets back to acked messages a WorkQueue still stores (_orphans)
+        self._orphan_timeouts = 0  # looks for them unanswered in a row (_oldest_stored)
         self.ack_repairs = 0  # resets after an ack out of order or messages stranded (_check_acks)
         self._workqueue: bool | None = None  # the origin's retention is workqueue (asked once)
         self._retention: str | None = None  # the origin's retention, if STREAM.INFO told it (_learn_origin)
@@ -506,8 +510,7 @@ class Ingestor:
                 # Unanswered: on a cluster, while the origin's stream leader is elected (the consumer
                 # API, answered by the consumer's leader, may answer meanwhile). Asked again while the
                 # bind's waitTimeout leaves room, unless the server said the user may not ask.
-                denied = "permissions violation" in (self.last_error or "").lower()
-                if denied or time.monotonic() + LOOKUP_TIMEOUT + C.REQUEST_TIMEOUT >= deadline:
+                if self._denied() or time.monotonic() + LOOKUP_TIMEOUT + C.REQUEST_TIMEOUT >= deadline:
                     break
             except Exception:  # refused otherwise: the identity stays unknown
                 break
@@ -630,9 +633,11 @@ class Ingestor:
         """On a WorkQueue origin, the oldest message stored for the durable of ``info``; None if
         the origin is not a WorkQueue or stores none (or without ``look``: the retention is only
         found out, once). The lookups are an extra. They come after the durable answered, so
-        JetStream is up: one that fails then (a user whose permissions allow the consumer API but
-        not ``STREAM.INFO``/``STREAM.MSG.GET``) is logged once and not tried again. Callers ask
-        only while the retention may be a WorkQueue (``_workqueue`` not False)."""
+        JetStream is up: one refused then (a user whose permissions allow the consumer API but
+        not ``STREAM.INFO``/``STREAM.MSG.GET``) is logged once and not tried again. One unanswered
+        (on a cluster, while the stream's leader is elected: the consumer's may answer meanwhile)
+        is tried again at the next call, up to ``ORPHAN_LOOK_TIMEOUTS`` times in a row. Callers
+        ask only while the retention may be a WorkQueue (``_workqueue`` not False)."""
         nc, o = self._nc, self.opts
         try:
             if self._workqueue is None:
@@ -642,10 +647,23 @@ class Ingestor:
                     return None
             if not look:
                 return None
-            return await C.oldest_stored(nc, o.conn, o.stream, info.get("config") or {}, LOOKUP_TIMEOUT)
+            oldest = await C.oldest_stored(nc, o.conn, o.stream, info.get("config") or {}, LOOKUP_TIMEOUT)
         except Exception as e:
+            if isinstance(e, TimeoutError) and not self._denied():
+                self._orphan_timeouts += 1
+                if self._orphan_timeouts < ORPHAN_LOOK_TIMEOUTS:
+                    log.warning("jetstream (live): %s: no answer looking for acked messages still stored (%d in a "
+                                "row); trying again at the next restart or check", o.stream, self._orphan_timeouts)
+                    return None
             self._no_orphan_lookup(e)
             return None
+        self._orphan_timeouts = 0
+        return oldest
+
+    def _denied(self) -> bool:
+        """The server said the user may not make a request (nats-py reports it to ``_on_error``
+        only; the request itself goes unanswered)."""
+        return "permissions violation" in (self.last_error or "").lower()
 
     def _no_orphan_lookup(self, e: BaseException) -> None:
         self._workqueue = False

@@ -196,3 +196,61 @@ def test_a_source_whose_filter_changes_or_goes_keeps_one_durable_on_a_lake_origi
     job["stream"]["sources"] = [{"name": "P"}]
     assert run_job(job, spark).await_termination(300)
     assert lake.consumers_info("WQ") == []
+
+
+@pytest.mark.parametrize("case", ["opt_start_time", "purged", "holding"])
+def test_a_source_first_started_on_a_target_holding_messages_starts_where_the_server_does(
+    nats_server: Any, tmp_path: Path, case: str
+) -> None:
+    """A source's first start (nothing of it in the target yet: ``trySetupSourceConsumer`` with
+    seq <= 1) looks at the target: an ``opt_start_time`` before the target's last message is
+    raised to that message's time, and without a start, a target whose ``first_seq`` is past 1
+    (what it held was purged) starts at that time too; one holding messages from seq 1 takes
+    every origin message. The job started at the configured time, or at the origin's first
+    message, and sourced the early messages the server leaves out (found by the sources fuzz,
+    seed 27: a source whose ``opt_start_time`` another source's messages had overtaken)."""
+    import time
+
+    from jsspark.config import ConsumerConfig
+    from jsspark.engine.api import rfc3339nano
+    from jsspark.engine.headers import STREAM_SOURCE
+    from jsspark.jobs.runner import Job
+    from tests.engine.backends import ServerBackend
+    from tests.live.test_durable_source import wait_for
+
+    server, lake = ServerBackend(nats_server.url), jsspark.connect(str(tmp_path))
+    origin, target = f"RAISE_O_{case}", f"RAISE_T_{case}"
+    since = rfc3339nano(time.time_ns())
+    try:
+        for add in (server.add_stream, lake.add_stream):
+            add({"name": origin, "subjects": [f"{origin}.>"]})
+            add({"name": target, "subjects": [f"{target}.>"]})
+        for publish in (server.publish, lake.publish):
+            publish(f"{origin}.a", b"early 1")
+            publish(f"{origin}.b", b"early 2")
+            publish(f"{target}.x", b"local")
+        if case == "purged":
+            server.purge(target)
+            lake.purge_stream(target)
+        source = {"name": origin, **({"opt_start_time": since} if case == "opt_start_time" else {})}
+        cfg = {"name": target, "subjects": [f"{target}.>"], "sources": [source]}
+        assert "error" not in server._req(f"$JS.API.STREAM.UPDATE.{target}", cfg)
+        lake.update_stream(cfg)
+        server.publish(f"{origin}.c", b"late")
+        lake.publish(f"{origin}.c", b"late")
+
+        def sourced() -> list[bytes]:
+            return [data for _, _, data, hdrs in server.messages(target) if dict(hdrs or []).get(STREAM_SOURCE)]
+
+        wait_for(lambda: b"late" in sourced(), 10, "the server to source the late message", lambda: str(sourced()))
+        plan = Job(load_job({"stream": cfg, "target": {"location": str(tmp_path)},
+                             "origins": {"*": {"location": str(tmp_path)}}})).plan()[0]
+        opts = plan.reader_options
+        start, _ = lake.start_sequence(origin, ConsumerConfig.from_json(
+            {k: opts[k] for k in ("deliver_policy", "opt_start_time") if k in opts}))
+        read = [r["data"] for r in _rows(lake, origin) if r["seq"] >= start]
+        assert read == sourced() == ([b"early 1", b"early 2", b"late"] if case == "holding" else [b"late"])
+    finally:
+        for name in (target, origin):
+            server.delete_stream(name)
+        server.close()

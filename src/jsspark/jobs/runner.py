@@ -10,7 +10,8 @@ durable origin is acked only after the commit.
 Where a query starts, the first time (no checkpoint yet), is what the server would resume
 from: a mirror at its last sequence + 1 (else the mirror's ``opt_start_seq`` /
 ``opt_start_time``), a source after its mark (``engine.ingest.sourced_seq``, the
-``Nats-Stream-Source`` resume of ``startingSequenceForSources``). Later the checkpoint's
+``Nats-Stream-Source`` resume of ``startingSequenceForSources``), or without one where the
+server's ``trySetupSourceConsumer`` starts it on that target (``_first_start_time``). Later the checkpoint's
 offsets decide, and the marks make any overlap harmless. An origin deleted and created again
 (another identity) is sourced from its start, under a checkpoint of its own. Several sources are several queries
 committing into one stream: each origin's order is kept, interleaved with the others and with
@@ -59,6 +60,7 @@ class OriginPlan:
     facts: OriginFacts
     start_seq: int | None  # resume position when there is no checkpoint yet
     reader_options: dict[str, str] = field(default_factory=dict)
+    start_time: str | None = None  # a source's first start by time, where the target decides it
 
     @property
     def origin(self) -> Origin:
@@ -208,6 +210,7 @@ class Job:
         endpoint = self.spec.origin(source.name)
         facts = self._facts(source)
         durable = facts.durable_name or consumer_name(self.spec.stream.name, source, self.spec.origin_sources())
+        since = None
         if kind == "mirror":
             state = self.lake.stream_info(self.spec.stream.name).state
             last = state.last_seq
@@ -219,10 +222,31 @@ class Job:
         else:
             mark = sourced_seq(self.lake, self.spec.stream.name, source, facts.identity)
             resume = mark + 1 if mark else None
-        plan = OriginPlan(kind, source, endpoint, facts, resume)
+            if not mark and not source.opt_start_seq:
+                recreated = bool(facts.identity) and sourced_seq(self.lake, self.spec.stream.name, source) > 0
+                since = self._first_start_time(source, recreated)
+        plan = OriginPlan(kind, source, endpoint, facts, resume, start_time=since)
         plan.reader_options = (self._lake_reader(plan, durable) if endpoint.is_lake
                                else self._server_reader(plan, durable))
         return plan
+
+    def _first_start_time(self, source: StreamSource, recreated: bool) -> str | None:
+        """Where a source starts by time the first time (nothing of it in the target), as
+        ``trySetupSourceConsumer`` decides from the target's state: an ``opt_start_time`` before
+        the target's last message is raised to that message's time; without a start, a target
+        whose ``first_seq`` is past 1 (what it held was purged) starts at that time too, unless
+        the origin was deleted and created again. ``None``: the configured start, or all."""
+        from jsspark.engine.api import rfc3339nano
+        from jsspark.live.snapshot import rfc3339_ns
+
+        state = self.lake.stream_info(self.spec.stream.name).state
+        last = state.last_ts_ns
+        if source.opt_start_time is not None:
+            configured = source.opt_start_time.to_rfc3339nano()
+            return rfc3339nano(last) if last and rfc3339_ns(configured) < last else None
+        if state.first_seq > 1 and last and not recreated:
+            return rfc3339nano(last)
+        return None
 
     @staticmethod
     def _start_beyond(source: StreamSource, facts: OriginFacts) -> int | None:
@@ -252,6 +276,8 @@ class Job:
             return {policy: "by_start_sequence", seq: str(plan.start_seq)}
         if src.opt_start_seq:
             return {policy: "by_start_sequence", seq: str(src.opt_start_seq)}
+        if plan.start_time is not None:
+            return {policy: "by_start_time", at: plan.start_time}
         if src.opt_start_time is not None:
             return {policy: "by_start_time", at: src.opt_start_time.to_rfc3339nano()}
         return {policy: "all"}

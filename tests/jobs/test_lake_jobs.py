@@ -254,3 +254,50 @@ def test_a_source_first_started_on_a_target_holding_messages_starts_where_the_se
         for name in (target, origin):
             server.delete_stream(name)
         server.close()
+
+
+@pytest.mark.parametrize("case", ["filtered", "filtered_start_below_first", "filtered_from_one"])
+def test_an_empty_mirror_takes_the_numbering_where_its_consumer_starts(
+    nats_server: Any, tmp_path: Path, case: str
+) -> None:
+    """The server's mirror consumer starts at the origin's first message at the earliest
+    (``selectStartingSeqNo``: deliver all from ``FirstSeq``, an ``opt_start_seq`` below it moved
+    up), and an empty mirror is purged up to that start (``setupMirrorConsumer``:
+    ``Delivered.Stream > LastSeq``) even when none of the origin's messages pass its filter. The
+    job did so only for a start past the origin's last message, and left a filtered mirror of an
+    origin whose head was removed at first_seq 0 (the sources fuzz, seed 146)."""
+    from jsspark.jobs.runner import Job
+    from tests.engine.backends import LakeBackend, ServerBackend
+    from tests.live.test_durable_source import wait_for
+
+    server, lake = ServerBackend(nats_server.url), LakeBackend(jsspark.connect(str(tmp_path)))
+    origin, mirror = f"EMPTY_O_{case}", f"EMPTY_M_{case}"
+    try:
+        for add in (server.add_stream, lake.add_stream):
+            add({"name": origin, "subjects": [f"{origin}.>"]})
+        for backend in (server, lake):
+            for _ in range(3):
+                backend.publish(f"{origin}.a", b"x")
+            if case != "filtered_from_one":
+                backend.delete_msg(origin, 1)
+                backend.delete_msg(origin, 2)
+        source = {"name": origin, "filter_subject": f"{origin}.b"}
+        if case == "filtered_start_below_first":
+            source["opt_start_seq"] = 2
+        cfg = {"name": mirror, "mirror": source}
+        for add in (server.add_stream, lake.add_stream):
+            assert add(cfg) == {"ok": True}
+        want = {"messages": 0, "first_seq": 0, "last_seq": 0} if case == "filtered_from_one" else {
+            "messages": 0, "first_seq": 3, "last_seq": 2}
+
+        def state(backend: Any) -> dict[str, int]:
+            return {k: v for k, v in backend.state(mirror).items() if k in want}
+
+        wait_for(lambda: state(server) == want, 10, "the server's mirror to take its numbering", lambda: str(state(server)))
+        Job(load_job({"stream": cfg, "target": {"location": str(tmp_path)},
+                      "origins": {"*": {"location": str(tmp_path)}}})).plan()
+        assert state(lake) == state(server) == want
+    finally:
+        for name in (mirror, origin):
+            server.delete_stream(name)
+        server.close()

@@ -38,6 +38,7 @@ class OriginFacts:
     last_ts_ns: int = 0
     durable_name: str = ""  # the durable the job reads it through (choose_durable), when it acks
     stale: tuple[str, ...] = ()  # the job's durables there no source reads any more
+    first_seq: int = 0
 
     @property
     def needs_acks(self) -> bool:
@@ -113,7 +114,7 @@ def lake_facts(endpoint: Endpoint, name: str, choose: Chooser | None = None) -> 
     retention = str(getattr(info.config.retention, "value", info.config.retention))
     facts = OriginFacts(retention=retention, identity=identity_of(rfc3339nano(info.created_ns)),
                         messages=info.state.messages, last_seq=info.state.last_seq,
-                        last_ts_ns=info.state.last_ts_ns)
+                        last_ts_ns=info.state.last_ts_ns, first_seq=info.state.first_seq)
     if choose is None or not facts.needs_acks:
         return facts
     durable, stale = choose([c.name for c in lake.consumers_info(name)])
@@ -195,7 +196,8 @@ def server_facts(endpoint: Endpoint, name: str, choose: Chooser | None = None,
         last_ts = state.get("last_ts")
         facts = OriginFacts(str(info["config"].get("retention", "limits")), identity, None,
                             int(state.get("messages", 0)), int(state.get("last_seq", 0)),
-                            rfc3339_ns(last_ts) if last_ts and state.get("messages") else 0)
+                            rfc3339_ns(last_ts) if last_ts and state.get("messages") else 0,
+                            first_seq=int(state.get("first_seq", 0)))
         if choose is None or not facts.needs_acks:
             return facts
         durable, stale = choose(await consumer_names(nc, conn, name))

@@ -214,7 +214,7 @@ class Job:
         if kind == "mirror":
             state = self.lake.stream_info(self.spec.stream.name).state
             last = state.last_seq
-            beyond = self._start_beyond(source, facts)
+            beyond = self._start_beyond(source, facts, state)
             if not state.messages and beyond is not None and beyond - 1 > last:
                 self.lake.purge(self.spec.stream.name, seq=beyond)
                 last = beyond - 1
@@ -249,23 +249,31 @@ class Job:
         return None
 
     @staticmethod
-    def _start_beyond(source: StreamSource, facts: OriginFacts) -> int | None:
-        """Where the mirror's consumer starts when that is past every message the origin stores
-        (``None`` otherwise: the first one landed gives the mirror its numbering): after the
-        origin's last sequence when it holds nothing (purged, expired) or ``opt_start_time`` is
-        after its last message, else at an ``opt_start_seq`` beyond it. An empty mirror is then
-        purged up to there (``setupMirrorConsumer``: ``state.Msgs == 0 && Delivered.Stream >
-        state.LastSeq`` -> ``PurgeEx("", Delivered.Stream+1)``), so it shows the origin's numbering
-        before any message comes."""
-        start = int(source.opt_start_seq or 0)
-        if not facts.messages:
-            start = max(start, facts.last_seq + 1)
-        elif source.opt_start_time is not None and not start:
-            from jsspark.live.snapshot import rfc3339_ns
+    def _start_beyond(source: StreamSource, facts: OriginFacts, state: Any) -> int | None:
+        """Where the mirror's consumer starts when that can be past the origin messages its
+        filter takes (``None`` otherwise: the first one landed gives the mirror its numbering).
+        A mirror that never held anything starts at its ``opt_start_seq``, or after the origin's
+        last sequence when the origin holds nothing (purged, expired) or ``opt_start_time`` is
+        after its last message; one that did, after its own last sequence; and never below the
+        origin's first message (``selectStartingSeqNo`` starts deliver-all there and moves an
+        earlier start up to it). An empty mirror is then purged up to there
+        (``setupMirrorConsumer``: ``state.Msgs == 0 && Delivered.Stream > state.LastSeq`` ->
+        ``PurgeEx("", Delivered.Stream+1)``), so it shows the origin's numbering before any
+        message comes, also when its filter takes none of the origin's messages."""
+        if state.messages or state.first_seq:
+            start = state.last_seq + 1
+        else:
+            start = int(source.opt_start_seq or 0)
+            if not facts.messages:
+                start = max(start, facts.last_seq + 1)
+            elif source.opt_start_time is not None and not start:
+                from jsspark.live.snapshot import rfc3339_ns
 
-            if rfc3339_ns(source.opt_start_time.to_rfc3339nano()) > facts.last_ts_ns:
+                if rfc3339_ns(source.opt_start_time.to_rfc3339nano()) <= facts.last_ts_ns:
+                    return None  # within the origin's messages (GetSeqFromTime): the first landed decides
                 start = facts.last_seq + 1
-        return start if start > max(facts.last_seq, 1) else None
+        start = max(start, facts.first_seq)
+        return start if start > 1 else None
 
     @staticmethod
     def _start(plan: OriginPlan, names: tuple[str, str, str]) -> dict[str, str]:

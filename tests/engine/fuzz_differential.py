@@ -5,6 +5,8 @@ difference that is the lake's fault becomes a differential test in this folder.
 
     python3 -m tests.engine.fuzz_differential --mode stream --seconds 300
     python3 -m tests.engine.fuzz_differential --mode consumers --seed 4035 --one   # replay one
+    python3 -m tests.engine.fuzz_differential --mode directget --seconds 300
+    python3 -m tests.engine.fuzz_differential --mode sources --seconds 300   # tests/engine/fuzz_sources.py
 
 ``stream``: publishes (with ``Nats-Msg-Id``, ``Nats-Rollup``, ``Nats-TTL`` and the expected
 headers), deletes and purges on streams with random limits, discard policies, first
@@ -13,6 +15,22 @@ sequences and subject transforms; the publish answers, the state and the stored 
 reader acks, reset, deleted) on limits, interest and work-queue streams, with every deliver
 policy but ``last_per_subject`` (``by_start_time`` at a moment between two steps) and some of
 the rest of their config (``Scenario._options``); their infos and the stream state must be equal.
+``directget``: ``allow_direct`` streams of one- to three-token subjects (``p.>`` or ``p.*``,
+``p.*.*``, ...; random limits, ``first_seq``, long TTLs, or short ones that expire between
+rounds) take rounds of publishes (some with headers), deletes and purges; once the state is
+settled, every reply to random direct gets must be equal (status, headers such as
+``Nats-Num-Pending``/``Nats-Last-Sequence``/``Nats-UpTo-Sequence``, data, the EOB): by seq,
+``last_by_subj``, ``next_by_subj`` (literal and wildcard filters, with and without ``seq``),
+batches (``batch``, ``max_bytes``, ``no_hdr``), ``start_time`` at moments between steps,
+``multi_last`` with ``seq``, ``up_to_seq``, ``up_to_time``, and a few with conflicting fields.
+``sources``: a mirror or sourcing stream of one or two origins, see ``tests/engine/fuzz_sources.py``.
+
+Not generated, because a lake deliberately does not follow it: ``storage: memory`` (a lake keeps
+the setting but stores as the file store does, ``ConfigIgnoredWarning``). The server's memory
+store answers some requests its own way: a delete of a missing message is ``10043 sequence N
+not found`` (the file store's ``10057 stream store EOF`` / ``no message found``), a
+``multi_last`` with ``up_to_seq`` past the last sequence finds the messages up to the end (the
+file store ``404 No Results``), and its ``bytes`` differ.
 
 What a consumers run does not compare, because the server answers it in ways the lake does not
 follow (each is a known divergence, see the tests named):
@@ -106,18 +124,25 @@ class Scenario:
     def __init__(self, pair: Pair, rnd: random.Random) -> None:
         self.pair, self.rnd, self.steps = pair, rnd, []  # type: list[tuple[Any, ...]]
 
+    deep = False  # subjects of one to three tokens under the prefix (directget runs)
+
     def subject(self) -> str:
+        if self.deep:
+            return ".".join([self.prefix] + [self.rnd.choice(LETTERS[:3]) for _ in range(self.rnd.choice((1, 1, 2, 3)))])
         return f"{self.prefix}.{self.rnd.choice(LETTERS)}"
 
     def step(self, *what: Any) -> None:
         self.steps.append(what)
 
-    def new_stream(self, retention: str, transform: tuple[str, str] | None = None, **limits: Any) -> bool:
-        """Create the stream (``transform``: its subject transform's source and destination, with
-        ``{p}`` for the subject prefix); False where both refuse the config (with the same error)."""
+    def new_stream(self, retention: str, transform: tuple[str, str] | None = None, subjects: tuple[str, ...] = ("{p}.>",),
+                   **limits: Any) -> bool:
+        """Create the stream (``transform``: its subject transform's source and destination,
+        ``subjects`` its subjects, with ``{p}`` for the subject prefix); False where both refuse
+        the config (with the same error)."""
         self.name = f"F{next(_names)}"
         self.prefix = self.name.lower()
-        cfg = {"name": self.name, "subjects": [f"{self.prefix}.>"], "retention": retention, **limits}
+        cfg = {"name": self.name, "subjects": [x.format(p=self.prefix) for x in subjects], "retention": retention,
+               **limits}
         if transform:
             cfg["subject_transform"] = {"src": transform[0].format(p=self.prefix),
                                         "dest": transform[1].format(p=self.prefix)}
@@ -243,6 +268,109 @@ class Scenario:
             headers.append(("Nats-Expected-Last-Subject-Sequence-Subject", r.choice([self.subject(), f"{self.prefix}.*"])))
         return headers
 
+    # -- direct get runs ------------------------------------------------------------------------
+    def run_directget(self) -> None:
+        """Rounds of changes (publishes with headers and TTLs, deletes, purges), the state
+        settled (short TTLs expired on both: the lake's ``enforce_limits`` after they passed),
+        then random direct gets, every reply compared."""
+        r = self.rnd
+        self.deep = True
+        limits: dict[str, Any] = {"allow_direct": True}
+        self.short_ttl = r.random() < 0.3  # messages expiring during the run: no limit races them
+        if self.short_ttl:
+            limits["allow_msg_ttl"] = True
+        else:
+            for key, value in (("max_msgs", lambda: r.randint(3, 15)), ("max_bytes", lambda: r.randint(200, 900)),
+                               ("max_msgs_per_subject", lambda: r.randint(1, 3))):
+                if r.random() < 0.25:
+                    limits[key] = value()
+            if r.random() < 0.2:
+                limits["discard"] = "new"
+            if r.random() < 0.3:
+                limits["allow_msg_ttl"] = True
+        if r.random() < 0.15:
+            limits["first_seq"] = r.randint(1, 30)
+        subjects = r.choice([("{p}.>",), ("{p}.*", "{p}.*.*", "{p}.*.*.*")])
+        if not self.new_stream("limits", None, subjects, **limits):
+            return
+        self.moments = [rfc3339nano(time.time_ns())]
+        self.expiring = 0.0  # when the last short TTL passes
+        ops: dict[str, tuple[float, Callable[[], None]]] = {
+            "pub": (6, self.dg_publish), "pubs": (2, lambda: [self.dg_publish() for _ in range(r.randint(2, 6))]),
+            "del": (1, self.delete), "dels": (0.5, lambda: [self.delete() for _ in range(r.randint(2, 5))]),
+            "purge": (0.6, self.purge),
+        }
+        for _ in range(r.randint(2, 5)):
+            for _ in range(r.randint(2, 12)):
+                ops[r.choices(list(ops), [w for w, _ in ops.values()])[0]][1]()
+                self.moments.append(rfc3339nano(time.time_ns()))
+            if self.expiring:
+                time.sleep(max(0.0, self.expiring - time.monotonic()) + 0.3)  # let the short TTLs pass
+                self.expiring = 0.0
+                self.step("expire")
+                self.pair.lake.lake.enforce_limits(self.name)
+            self.pair.settled("state", self.name, timeout=5)
+            self.moments.append(rfc3339nano(time.time_ns()))
+            for _ in range(r.randint(5, 25)):
+                self.dg_request()
+        self.pair.settled("messages", self.name, timeout=2)
+
+    def dg_publish(self) -> None:
+        r = self.rnd
+        headers = []
+        if r.random() < 0.3:
+            headers.append(("X-K", "v" * r.randint(0, 9)))
+        if self.config.get("allow_msg_ttl") and r.random() < 0.3:
+            headers.append(("Nats-TTL", "1s" if self.short_ttl else "1h"))
+            if self.short_ttl:
+                self.expiring = time.monotonic() + 1
+        subject = self.subject()
+        self.step("pub", subject, headers)
+        self.pair.publish(subject, b"d" * r.randint(0, 40), headers=headers or None)
+
+    def dg_filter(self) -> str:
+        p = self.prefix
+        return self.rnd.choice([self.subject(), self.subject(), f"{p}.*", f"{p}.*.*", f"{p}.a.>", f"{p}.>",
+                                f"{p}.*.b", f"{p}.*.>", ">", f"{p}.zz"])
+
+    def dg_request(self) -> None:
+        """One direct get in any of its forms (a few with conflicting fields), compared."""
+        r = self.rnd
+        last = self.pair.lake.state(self.name)["last_seq"]
+
+        def seq() -> int:
+            return r.randint(0, last + 2)
+
+        def moment() -> str:
+            return r.choice(self.moments)
+
+        def batch() -> int:
+            return r.choice([1, 2, 3, 5, 50])
+
+        f = self.dg_filter
+        req = r.choice([
+            lambda: {"seq": seq()}, lambda: {"last_by_subj": f()}, lambda: {"next_by_subj": f()},
+            lambda: {"next_by_subj": f(), "seq": seq()}, lambda: {"seq": seq(), "batch": batch()},
+            lambda: {"next_by_subj": f(), "seq": seq(), "batch": batch()}, lambda: {"next_by_subj": f(), "batch": batch()},
+            lambda: {"start_time": moment()}, lambda: {"start_time": moment(), "batch": batch()},
+            lambda: {"start_time": moment(), "next_by_subj": f()},
+            lambda: {"start_time": moment(), "next_by_subj": f(), "batch": batch()},
+            lambda: {"multi_last": [f() for _ in range(r.randint(1, 3))]},
+            lambda: {"multi_last": [f() for _ in range(r.randint(1, 3))], "up_to_seq": seq()},
+            lambda: {"multi_last": [f() for _ in range(r.randint(1, 3))], "up_to_time": moment()},
+            lambda: {"multi_last": [f()], "seq": seq(), "batch": batch()},
+            lambda: {"multi_last": [f()], "start_time": moment()},
+        ])()
+        if r.random() < 0.3:
+            req["max_bytes"] = r.randint(1, 200)
+        if r.random() < 0.15:
+            req["no_hdr"] = True
+        if r.random() < 0.05:  # a field that conflicts with some forms
+            extra = r.choice([{"last_by_subj": f()}, {"seq": seq()}, {"up_to_seq": seq()}, {"start_time": moment()}])
+            req.update(extra)
+        self.step("direct get", req)
+        assert_same_replies(self.pair, self.name, req)
+
     # -- consumer runs --------------------------------------------------------------------------
     def run_consumers(self) -> None:
         r = self.rnd
@@ -367,7 +495,7 @@ class Scenario:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mode", choices=["stream", "consumers"], default="stream")
+    ap.add_argument("--mode", choices=["stream", "consumers", "directget", "sources"], default="stream")
     ap.add_argument("--seconds", type=float, default=60.0, help="run new seeds for this long")
     ap.add_argument("--seed", type=int, default=1, help="the first seed")
     ap.add_argument("--one", action="store_true", help="run only --seed, and print all its steps")
@@ -377,10 +505,18 @@ def main() -> None:
     with NatsServer(store_dir=str(work / "server")) as server:
         seed, end = args.seed, time.monotonic() + args.seconds
         while True:
-            pair = Pair(Server(server.url), Lake(connect(work / f"lake-{seed}")))
-            scenario = Scenario(pair, random.Random(seed))
+            if args.mode == "sources":
+                from tests.engine import fuzz_sources
+
+                location = str(work / f"lake-{seed}")
+                pair = Pair(fuzz_sources.Server(server.url), fuzz_sources.Lake(connect(location)))
+                scenario: Scenario = fuzz_sources.SourcesScenario(pair, random.Random(seed), location)
+            else:
+                pair = Pair(Server(server.url), Lake(connect(work / f"lake-{seed}")))
+                scenario = Scenario(pair, random.Random(seed))
             try:
-                scenario.run_stream() if args.mode == "stream" else scenario.run_consumers()
+                {"stream": scenario.run_stream, "consumers": scenario.run_consumers,
+                 "directget": scenario.run_directget, "sources": getattr(scenario, "run", None)}[args.mode]()
             except Exception as e:
                 failed += 1
                 print(f"seed {seed}: {type(e).__name__}: {e}")

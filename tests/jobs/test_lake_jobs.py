@@ -256,34 +256,45 @@ def test_a_source_first_started_on_a_target_holding_messages_starts_where_the_se
         server.close()
 
 
-@pytest.mark.parametrize("case", ["filtered", "filtered_start_below_first", "filtered_from_one"])
+@pytest.mark.parametrize("case", ["filtered", "filtered_start_below_first", "filtered_start_time", "filtered_from_one"])
 def test_an_empty_mirror_takes_the_numbering_where_its_consumer_starts(
     nats_server: Any, tmp_path: Path, case: str
 ) -> None:
     """The server's mirror consumer starts at the origin's first message at the earliest
     (``selectStartingSeqNo``: deliver all from ``FirstSeq``, an ``opt_start_seq`` below it moved
-    up), and an empty mirror is purged up to that start (``setupMirrorConsumer``:
-    ``Delivered.Stream > LastSeq``) even when none of the origin's messages pass its filter. The
-    job did so only for a start past the origin's last message, and left a filtered mirror of an
-    origin whose head was removed at first_seq 0 (the sources fuzz, seed 146)."""
+    up, an ``opt_start_time`` at ``GetSeqFromTime``), and an empty mirror is purged up to that
+    start (``setupMirrorConsumer``: ``Delivered.Stream > LastSeq``) even when none of the
+    origin's messages pass its filter. The job did so only for a start past the origin's last
+    message, and left a filtered mirror at first_seq 0 (the sources fuzz, seeds 146 and 1183).
+    Checked for a lake origin and for the same origin on the server."""
+    import time
+
+    from jsspark.engine.api import rfc3339nano
     from jsspark.jobs.runner import Job
     from tests.engine.backends import LakeBackend, ServerBackend
     from tests.live.test_durable_source import wait_for
 
-    server, lake = ServerBackend(nats_server.url), LakeBackend(jsspark.connect(str(tmp_path)))
+    server, lake = ServerBackend(nats_server.url), LakeBackend(jsspark.connect(str(tmp_path / "lake")))
+    of_server = LakeBackend(jsspark.connect(str(tmp_path / "of_server")))
     origin, mirror = f"EMPTY_O_{case}", f"EMPTY_M_{case}"
+    since = ""
     try:
         for add in (server.add_stream, lake.add_stream):
             add({"name": origin, "subjects": [f"{origin}.>"]})
-        for backend in (server, lake):
-            for _ in range(3):
+        for i in range(3):
+            if i == 2:
+                since = rfc3339nano(time.time_ns())
+            for backend in (server, lake):
                 backend.publish(f"{origin}.a", b"x")
-            if case != "filtered_from_one":
+        if case in ("filtered", "filtered_start_below_first"):
+            for backend in (server, lake):
                 backend.delete_msg(origin, 1)
                 backend.delete_msg(origin, 2)
         source = {"name": origin, "filter_subject": f"{origin}.b"}
         if case == "filtered_start_below_first":
             source["opt_start_seq"] = 2
+        if case == "filtered_start_time":
+            source["opt_start_time"] = since
         cfg = {"name": mirror, "mirror": source}
         for add in (server.add_stream, lake.add_stream):
             assert add(cfg) == {"ok": True}
@@ -294,9 +305,13 @@ def test_an_empty_mirror_takes_the_numbering_where_its_consumer_starts(
             return {k: v for k, v in backend.state(mirror).items() if k in want}
 
         wait_for(lambda: state(server) == want, 10, "the server's mirror to take its numbering", lambda: str(state(server)))
-        Job(load_job({"stream": cfg, "target": {"location": str(tmp_path)},
-                      "origins": {"*": {"location": str(tmp_path)}}})).plan()
-        assert state(lake) == state(server) == want
+        Job(load_job({"stream": cfg, "target": {"location": str(tmp_path / "lake")},
+                      "origins": {"*": {"location": str(tmp_path / "lake")}}})).plan()
+        Job(load_job({"stream": cfg, "target": {"location": str(tmp_path / "of_server")},
+                      "origins": {"*": {"servers": nats_server.url}}})).prepare()
+        Job(load_job({"stream": cfg, "target": {"location": str(tmp_path / "of_server")},
+                      "origins": {"*": {"servers": nats_server.url}}})).plan()
+        assert state(lake) == state(of_server) == state(server) == want
     finally:
         for name in (mirror, origin):
             server.delete_stream(name)

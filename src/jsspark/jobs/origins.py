@@ -213,6 +213,31 @@ def server_facts(endpoint: Endpoint, name: str, choose: Chooser | None = None,
     return _on_server(endpoint, name, ask, connection)
 
 
+def seq_from_time(endpoint: Endpoint, name: str, at: str, connection: Mapping[str, str] | None = None) -> int | None:
+    """The origin's first sequence stored at or after ``at`` (its last sequence + 1 past its
+    messages), where a by-start-time consumer created now starts (``GetSeqFromTime``): a lake's
+    ``start_sequence``, a server's ``STREAM.MSG.GET`` with ``start_time`` (``None`` from a server
+    that does not take one)."""
+    if endpoint.is_lake:
+        import jsspark
+        from jsspark.config import ConsumerConfig
+
+        lake = jsspark.connect(str(endpoint.location), endpoint.storage_options)
+        cfg = ConsumerConfig.from_json({"deliver_policy": "by_start_time", "opt_start_time": at})
+        return int(lake.start_sequence(name, cfg)[0])
+    from jsspark.live.consumer import js_request, stream_info
+
+    async def ask(nc: Any, conn: Any) -> int | None:
+        try:
+            return int((await js_request(nc, conn, f"STREAM.MSG.GET.{name}", {"start_time": at}))["message"]["seq"])
+        except APIError as e:
+            if e.err_code != 10037:  # no message found: past the last one
+                return None
+        return int((await stream_info(nc, conn, name)).get("state", {}).get("last_seq", 0)) + 1
+
+    return _on_server(endpoint, name, ask, connection)
+
+
 def _on_server(endpoint: Endpoint, name: str, work: Callable[[Any, Any], Any],
                connection: Mapping[str, str] | None) -> Any:
     """Run ``work(nc, conn)`` on a connection to the origin's server; a connection error names

@@ -41,6 +41,7 @@ from jsspark.jobs.origins import (
     lake_facts,
     origin_connection,
     owned_durables,
+    seq_from_time,
     server_facts,
 )
 from jsspark.jobs.spec import Endpoint, JobError, JobSpec, load_job
@@ -214,7 +215,7 @@ class Job:
         if kind == "mirror":
             state = self.lake.stream_info(self.spec.stream.name).state
             last = state.last_seq
-            beyond = self._start_beyond(source, facts, state)
+            beyond = self._start_beyond(source, facts, state, endpoint)
             if not state.messages and beyond is not None and beyond - 1 > last:
                 self.lake.purge(self.spec.stream.name, seq=beyond)
                 last = beyond - 1
@@ -249,12 +250,12 @@ class Job:
         return None
 
     @staticmethod
-    def _start_beyond(source: StreamSource, facts: OriginFacts, state: Any) -> int | None:
+    def _start_beyond(source: StreamSource, facts: OriginFacts, state: Any, endpoint: Endpoint) -> int | None:
         """Where the mirror's consumer starts when that can be past the origin messages its
         filter takes (``None`` otherwise: the first one landed gives the mirror its numbering).
-        A mirror that never held anything starts at its ``opt_start_seq``, or after the origin's
-        last sequence when the origin holds nothing (purged, expired) or ``opt_start_time`` is
-        after its last message; one that did, after its own last sequence; and never below the
+        A mirror that never held anything starts at its ``opt_start_seq``, after the origin's
+        last sequence when the origin holds nothing (purged, expired), or at its first message at
+        or after ``opt_start_time`` (``seq_from_time``); one that did, after its own last sequence; and never below the
         origin's first message (``selectStartingSeqNo`` starts deliver-all there and moves an
         earlier start up to it). An empty mirror is then purged up to there
         (``setupMirrorConsumer``: ``state.Msgs == 0 && Delivered.Stream > state.LastSeq`` ->
@@ -269,9 +270,11 @@ class Job:
             elif source.opt_start_time is not None and not start:
                 from jsspark.live.snapshot import rfc3339_ns
 
-                if rfc3339_ns(source.opt_start_time.to_rfc3339nano()) <= facts.last_ts_ns:
-                    return None  # within the origin's messages (GetSeqFromTime): the first landed decides
-                start = facts.last_seq + 1
+                at = source.opt_start_time.to_rfc3339nano()
+                if rfc3339_ns(at) > facts.last_ts_ns:
+                    start = facts.last_seq + 1
+                else:  # within the origin's messages (GetSeqFromTime)
+                    start = seq_from_time(endpoint, source.name, at, origin_connection(endpoint, source)) or 0
         start = max(start, facts.first_seq)
         return start if start > 1 else None
 

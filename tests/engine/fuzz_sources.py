@@ -226,6 +226,13 @@ class SourcesScenario(fuzz.Scenario):
                     cfg[key] = value()
         if r.random() < 0.2:
             cfg["allow_msg_ttl"] = True
+            if r.random() < 0.4 and "sources" in cfg:  # sourced TTLs shorter than the markers' are raised to theirs
+                cfg["subject_delete_marker_ttl"] = r.choice([60 * 10**9, 3 * 3600 * 10**9])
+                cfg["max_age"] = 24 * 3600 * 10**9
+        if r.random() < 0.15:  # an interest target with no consumers stores nothing (its seqs go on)
+            cfg["retention"] = r.choice(["interest", "workqueue"])
+        if r.random() < 0.1 and "sources" in cfg:
+            cfg["first_seq"] = r.randint(2, 20)
         if r.random() < 0.15:
             cfg["subject_transform"] = r.choice([{"src": "x.>", "dest": "xx.>"},
                                                  {"src": f"{self.origins[0][1]}.>", "dest": "o.>"}])

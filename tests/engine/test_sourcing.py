@@ -112,3 +112,44 @@ def test_mirror_filter_and_transform(tmp_path: Path) -> None:
     st = lake.stream_info("M")
     assert (st.state.first_seq, st.state.last_seq, st.state.num_deleted) == (1, 3, 1)
     assert st.mirror.name == "O" and st.mirror.lag == 0 and st.mirror.seq == 3
+
+
+def test_stream_info_shows_a_sources_last_origin_seq_as_the_server(nats_server: object, tmp_path: Path) -> None:
+    """nats-server 2.15.1's ``StreamSourceInfo`` carries ``seq`` (the last origin sequence a
+    source took; left out while none, and on a mirror's entry), between ``lag`` and ``active``.
+    The lake's JSON left it out of every entry (found next to the sources fuzz)."""
+    import time
+
+    from jsspark.live.landing import land_batch
+    from tests.engine.backends import LakeBackend, ServerBackend
+    from tests.engine.test_differential import Pair, paired
+
+    gen = paired(ServerBackend(nats_server.url), LakeBackend(jsspark.connect(str(tmp_path))))  # type: ignore[attr-defined]
+    pair: Pair = next(gen)
+    try:
+        pair.add_stream({"name": "SEQ_O", "subjects": ["seq_o.>"]})
+        pair.streams.append("SEQ_O")
+        for token in "abc":
+            pair.publish(f"seq_o.{token}", b"x")
+        targets = {"SEQ_M": {"mirror": {"name": "SEQ_O"}},
+                   "SEQ_S": {"sources": [{"name": "SEQ_O", "filter_subject": "seq_o.b"},
+                                         {"name": "SEQ_O", "filter_subject": "seq_o.zz"}]}}
+        lake = pair.lake.lake
+        origin = lake.stream("SEQ_O").read(columns=["seq", "ts_ns", "subject", "headers", "data"]).sort_by("seq")
+        for name, cfg in targets.items():
+            pair.add_stream({"name": name, **cfg})
+            pair.streams.insert(0, name)
+            for source in cfg.get("sources") or [cfg.get("mirror")]:
+                rows = origin.filter(Origin.of(source).selected(origin["subject"]))
+                if rows.num_rows:  # what a job's reader delivers, landed as the job lands it
+                    land_batch(lake, name, rows, form="source" if "sources" in cfg else "mirror", origin=source)
+        deadline = time.monotonic() + 10
+        while pair.server.state("SEQ_M")["messages"] < 3 or pair.server.state("SEQ_S")["messages"] < 1:
+            assert time.monotonic() < deadline, "the server's mirror and sources to catch up"
+            time.sleep(0.05)  # polling the server's sourcing, bounded by the deadline
+        assert pair.server.replication("SEQ_S") == pair.lake.replication("SEQ_S") == {"sources": [
+            {"name": "SEQ_O", "lag": 0, "seq": 2, "filter_subject": "seq_o.b"},
+            {"name": "SEQ_O", "lag": 0, "filter_subject": "seq_o.zz"}]}
+        assert pair.server.replication("SEQ_M") == pair.lake.replication("SEQ_M") == {"mirror": {"name": "SEQ_O", "lag": 0}}
+    finally:
+        next(gen, None)

@@ -114,8 +114,8 @@ class SourceInfo:
     """A mirror's or source's progress, as the server's ``StreamSourceInfo``: ``external``
     (the origin's prefixes, when it is in another account or domain), ``lag`` (origin messages
     still pending at the last batch), ``active`` (nanoseconds since the last batch landed, -1 if
-    none yet). ``seq``, the last origin sequence taken, is jsspark's own (the job progress shows
-    it); the server's JSON has no such field, so ``to_json`` leaves it out."""
+    none yet), ``seq`` (the last origin sequence taken: 2.15's JSON shows a source's, left out
+    while 0, and never a mirror's, which the job progress still shows)."""
 
     name: str
     lag: int = 0
@@ -126,12 +126,16 @@ class SourceInfo:
     error: dict[str, Any] | None = None
     external: dict[str, str] | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """In ``StreamSourceInfo``'s field order, with its ``omitempty`` fields left out."""
+    def to_json(self, mirror: bool = False) -> dict[str, Any]:
+        """In ``StreamSourceInfo``'s field order, with its ``omitempty`` fields left out
+        (``mirror``: a mirror's entry, without ``seq``)."""
         out: dict[str, Any] = {"name": self.name}
         if self.external is not None:
             out["external"] = self.external
-        out.update({"lag": self.lag, "active": self.active_ns})
+        out["lag"] = self.lag
+        if self.seq and not mirror:
+            out["seq"] = self.seq
+        out["active"] = self.active_ns
         if self.error is not None:
             out["error"] = self.error
         if self.filter_subject:
@@ -160,7 +164,7 @@ class StreamInfo:
             "state": self.state.to_json(),
         }
         if self.mirror is not None:
-            out["mirror"] = self.mirror.to_json()
+            out["mirror"] = self.mirror.to_json(mirror=True)
         if self.sources:
             out["sources"] = [s.to_json() for s in self.sources]
         return out

@@ -18,7 +18,7 @@ headers, ``Nats-Stream-Source`` with the origin's identity token left out: each 
 its own creation time) and state. Where several sources feed one stream, the server interleaves
 them as they come: each source's messages are compared in order, and the state but for the seqs.
 Now and then a sourcing stream gets another source by a config update (the job restarts; its
-other queries go on from their checkpoints).
+other queries go on from their checkpoints), or a target is mirrored or sourced again (a chain).
 
 Not generated, because the server's answer depends on timing:
 
@@ -95,6 +95,8 @@ class SourcesScenario(fuzz.Scenario):
         self.origins: list[tuple[str, str, dict[str, Any]]] = []  # (name, prefix, config)
         self.queries: dict[str, list[Any]] = {}  # the lake job's, by name: [plan, filters, next origin seq]
         self.replan = True
+        self.chain: SourcesScenario | None = None
+        self.grouped = False
 
     def use(self, origin: tuple[str, str, dict[str, Any]]) -> None:
         self.name, self.prefix, self.config = origin
@@ -126,12 +128,31 @@ class SourcesScenario(fuzz.Scenario):
         self.pair.streams.insert(0, self.target)
         self.started()
         self.sync()
+        if not self.grouped and cfg.get("retention", "limits") == "limits" and r.random() < 0.3:
+            self.chain_target()
         for _ in range(r.randint(0, 15)):
-            if r.random() < 0.1 and "sources" in cfg:
+            if r.random() < 0.1 and "sources" in cfg and self.chain is None:
                 self.add_source()
             else:
                 self.origin_step(self.sync)
             self.sync()
+
+    def chain_target(self) -> None:
+        """A mirror or a source of the target (daisy-chained: a source stamps its own
+        ``Nats-Stream-Source`` in place of the one the target's message had, a mirror keeps it),
+        run as a second job after the target's at every sync."""
+        chain = SourcesScenario(self.pair, self.rnd, self.location)
+        chain.steps = self.steps
+        chain.target = f"C{self.target}"
+        origin = {"name": self.target}
+        chain.target_cfg = {"name": chain.target, **({"mirror": origin} if self.rnd.random() < 0.5 else {"sources": [origin]})}
+        self.step("chain", chain.target_cfg)
+        if "error" in self.pair.add_stream(chain.target_cfg):
+            return
+        self.pair.streams.insert(0, chain.target)
+        chain.started()
+        self.chain = chain
+        chain.sync()
 
     def add_source(self) -> None:
         """Another source on the target by a config update, its first start decided by what the
@@ -260,6 +281,8 @@ class SourcesScenario(fuzz.Scenario):
         self.step("sync")
         self.lake_pass()
         self.pair.settled("sourced", self.target, self.grouped, timeout=5)
+        if self.chain is not None:
+            self.chain.sync()
 
     def lake_pass(self) -> None:
         """What a running job with lake origins does, without Spark: its plan at the first pass

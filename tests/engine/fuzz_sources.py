@@ -15,7 +15,8 @@ the origin's messages from the start its reader's consumer would take (``Lake.st
 then the landing commit (``land_batch``), after every step. The server's target is then asked
 again, for a bounded time, until it stores what the lake does: messages (seq, subject, data,
 headers, ``Nats-Stream-Source`` with the origin's identity token left out: each side's origin has
-its own creation time) and state. Where several sources feed one stream, the server interleaves
+its own creation time), state, and the stream info's mirror or sources entries (but ``active``).
+Where several sources feed one stream, the server interleaves
 them as they come: each source's messages are compared in order, and the state but for the seqs.
 Now and then a sourcing stream gets another source by a config update (the job restarts; its
 other queries go on from their checkpoints), or a target is mirrored or sourced again (a chain).
@@ -25,11 +26,15 @@ Not generated, because the server's answer depends on timing:
 - an ``opt_start_time`` on one of several sources created together: the server raises it to the
   target's last message time (``trySetupSourceConsumer``) when another source's first messages
   landed before this source's consumer was set up; a job plans every query before any lands;
-- a sourcing stream with several sources and limits, dedup or rollups (their interleaving decides);
+- a sourcing stream with several sources and limits, dedup or rollups (their interleaving decides;
+  subject delete markers allow rollups);
 - a sourcing stream with several sources and a ``first_seq`` past 1: 2.15.1 stores the messages
   of one of them only, and the ``seq`` of its source infos moves from entry to entry
   (an origin of two messages, a target with sources ``O`` and ``O`` filtered on ``o.>`` and
   ``first_seq: 2``; seeds 2002, 2027, 2090, 2107); a job sources them all;
+- the ``seq`` of a source on an interest or work-queue target (not compared): the server's shows
+  the last origin sequence it stored, the lake's mark also counts those it skipped for want of
+  interest (where a restarted job resumes);
 - origin changes before the server set up its mirror consumer, which it delays (``active`` -1):
   its start follows the origin's first message then (a delete of the origin's head moves the
   empty filtered mirror's numbering); a run waits for the setup (``started``).
@@ -76,14 +81,19 @@ def sourced(backend: Any, name: str, grouped: bool) -> Any:
 
     msgs = [(seq, subject, data, norm(hdrs)) for seq, subject, data, hdrs in backend.messages(name)]
     state = backend.state(name)
+    info = backend.replication(name)
+    if "sources" in info:  # the server lists them in its map's order
+        info["sources"] = sorted(info["sources"], key=lambda e: json.dumps(e, sort_keys=True))
+    if backend.config(name).get("retention", "limits") != "limits":
+        info = {}  # a skipped message (no interest) moves the lake's seq mark, not the server's seq
     if not grouped:
-        return {"messages": msgs, "state": state}
+        return {"messages": msgs, "state": state, "info": info}
     groups: dict[str, list[Any]] = {}
     for _, subject, data, hdrs in msgs:
         value = dict(hdrs or []).get(H.STREAM_SOURCE, "")
         f = value.split(" ")
         groups.setdefault(" ".join(f[:1] + f[2:4]), []).append((subject, data, hdrs))
-    return {"sources": groups, "state": {k: state[k] for k in ("messages", "bytes", "num_subjects")}}
+    return {"sources": groups, "state": {k: state[k] for k in ("messages", "bytes", "num_subjects")}, "info": info}
 
 
 class SourcesScenario(fuzz.Scenario):
@@ -160,7 +170,8 @@ class SourcesScenario(fuzz.Scenario):
         r = self.rnd
         cfg = self.target_cfg
         if len(cfg["sources"]) >= 3 or any(k in cfg for k in ("max_msgs", "max_msgs_per_subject", "max_bytes",
-                                                               "duplicate_window", "allow_rollup_hdrs", "first_seq")):
+                                                               "duplicate_window", "allow_rollup_hdrs", "first_seq",
+                                                               "subject_delete_marker_ttl")):
             return  # several feeds: no limit, dedup or rollup whose outcome their interleaving decides
         cfg = {**cfg, "sources": [*cfg["sources"], self.source(r.choice(self.origins))]}
         self.step("update", cfg)
@@ -251,7 +262,7 @@ class SourcesScenario(fuzz.Scenario):
                     cfg[key] = value()
         if r.random() < 0.2:
             cfg["allow_msg_ttl"] = True
-            if r.random() < 0.4 and "sources" in cfg:  # sourced TTLs shorter than the markers' are raised to theirs
+            if r.random() < 0.4 and "sources" in cfg and not grouped:  # sourced TTLs shorter than the markers' are raised to theirs
                 cfg["subject_delete_marker_ttl"] = r.choice([60 * 10**9, 3 * 3600 * 10**9])
                 cfg["max_age"] = 24 * 3600 * 10**9
         if r.random() < 0.15:  # an interest target with no consumers stores nothing (its seqs go on)

@@ -456,7 +456,7 @@ def test_mirror_and_sources_info_entries(pair: Pair) -> None:
     """A stream info's ``mirror``/``sources`` entries have ``StreamSourceInfo``'s fields in its
     order: ``external`` where the origin is in another account or domain (sources of one name
     told apart by it), ``filter_subject`` and ``subject_transforms`` only when set, and no
-    ``seq``."""
+    ``seq`` while a source took nothing (``test_sourcing::test_stream_info_shows_a_sources_last_origin_seq_as_the_server``)."""
     n = next(_names)
     m, s = f"RM{n}", f"RS{n}"
     pair.streams += [m, s]

@@ -17,7 +17,7 @@ policy but ``last_per_subject`` (``by_start_time`` at a moment between two steps
 the rest of their config (``Scenario._options``); their infos and the stream state must be equal.
 ``directget``: ``allow_direct`` streams of one- to three-token subjects (``p.>`` or ``p.*``,
 ``p.*.*``, ...; random limits, ``first_seq``, long TTLs, or short ones that expire between
-rounds) take rounds of publishes (some with headers), deletes and purges; once the state is
+rounds) take rounds of publishes (some with headers, rollups), deletes and purges; once the state is
 settled, every reply to random direct gets must be equal (status, headers such as
 ``Nats-Num-Pending``/``Nats-Last-Sequence``/``Nats-UpTo-Sequence``, data, the EOB): by seq,
 ``last_by_subj``, ``next_by_subj`` (literal and wildcard filters, with and without ``seq``),
@@ -288,6 +288,8 @@ class Scenario:
                 limits["discard"] = "new"
             if r.random() < 0.3:
                 limits["allow_msg_ttl"] = True
+        if r.random() < 0.3:  # rollups reshape each subject's last message
+            limits["allow_rollup_hdrs"] = True
         if r.random() < 0.15:
             limits["first_seq"] = r.randint(1, 30)
         subjects = r.choice([("{p}.>",), ("{p}.*", "{p}.*.*", "{p}.*.*.*")])
@@ -324,6 +326,8 @@ class Scenario:
             headers.append(("Nats-TTL", "1s" if self.short_ttl else "1h"))
             if self.short_ttl:
                 self.expiring = time.monotonic() + 1
+        if self.config.get("allow_rollup_hdrs") and r.random() < 0.1:
+            headers.append(("Nats-Rollup", r.choice(["sub", "sub", "all"])))
         subject = self.subject()
         self.step("pub", subject, headers)
         self.pair.publish(subject, b"d" * r.randint(0, 40), headers=headers or None)

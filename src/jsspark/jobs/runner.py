@@ -11,8 +11,8 @@ Where a query starts, the first time (no checkpoint yet), is what the server wou
 from: a mirror at its last sequence + 1 (else the mirror's ``opt_start_seq`` /
 ``opt_start_time``), a source after its mark (``engine.ingest.sourced_seq``, the
 ``Nats-Stream-Source`` resume of ``startingSequenceForSources``), or without one where the
-server's ``trySetupSourceConsumer`` starts it on that target (``_first_start_time``). Later the checkpoint's
-offsets decide, and the marks make any overlap harmless. An origin deleted and created again
+server's ``trySetupSourceConsumer`` starts it on that target (``_first_start_time``). Later the
+checkpoint's offsets decide, and the marks make any overlap harmless. An origin deleted and created again
 (another identity) is sourced from its start, under a checkpoint of its own. Several sources are several queries
 committing into one stream: each origin's order is kept, interleaved with the others and with
 local publishes through Delta's optimistic concurrency.
@@ -254,10 +254,10 @@ class Job:
         """Where the mirror's consumer starts when that can be past the origin messages its
         filter takes (``None`` otherwise: the first one landed gives the mirror its numbering).
         A mirror that never held anything starts at its ``opt_start_seq``, after the origin's
-        last sequence when the origin holds nothing (purged, expired), or at its first message at
-        or after ``opt_start_time`` (``seq_from_time``); one that did, after its own last sequence; and never below the
-        origin's first message (``selectStartingSeqNo`` starts deliver-all there and moves an
-        earlier start up to it). An empty mirror is then purged up to there
+        last sequence when the origin holds nothing (purged, expired), or at its first message
+        at or after ``opt_start_time`` (``seq_from_time``); one that did, after its own last
+        sequence; and never below the origin's first message (``selectStartingSeqNo`` starts
+        deliver-all there and moves an earlier start up to it). An empty mirror is then purged up to there
         (``setupMirrorConsumer``: ``state.Msgs == 0 && Delivered.Stream > state.LastSeq`` ->
         ``PurgeEx("", Delivered.Stream+1)``), so it shows the origin's numbering before any
         message comes, also when its filter takes none of the origin's messages."""

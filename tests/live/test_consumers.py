@@ -880,24 +880,26 @@ def test_a_bind_whose_reset_gets_no_answer_tries_again(server: NatsServer, nats:
         ing.stop()
 
 
-def test_a_restart_whose_reset_goes_unanswered_sends_it_again(
+def test_a_restart_whose_request_goes_unanswered_sends_it_again(
     server: NatsServer, nats: SyncNats, tmp_path: Path
 ) -> None:
     """On a clustered JetStream a request sent while the consumer's (or the stream's, or the meta)
     leader is elected gets no answer at all, though the new leader answers one sent seconds later.
     A restart after a node kill waited the whole request timeout (10 s) on such a request, so
-    reading stalled 10-16 s per kill (and failed restarts on top). The request is sent again every
-    ``RESEND_SECONDS`` within that timeout, the first answer taken. Here a relay in front of the
-    JetStream API (``apiPrefix``) drops the restart's first reset, as a cluster without a leader does."""
+    reading stalled 10-16 s per kill (and failed restarts on top). The restart's first request,
+    the durable's creation, is sent again every ``RESEND_SECONDS`` within that timeout, the first
+    answer taken; its reset then goes to a leader that answers (a reset is never resent on its
+    own). Here a relay in front of the JetStream API (``apiPrefix``) drops the restart's first
+    creation, as a cluster without a leader does."""
     nats.add_stream(name="RU", subjects=["ru.>"], retention="workqueue")
     fast_publish(nats, "ru", 0, 300)
-    resets, dropping = [], [False]
+    creates, dropping = [], [False]
 
     async def relay(msg: Any) -> None:
         api = msg.subject.removeprefix("relay.API.")
-        if api.startswith("CONSUMER.RESET."):
-            resets.append(api)
-            if dropping[0] and len(resets) == 2:  # the bind's went through
+        if api.startswith("CONSUMER.CREATE."):
+            creates.append(api)
+            if dropping[0] and len(creates) == 2:  # the bind's went through
                 return
         resp = await nats.nc.request(f"$JS.API.{api}", msg.data, timeout=10)
         await msg.respond(resp.data)
@@ -912,7 +914,7 @@ def test_a_restart_whose_reset_goes_unanswered_sends_it_again(
         began = time.monotonic()
         info = asyncio.run_coroutine_threadsafe(ing._restart_delivery(), ing._loop).result(C.REQUEST_TIMEOUT + 5)
         took = time.monotonic() - began
-        assert info and len(resets) == 3, (ing.last_error, resets)  # answered when sent again
+        assert info and len(creates) == 3, (ing.last_error, creates)  # answered when sent again
         assert C.RESEND_SECONDS <= took < C.REQUEST_TIMEOUT / 2, took
         fast_publish(nats, "ru", 300, 200)
         _, more = drain(ing, start, 500)

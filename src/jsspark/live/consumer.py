@@ -240,9 +240,12 @@ async def consumer_names(nc: Any, conn: Connection, stream: str) -> list[str]:
 
 
 async def reset_consumer(nc: Any, conn: Connection, stream: str, name: str, seq: int | None = None) -> dict[str, Any]:
-    """``$JS.API.CONSUMER.RESET``: empty body restarts delivery at the ack floor + 1, dseq 1."""
-    return await js_request(nc, conn, f"CONSUMER.RESET.{stream}.{name}", None if seq is None else {"seq": seq},
-                            resend=True)
+    """``$JS.API.CONSUMER.RESET``: empty body restarts delivery at the ack floor + 1, dseq 1.
+    Never sent again on its own (``resend``): a reset only slow to answer (a loaded server)
+    would be made twice, and the second restarts delivery under acks already on their way, which
+    a work-queue store refuses, leaving acked messages stored. The restart's requests before it
+    (the durable's creation or info) are resent, so a leader elected answers them first."""
+    return await js_request(nc, conn, f"CONSUMER.RESET.{stream}.{name}", None if seq is None else {"seq": seq})
 
 
 async def consumer_info(nc: Any, conn: Connection, stream: str, name: str,

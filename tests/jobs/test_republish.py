@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -479,16 +480,13 @@ def test_a_stalled_server_fails_the_batch_on_time_and_a_replay_sends_each_once(
     idempotent batch stores every message exactly once (the ``Nats-Msg-Id`` drops what landed
     before); at most once, the replay is skipped, and no message arrives twice."""
     import asyncio
-    import os
     import re
-    import signal
-    import threading
-    import time
 
     from jsspark.engine.republish import OUTPUT_SCHEMA
     from jsspark.jobs.republish import publish_to_server
     from jsspark.live import bulk_publish
     from jsspark.live.client import PublishFailed
+    from tests.paused_server import PausedServer
 
     n, timeout, acked = 1000, 2.0, way != "at_most_once"
     rows = pa.Table.from_pylist([{"seq": i + 1, "subject": f"stall.{i}", "headers": None, "data": b"x" * 60_000}
@@ -502,33 +500,15 @@ def test_a_stalled_server_fails_the_batch_on_time_and_a_replay_sends_each_once(
         api.add_stream(name="STALL", subjects=["stall.>"], duplicate_window=120_000_000_000)
         d = parse_destination({"servers": srv.url, "publishTimeout": f"{timeout:g}"},
                               origin_location=str(tmp_path), origin_stream="O")
-        paused_at: list[float] = []
-        paused, ended = threading.Event(), threading.Event()
-
-        def pause() -> None:
-            """``on_connected``: the connection is up, nothing of the batch sent yet."""
-            os.kill(pid, signal.SIGSTOP)
-            paused_at.append(time.monotonic())
-            paused.set()
-
-        def resume_later() -> None:
-            paused.wait(60)
-            ended.wait(timeout + 30)  # the old code waited for the server as long as it was paused
-            os.kill(pid, signal.SIGCONT)
-
-        resumer = threading.Thread(target=resume_later)
-        resumer.start()
-        try:
+        with closing(api), PausedServer(pid, timeout + 30) as stall:  # ``pause`` is ``on_connected``: nothing of the batch sent yet
             assert asyncio.run(publish_to_server(d, rows.slice(0, 100), stream="O", acked=acked)) == (100, 0)
             with pytest.raises(PublishFailed) as info:
-                asyncio.run(publish_to_server(d, rows.slice(100), stream="O", acked=acked, on_connected=pause))
-            failed_at = time.monotonic()
-            ended.set()
-            resumer.join()
+                asyncio.run(publish_to_server(d, rows.slice(100), stream="O", acked=acked, on_connected=stall.pause))
+            took = stall.failed()
             want = (r"no PubAck for a publish to 'stall\.\d+' within publishTimeout \(2 s\)" if acked else
                     r"the server took no publish within publishTimeout \(2 s\): stalled at the publish to 'stall\.\d+'")
             assert re.fullmatch(want, str(info.value)), info.value
-            assert failed_at - paused_at[0] < timeout + 10
+            assert took < timeout + 10
             if acked:
                 sent, dups = asyncio.run(publish_to_server(d, rows, stream="O", acked=True))  # the replay
                 assert sent == n and dups >= 100
@@ -537,9 +517,3 @@ def test_a_stalled_server_fails_the_batch_on_time_and_a_replay_sends_each_once(
             else:  # what the server read before the pause arrives after it, once
                 state = api.state("STALL")
                 assert 100 <= state["messages"] == state["num_subjects"] < n
-        finally:
-            paused.set()
-            ended.set()
-            resumer.join()
-            os.kill(pid, signal.SIGCONT)
-            api.close()

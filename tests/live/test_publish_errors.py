@@ -6,10 +6,6 @@ text). Nothing published before the failure is lost: each was acked."""
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +19,7 @@ from jsspark.live.options import parse_live_write_options
 from jsspark.live.publisher import _run
 from jsspark.nats_server import NatsServer
 from tests.live.conftest import SyncNats
+from tests.paused_server import PausedServer
 
 pytestmark = [pytest.mark.nats]
 
@@ -178,41 +175,22 @@ def test_a_stalled_server_fails_the_publish_on_time_and_a_retry_lands_each_once(
         api = SyncNats(srv.url)
         api.add_stream(name="STALL", subjects=["stall.>"], duplicate_window=120_000_000_000)
         opts = parse_live_write_options({"servers": srv.url, "publishTimeout": f"{timeout:g}"})
-        paused_at: list[float] = []
-        paused, ended = threading.Event(), threading.Event()
+        with contextlib.closing(api), PausedServer(pid, timeout + 30) as stall:
 
-        def paused_mid_way() -> Iterator[pa.RecordBatch]:
-            """The task's batches: the first 100 rows, then (each batch is answered before the
-            next is taken) the server paused, then the other 900 (54 MB, past nats-py's buffer)."""
-            yield batch.slice(0, 100)
-            os.kill(pid, signal.SIGSTOP)
-            paused_at.append(time.monotonic())
-            paused.set()
-            yield batch.slice(100)
+            def paused_mid_way() -> Iterator[pa.RecordBatch]:
+                """The task's batches: the first 100 rows, then (each batch is answered before the
+                next is taken) the server paused, then the other 900 (54 MB, past nats-py's buffer)."""
+                yield batch.slice(0, 100)
+                stall.pause()
+                yield batch.slice(100)
 
-        def resume_later() -> None:
-            paused.wait(60)
-            ended.wait(timeout + 30)  # the old code waited for the server as long as it was paused
-            os.kill(pid, signal.SIGCONT)
-
-        resumer = threading.Thread(target=resume_later)
-        resumer.start()
-        try:
             with pytest.raises(PublishFailed) as info:
                 _run(opts, paused_mid_way())
-            failed_at = time.monotonic()
-            ended.set()
-            resumer.join()
+            took = stall.failed()
             assert str(info.value).startswith("jetstream (live) sink: no PubAck for a publish to 'stall.")
             assert str(info.value).endswith(" within publishTimeout (2 s)")
-            assert failed_at - paused_at[0] < timeout + 10
+            assert took < timeout + 10
             retry = _run(opts, iter([batch]))
             assert retry.published == n
             state = api.state("STALL")
             assert (state["messages"], state["num_subjects"]) == (n, n)
-        finally:
-            paused.set()
-            ended.set()
-            resumer.join()
-            os.kill(pid, signal.SIGCONT)
-            api.close()

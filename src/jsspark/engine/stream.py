@@ -541,9 +541,9 @@ class LakeStream:
                 picked = subjects.slice(int(at[0]), len(at))
             else:
                 picked = take_rows(subjects, at)
-            # each distinct subject's partition, computed once (a span holds many of each)
-            enc = pc.dictionary_encode(picked["subject"]).combine_chunks()
-            return self.partition.of(enc.dictionary).to_numpy(zero_copy_only=False)[enc.indices.to_numpy()]
+            # dictionary-encoded: ``of`` works out each distinct subject's partition once (a span holds many of each)
+            return self.partition.of(pc.dictionary_encode(picked["subject"]).combine_chunks()).to_numpy(
+                zero_copy_only=False)
 
         return {"parts": of, "n_parts": self.partition.n if self.partition.kind == "hash" else None}
 

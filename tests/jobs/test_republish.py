@@ -469,6 +469,34 @@ def test_a_lake_destination_stream_without_subjects_captures_nothing(tmp_path: P
     assert (lake.stream_info("SRC").state.messages, lake.stream_info("PLAIN").state.messages) == (0, 1)
 
 
+def test_an_unanswered_flush_at_most_once_fails_naming_the_last_subject(tmp_path: Path) -> None:
+    """At most once, a batch small enough for nats-py's buffer is all "sent" before the paused
+    server reads any of it; the flush that follows gets no answer. The batch fails within
+    publishTimeout saying so, with how many publishes and the last subject, not nats-py's bare
+    "nats: flush timeout"."""
+    import asyncio
+
+    from jsspark.engine.republish import OUTPUT_SCHEMA
+    from jsspark.jobs.republish import publish_to_server
+    from jsspark.live.client import PublishFailed
+    from tests.paused_server import PausedServer
+
+    timeout = 1.0
+    rows = pa.Table.from_pylist([{"seq": i + 1, "subject": f"flush.{i}", "headers": None, "data": b"x" * 10}
+                                 for i in range(5)], OUTPUT_SCHEMA)
+    with NatsServer(store_dir=tmp_path / "srv") as srv:
+        assert srv.proc is not None
+        d = parse_destination({"servers": srv.url, "publishTimeout": f"{timeout:g}"},
+                              origin_location=str(tmp_path), origin_stream="O")
+        with PausedServer(srv.proc.pid, timeout + 30) as stall:
+            with pytest.raises(PublishFailed) as info:
+                asyncio.run(publish_to_server(d, rows, stream="O", acked=False, on_connected=stall.pause))
+            took = stall.failed()
+    assert str(info.value) == ("the server answered no flush within publishTimeout (1 s) after 5 publishes, "
+                               "the last to 'flush.4': at most once, they may be lost")
+    assert took < timeout + 10
+
+
 @pytest.mark.parametrize("way", ["bulk", "rows", "at_most_once"])
 def test_a_stalled_server_fails_the_batch_on_time_and_a_replay_sends_each_once(
         tmp_path: Path, way: str, monkeypatch: pytest.MonkeyPatch) -> None:

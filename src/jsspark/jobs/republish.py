@@ -320,6 +320,7 @@ async def publish_to_server(
         if not acked:
             todo = rows.to_pylist()
             taking = [(time.monotonic(), todo[0]["subject"] if todo else "")]  # the publish nats-py holds
+            unanswered = [False]  # the flush got no PONG: a server that reads nothing
 
             async def send() -> None:
                 nonlocal sent
@@ -330,13 +331,19 @@ async def publish_to_server(
                     await nc.publish(r["subject"], r["data"] or b"", headers=headers)
                     sent += 1
                 taking[0] = (time.monotonic(), taking[0][1])
-                await nc.flush(timeout=dest.publish_timeout)
+                try:
+                    await nc.flush(timeout=dest.publish_timeout)
+                except TimeoutError:
+                    unanswered[0] = True
+                    raise PublishFailed(f"the server answered no flush within publishTimeout ({dest.publish_timeout:g} s) "
+                                        f"after {sent} publishes, the last to {taking[0][1]!r}: at most once, they "
+                                        f"may be lost") from None
 
             # past its max pending size nats-py waits for a stalled server to drain its buffer with
             # no time limit: a publish it holds for publishTimeout fails the batch
             sending = asyncio.ensure_future(send())
             late = await unless_late(sending, lambda: taking[0], dest.publish_timeout)
-            if late is not None or isinstance(sending.exception(), asyncio.TimeoutError):
+            if late is not None or unanswered[0]:
                 await tear_down(nc, [sending])  # a server that reads nothing: not drained, torn down
             if late is not None:
                 if sending.done() and not sending.cancelled():

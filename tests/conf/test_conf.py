@@ -179,3 +179,20 @@ def test_emr_step_submits_the_entry_module_with_the_wheel() -> None:
     assert importlib.util.find_spec("jsspark.jobs.submit") is not None
     shipped = Path(options["--files"]).name  # localised next to the driver: the job file by name
     assert job_arg == shipped and CONF / shipped in JOB_FILES
+
+
+def test_emr_step_is_the_request_the_readme_sends() -> None:
+    """The file is the API's AddJobFlowSteps request, which the AWS CLI's `aws emr add-steps` (a
+    customized command taking `--cluster-id` and `--steps` in its own shape) does not read as
+    `--cli-input-json`: conf/README sends it with the SDK call, and botocore's model takes it."""
+    import boto3  # moto, a test dependency, brings it
+    from botocore.stub import Stubber
+
+    rows = (CONF / "README.md").read_text().splitlines()
+    row = next(line for line in rows if line.startswith("| `emr-step.json`"))
+    assert "add_job_flow_steps(**" in row and "add-steps --cli-input-json" not in row, row
+    request = json.loads((CONF / "emr-step.json").read_text())
+    emr = boto3.client("emr", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(emr) as stub:  # the request is checked against the model before the stub answers
+        stub.add_response("add_job_flow_steps", {"StepIds": ["s-1"]}, request)
+        assert emr.add_job_flow_steps(**request) == {"StepIds": ["s-1"]}

@@ -39,7 +39,24 @@ def test_add_ls_select_info_rm(cli: Run, home: Path, tmp_path: Path) -> None:
     assert not (home / "jsspark" / "context.txt").exists()
     assert "unknown context 'prod'" in cli("context", "select", "prod", where=None).err
     assert "invalid context name" in cli("context", "add", "../x", "--location", "y", where=None).err
-    assert "needs --location" in cli("context", "add", "empty", where=None).err
+    assert "needs --location PATH or --server URL" in cli("context", "add", "empty", where=None).err
+
+
+def test_a_context_of_a_server_alone_is_what_a_job_names(cli: Run, home: Path, tmp_path: Path) -> None:
+    """conf/README: a job's ``{"context": "prod"}`` takes the server and credentials saved with
+    ``jsspark context add prod --server ... --creds ...``, no lake needed; as a lake it says it has none."""
+    from jsspark.jobs.spec import load_job
+
+    res = cli(
+        "context", "add", "prod", "--server", "nats://nats:4222", "--creds", "/secrets/app.creds", where=None
+    )
+    assert res.code == 0 and "Saved context prod" in res.out
+    spec = load_job({"stream": {"name": "X", "sources": [{"name": "O"}]}, "target": {"location": str(tmp_path)},
+                     "origins": {"O": {"context": "prod"}}})  # fmt: skip
+    saved = {"servers": "nats://nats:4222", "creds": "/secrets/app.creds"}
+    assert spec.origin("O").connection_options() == saved
+    res = cli("stream", "ls", "--context", "prod", where=None)
+    assert res.code == 1 and "context 'prod' has no location" in res.err
 
 
 def test_url_credentials_are_hidden_and_a_broken_file_hides_no_other(cli: Run, home: Path, tmp_path: Path) -> None:

@@ -79,8 +79,8 @@ def cmd_add(args: argparse.Namespace, session: Session) -> None:
         if not sep or not key:
             raise CLIError(f"--storage-option takes KEY=VALUE, got {item!r}")
         ctx.storage_options[key] = value
-    if not ctx.location:
-        raise CLIError(f"context {name!r} needs --location PATH")
+    if not ctx.location and not ctx.url:  # a server alone is what a job's {"context": NAME} names
+        raise CLIError(f"context {name!r} needs --location PATH or --server URL")
     path = context.save(ctx)
     if args.select:
         context.select(name)

@@ -299,3 +299,27 @@ def test_add_accepts_the_nats_cli_defaults_flag(cli: Run, lake: Lake) -> None:
     without = cli("stream", "add", "B", "--subjects", "b.*", "-j").json()["config"]
     assert {**with_flag, "name": "", "subjects": []} == {**without, "name": "", "subjects": []}
     assert lake.stream_info("A").config.subjects == ["a.*"]
+
+
+def test_the_nats_docs_orders_example_runs_unchanged(cli: Run, lake: Lake) -> None:
+    """README: the add verbs take nats CLI scripts unchanged. The NATS docs' ORDERS example
+    (nats-concepts/jetstream/consumers/example_configuration) passes the stream's ``--ack``
+    (acknowledge publishes: ``no_ack`` false; ``--no-ack`` sets it) and a consumer's ``--sample``
+    (a percentage, stored as the nats CLI stores it)."""
+    stream = ["--subjects", "ORDERS.*", "--ack", "--max-msgs=-1", "--max-bytes=-1", "--max-age=1y", "--storage",
+              "file", "--retention", "limits", "--max-msg-size=-1", "--discard=old", "--replicas", "1",
+              "--dupe-window=2m"]  # fmt: skip
+    res = cli("stream", "add", "ORDERS", *stream)
+    assert res.code == 0, res.err
+    assert lake.stream_info("ORDERS").config.no_ack is False
+    assert cli("stream", "add", "QUIET", "--subjects", "quiet.>", "--no-ack").code == 0
+    assert lake.stream_info("QUIET").config.no_ack is True
+    new = ["--filter", "ORDERS.received", "--ack", "explicit", "--pull", "--deliver", "all", "--max-deliver=-1",
+           "--sample", "100"]  # fmt: skip
+    res = cli("consumer", "add", "ORDERS", "NEW", *new)
+    assert res.code == 0, res.err
+    assert lake.consumer_info("ORDERS", "NEW").config.sample_freq == "100"
+    assert cli("consumer", "add", "ORDERS", "NONE", "--sample", "0").code == 0
+    assert lake.consumer_info("ORDERS", "NONE").config.sample_freq == ""
+    res = cli("consumer", "add", "ORDERS", "BAD", "--sample", "101")
+    assert res.code == 1 and "sample percent is not between 0 and 100" in res.err

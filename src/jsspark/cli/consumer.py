@@ -118,6 +118,7 @@ def _consumer_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heartbeat", type=duration_arg, metavar="DURATION", help="push: idle heartbeat")
     p.add_argument("--flow-control", action=bool_flag, help="push: flow control")
     p.add_argument("--headers-only", action=bool_flag, help="deliver headers only")
+    p.add_argument("--sample", type=int, metavar="PERCENT", help="percentage of acks to sample (0-100)")
     p.add_argument("--description")
     p.add_argument("--metadata", action="append", metavar="K=V", help="metadata entry (repeatable)")
     p.add_argument("--ephemeral", action="store_true", help="no durable name: the lake names it")
@@ -167,6 +168,11 @@ def _flag_wire(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, attr)
         if value is not None:
             wire[key] = value
+    if args.sample is not None:  # as the nats CLI: 0 samples nothing, a percentage is stored without '%'
+        if not 0 <= args.sample <= 100:
+            raise CLIError("sample percent is not between 0 and 100")
+        if args.sample:
+            wire["sample_freq"] = str(args.sample)
     if args.backoff:
         try:
             wire["backoff"] = [parse_duration(b) for b in args.backoff.split(",") if b.strip()]

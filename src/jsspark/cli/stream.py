@@ -116,6 +116,7 @@ def _stream_flags(p: argparse.ArgumentParser) -> None:
         "--storage", choices=["file", "memory"], help="kept for the server; a lake stores in Delta"
     )
     p.add_argument("--replicas", type=int, help="kept for the server; a lake has one copy per table")
+    p.add_argument("--ack", action=bool_flag, help="acknowledge publishes (--no-ack: no_ack)")
     p.add_argument("--max-msgs", type=int, help="messages kept (-1 unlimited)")
     p.add_argument("--max-msgs-per-subject", type=int, help="messages kept per subject (-1 unlimited)")
     p.add_argument("--max-bytes", type=size_arg, help="bytes kept: 1GB, 512MiB, -1 unlimited")
@@ -156,6 +157,8 @@ def _flag_wire(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, attr)
         if value is not None:
             wire[key] = value
+    if args.ack is not None:
+        wire["no_ack"] = not args.ack
     if args.retention is not None:
         wire["retention"] = _RETENTION[args.retention]
     if args.republish_headers is not None and args.republish_destination is None:

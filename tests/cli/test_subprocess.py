@@ -66,3 +66,24 @@ def _timed(env: dict[str, str]) -> float:
     start = time.perf_counter()
     assert _run("stream", "ls", env=env).returncode == 0
     return time.perf_counter() - start
+
+
+def test_the_readmes_cli_block_runs_as_a_script(env: dict[str, str], tmp_path: Path) -> None:
+    """Each ``jsspark`` line of README's CLI block, run as shown from a script (no terminal: a
+    verb that asks for a yes needs ``-f`` there), on the lake ``JSSPARK_LOCATION`` names. ``run``
+    starts Spark on a job file and is left to the job tests."""
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("\n## CLI\n", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [line.split("  #")[0].strip() for line in block.splitlines() if line.startswith("jsspark ")]
+    ran = 0
+    for line in lines:
+        argv = shlex.split(line)[1:]
+        if argv[0] == "run":
+            continue
+        argv = [str(tmp_path / a) if a.endswith(".dot") else a for a in argv]
+        res = _run(*argv, env=env)
+        assert res.returncode == 0, f"{line}: {res.stderr}"
+        ran += 1
+    assert ran == len(lines) - 1 >= 8

@@ -114,7 +114,7 @@ def test_submit_entry_ends_on_signal_timeout_and_failure(
     """The entry's waiting, without Spark: scripted queries (tests/cli/test_run.py) stand in."""
     import signal
 
-    import jsspark.jobs.runner as runner
+    import jsspark.cli.run as run_verb
     from tests.cli.test_run import FakeJob, FakeQuery, batch
 
     loc = str(tmp_path / "lake")
@@ -125,14 +125,9 @@ def test_submit_entry_ends_on_signal_timeout_and_failure(
                                     "origins": {"*": {"servers": "nats://app:pw-42424@127.0.0.1:4222"}}}))  # fmt: skip
     monkeypatch.setattr(submit_module, "session", lambda: object())
 
-    def scripted(*steps: Any, ends: bool = True) -> FakeJob:
-        def run_job(spec: Any, spark: Any) -> FakeJob:
-            job = FakeJob(spec, [FakeQuery("MIRROR:mirror-ORDERS-h", list(steps), ends)])
-            job.start()
-            return job
-
-        monkeypatch.setattr(runner, "run_job", run_job)
-        return run_job  # type: ignore[return-value]
+    def scripted(*steps: Any, ends: bool = True) -> None:
+        queries = [FakeQuery("MIRROR:mirror-ORDERS-h", list(steps), ends)]
+        monkeypatch.setattr(run_verb, "make_job", lambda spec: FakeJob(spec, queries))
 
     scripted(batch(0, 4), batch(1, 2))
     assert submit_module.main([str(job_file)]) == 0
@@ -172,3 +167,19 @@ def test_the_submit_file_runs_from_a_source_checkout_where_jsspark_is_not_instal
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("usage: jsspark.jobs.submit [-h]") and "--timeout DURATION" in res.stdout
+
+
+def test_the_submit_entry_asks_the_origins_before_spark_starts(
+    tmp_path: Path, nats_server: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """conf/README: every origin is asked about itself before the target is created or Spark
+    starts, as ``jsspark run`` does: a source stream the server does not have fails the entry
+    with the server's 10059 and no session (it took Spark's start-up, 20 s here, first)."""
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({"stream": {"name": "X", "sources": [{"name": "NOPE"}]},
+                                    "target": {"location": str(tmp_path / "lake")}, "trigger": "available_now",
+                                    "origins": {"NOPE": {"servers": nats_server.url}}}))  # fmt: skip
+    monkeypatch.setattr(submit_module, "session", lambda *a: pytest.fail("Spark started before the origins"))
+    assert submit_module.main([str(job_file)]) == 1
+    assert capsys.readouterr().err == "jsspark.jobs.submit: error: job X: stream not found (10059)\n"
+    assert not (tmp_path / "lake").exists()  # nor was the target created

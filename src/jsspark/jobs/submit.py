@@ -8,9 +8,9 @@ Under ``spark-submit`` (or any process that already has a SparkSession) the job 
 session: ``SparkSession.builder.getOrCreate()`` picks up the master, the resources and the
 ``--conf`` settings given to spark-submit. As a plain ``python -m`` it starts a local session
 (``jsspark.local_spark``). Either way ``format("jetstream")`` is registered, the job is started
-with ``jsspark.jobs.runner.run_job`` and awaited: it ends when its queries do (``available_now``
-/ ``once``), at ``--timeout`` (queries stopped; exit 1 if a catch-up trigger had not finished),
-or on SIGINT/SIGTERM (queries stopped cleanly).
+as ``jsspark run`` starts it (its origins asked first, before the session) and awaited: it ends
+when its queries do (``available_now`` / ``once``), at ``--timeout`` (queries stopped; exit 1 if
+a catch-up trigger had not finished), or on SIGINT/SIGTERM (queries stopped cleanly).
 Exit codes: 0 done, 1 failed (one line on stderr, secrets redacted), 2 bad usage, 130/143
 stopped by a signal. The executors need ``jsspark`` importable too (installed, or ``--py-files``).
 """
@@ -71,8 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from jsspark.cli.errors import CLIError, describe
-    from jsspark.cli.run import Redactor, Signals, Watcher, concise, load
-    from jsspark.jobs.runner import run_job
+    from jsspark.cli.run import Redactor, Signals, Watcher, concise, load, make_job
 
     try:
         spec = load(args.job, args.trigger)  # the file with --trigger applied; errors in one line
@@ -80,19 +79,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     redact = Redactor(spec)
     began = time.monotonic()
-    job = None
+    job = make_job(spec)
     try:
-        spark = session()
+        job.probe()  # as `jsspark run`: an origin that cannot be reached fails now, not after Spark's start-up
+        job.spark  # noqa: B018  (the session: ``session`` below)
         with Signals() as signals:  # after the session: replaces pyspark's SIGINT handler
-            job = run_job(spec, spark)
+            job.start()
             ended = _await(job, signals, None if args.timeout is None else began + args.timeout)
     except KeyboardInterrupt:
-        if job is not None:
-            job.stop()
+        job.stop()
         return 130
     except Exception as exc:
-        if job is not None:
-            job.stop()
+        job.stop()
         return _fail(f"job {spec.job_name}: {redact(concise(describe(exc)))}")
     watcher = Watcher(job, spec, redact)
     if ended != "finished":

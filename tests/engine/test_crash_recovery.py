@@ -12,6 +12,7 @@ import contextlib
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,48 @@ def test_update_killed_before_its_limits_are_applied_on_the_next_open(tmp_path: 
     info = reopened.stream_info("UK")
     assert info.config.max_msgs == 50  # the update's commit happened
     assert state_of(info) == server_state(srv, "UK") == {"messages": 50, "first_seq": 351, "last_seq": 400}
+    with pytest.raises(MessageNotFoundError):
+        reopened.get_msg("UK", seq=1)
+    assert srv.msg_get("UK", seq=1)["error"]["err_code"] == 10037
+
+
+@pytest.mark.parametrize(
+    "lowered",
+    [{"max_msgs_per_subject": 3}, {"max_age": 200_000_000}],
+    ids=["max_msgs_per_subject", "max_age"],
+)
+def test_an_update_lowering_a_subject_or_age_limit_killed_before_applying_it(
+    tmp_path: Path, srv: ServerBackend, lowered: dict[str, int]
+) -> None:
+    """As above for the limits the recorded state cannot show: the file store's recovery runs
+    ``expireMsgsOnRecover`` and ``enforceMsgPerSubjectLimit`` too. One subject holds 10
+    messages and ten hold one each, so only that subject is over (20 messages < 3 x 11)."""
+    loc = str(tmp_path)
+    subjects = ["uk.hot"] * 10 + [f"uk.{i}" for i in range(10)]
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="UK", subjects=["uk.>"])
+    lake.publish_batch("UK", pa.table({"subject": subjects, "data": [b"x"] * 20}))
+    srv.delete_stream("UK")
+    srv.add_stream({"name": "UK", "subjects": ["uk.>"]})
+    for s in subjects:
+        srv.publish(s, b"x")
+    newest = lake.stream_info("UK").state.last_ts_ns
+    deadline = time.monotonic() + 10
+    while time.time_ns() - newest <= lowered.get("max_age", 0) and time.monotonic() < deadline:
+        time.sleep(0.02)  # the messages must have aged past the lowered max_age: the scenario, not a sync
+    run_killed(loc, f"""
+        from jsspark.engine import stream
+        stream.LakeStream.enforce_limits = die
+        jsspark.connect(loc).update_stream({{"name": "UK", "subjects": ["uk.>"], **{lowered!r}}})
+    """)
+    assert "error" not in srv._req("$JS.API.STREAM.UPDATE.UK", {"name": "UK", "subjects": ["uk.>"], **lowered})
+
+    reopened = jsspark.connect(loc)
+    info = reopened.stream_info("UK")
+    assert info.config.to_json()[next(iter(lowered))] == next(iter(lowered.values()))  # the update's commit happened
+    expected = {"messages": 13, "first_seq": 8, "last_seq": 20} if "max_msgs_per_subject" in lowered else {
+        "messages": 0, "first_seq": 21, "last_seq": 20}
+    assert state_of(info) == server_state(srv, "UK") == expected
     with pytest.raises(MessageNotFoundError):
         reopened.get_msg("UK", seq=1)
     assert srv.msg_get("UK", seq=1)["error"]["err_code"] == 10037

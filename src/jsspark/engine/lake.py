@@ -346,9 +346,12 @@ class Lake:
         """What the server does when it opens a stream's store after a crash, run whenever this
         process (re)loads the stream's config: a limit an update lowered before the process
         updating it died is applied (``newFileStoreWithCreatedAndMode`` enforces the config's
-        limits on recovery), and on an interest or work-queue stream the messages an ack left
-        behind go (``checkInterestState`` at startup). Both are decided on the recorded state and
-        the consumers' ack floors, so an open with nothing to do reads no messages."""
+        limits on recovery: totals, ``expireMsgsOnRecover`` unless the stream places delete
+        markers, ``enforceMsgPerSubjectLimit``), and on an interest or work-queue stream the
+        messages an ack left behind go (``checkInterestState`` at startup). All are decided on the
+        recorded state and the consumers' ack floors, so an open with nothing to do reads no
+        messages; only the per-subject limit reads the subject counts, when the state cannot rule
+        out a subject over it (each subject holds one message at least)."""
         cfg = engine.config
         state = engine.state()
         if cfg.retention is not RetentionPolicy.LIMITS and state.messages:  # before the limits, as an update
@@ -357,7 +360,14 @@ class Lake:
                 state = engine.state()
         discard_old = cfg.discard is not DiscardPolicy.NEW  # enforceMsgLimit/enforceBytesLimit trim only then
         max_msgs, max_bytes = int(cfg.max_msgs), int(cfg.max_bytes)
-        if discard_old and ((0 < max_msgs < state.messages) or (0 < max_bytes < state.bytes)):
+        max_age, max_per = int(cfg.max_age or 0), int(cfg.max_msgs_per_subject)
+        if (
+            (discard_old and ((0 < max_msgs < state.messages) or (0 < max_bytes < state.bytes)))
+            or (max_age > 0 and not cfg.subject_delete_marker_ttl and state.messages
+                and state.first_ts_ns <= time.time_ns() - max_age)
+            or (max_per > 0 and state.messages >= state.num_subjects + max_per
+                and int(engine.index().subjects().counts.max()) > max_per)
+        ):
             engine.enforce_limits()
 
     def _reread(self, name: str, engine: LakeStream) -> None:

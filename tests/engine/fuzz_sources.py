@@ -33,9 +33,6 @@ Not generated, because the server's answer depends on timing:
   of one of them only, and the ``seq`` of its source infos moves from entry to entry
   (an origin of two messages, a target with sources ``O`` and ``O`` filtered on ``o.>`` and
   ``first_seq: 2``; seeds 2002, 2027, 2090, 2107); a job sources them all;
-- the ``seq`` of a source on an interest or work-queue target (not compared): the server's shows
-  the last origin sequence it stored, the lake's mark also counts those it skipped for want of
-  interest (where a restarted job resumes);
 - origin changes before the server set up its mirror consumer, which it delays (``active`` -1):
   its start follows the origin's first message then (a delete of the origin's head moves the
   empty filtered mirror's numbering); a run waits for the setup (``started``).
@@ -88,8 +85,6 @@ def sourced(backend: Any, name: str, grouped: bool) -> Any:
             for k, es in backend.replication(name).items()}
     if "sources" in info:  # the server lists them in its map's order
         info["sources"] = sorted(info["sources"], key=lambda e: json.dumps(e, sort_keys=True))
-    if backend.config(name).get("retention", "limits") != "limits":
-        info = {}  # a skipped message (no interest) moves the lake's seq mark, not the server's seq
     if not grouped:
         return {"messages": msgs, "state": state, "info": info}
     groups: dict[str, list[Any]] = {}

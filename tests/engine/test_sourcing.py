@@ -153,3 +153,96 @@ def test_stream_info_shows_a_sources_last_origin_seq_as_the_server(nats_server: 
         assert pair.server.replication("SEQ_M") == pair.lake.replication("SEQ_M") == {"mirror": {"name": "SEQ_O", "lag": 0}}
     finally:
         next(gen, None)
+
+
+def test_a_sources_seq_is_the_last_origin_seq_stored_and_a_restart_resumes_past_the_skipped(
+    nats_server: object, tmp_path: Path
+) -> None:
+    """The server's source ``seq`` is the last origin sequence the target stored: a message an
+    interest target skips (nobody wants it: none while it has no consumer) or a target's
+    duplicate window drops leaves it where it was. The lake showed its mark, which passes them
+    too. The mark stays where a restart resumes: a redelivery after a crash between landing and
+    ack (everything again) stores nothing twice, and a restarted job's plan starts after it, so
+    a skipped message is not stored later (found on an interest target in the sources fuzz)."""
+    import time
+
+    import pyarrow.compute as pc
+
+    from jsspark.jobs.runner import Job
+    from jsspark.jobs.spec import load_job
+    from jsspark.live.landing import land_batch
+    from tests.engine.backends import LakeBackend, ServerBackend
+    from tests.engine.test_differential import Pair, paired
+
+    loc = str(tmp_path)
+    gen = paired(ServerBackend(nats_server.url), LakeBackend(jsspark.connect(loc)))  # type: ignore[attr-defined]
+    pair: Pair = next(gen)
+    lake = pair.lake.lake
+    cols = ["seq", "ts_ns", "subject", "headers", "data"]
+
+    def land(target: str, origin: str, first: int) -> None:  # what the job's reader delivers from ``first``
+        got = lake.stream(origin).read(columns=cols).sort_by("seq")
+        land_batch(lake, target, got.filter(pc.greater_equal(got["seq"], first)), form="source",
+                   origin={"name": origin})
+
+    def settled(target: str, last_seq: int) -> None:
+        deadline = time.monotonic() + 10
+        while pair.server.state(target)["last_seq"] < last_seq or pair.server.replication(target)["sources"][0][
+                "lag"]:
+            assert time.monotonic() < deadline, f"the server's sourcing into {target} to catch up"
+            time.sleep(0.05)  # polling the server's sourcing, bounded by the deadline
+
+    try:
+        pair.add_stream({"name": "SQI_O", "subjects": ["sqi_o.>"]})
+        pair.add_stream({"name": "SQD_O", "subjects": ["sqd_o.>"], "duplicate_window": 100_000_000})
+        pair.streams += ["SQI_O", "SQD_O"]
+        pair.add_stream({"name": "SQI", "retention": "interest", "sources": [{"name": "SQI_O"}]})
+        pair.add_stream({"name": "SQD", "duplicate_window": 60_000_000_000, "sources": [{"name": "SQD_O"}]})
+        pair.streams[:0] = ["SQI", "SQD"]
+        for i in range(3):
+            pair.publish("sqi_o.a", b"%d" % i)  # no consumer: none stored
+        settled("SQI", 3)
+        land("SQI", "SQI_O", 1)
+        assert pair.server.replication("SQI") == pair.lake.replication("SQI") == {
+            "sources": [{"name": "SQI_O", "lag": 0}]}
+        pair.add_consumer("SQI", {"durable_name": "C", "ack_policy": "explicit", "filter_subject": "sqi_o.b"})
+        for s in ("sqi_o.a", "sqi_o.b", "sqi_o.a"):
+            pair.publish(s, b"x")
+        settled("SQI", 6)
+        land("SQI", "SQI_O", 4)
+        assert pair.server.replication("SQI") == pair.lake.replication("SQI") == {
+            "sources": [{"name": "SQI_O", "lag": 0, "seq": 5}]}
+        keys = ("messages", "first_seq", "last_seq", "num_deleted")  # bytes: only the server's header has an identity
+        assert {k: pair.server.state("SQI")[k] for k in keys} == {k: pair.lake.state("SQI")[k] for k in keys} == {
+            "messages": 1, "first_seq": 5, "last_seq": 6, "num_deleted": 1}
+
+        pair.publish("sqd_o.a", b"1", [("Nats-Msg-Id", "one")])
+        pair.publish("sqd_o.a", b"2", [("Nats-Msg-Id", "two")])
+        time.sleep(0.15)  # past the origin's own 100 ms window: the scenario, not a sync
+        pair.publish("sqd_o.a", b"3", [("Nats-Msg-Id", "one")])  # stored by the origin, a duplicate in SQD
+        settled("SQD", 2)
+        land("SQD", "SQD_O", 1)
+        assert pair.server.replication("SQD") == pair.lake.replication("SQD") == {
+            "sources": [{"name": "SQD_O", "lag": 0, "seq": 2}]}
+
+        # a crash between the landing and its ack: the reader gets everything again
+        before = {t: lake.stream(t).read().num_rows for t in ("SQI", "SQD")}
+        land("SQI", "SQI_O", 1)
+        land("SQD", "SQD_O", 1)
+        assert {t: lake.stream(t).read().num_rows for t in ("SQI", "SQD")} == before
+        assert pair.lake.replication("SQI")["sources"][0]["seq"] == 5
+        # a restarted job resumes after every origin message it decided on, stored or not
+        pair.add_consumer("SQI", {"durable_name": "D", "ack_policy": "explicit"})  # now sqi_o.a is wanted
+        for name, resume in (("SQI", 7), ("SQD", 4)):
+            cfg = lake.stream_info(name).config.to_json()
+            job = Job(load_job({"stream": cfg, "target": {"location": loc}, "origins": {"*": {"location": loc}},
+                                "trigger": "available_now"}))
+            assert [p.start_seq for p in job.plan()] == [resume]
+        pair.publish("sqi_o.a", b"y")
+        settled("SQI", 7)
+        land("SQI", "SQI_O", 7)
+        assert [r["subject"] for r in lake.stream("SQI").read().sort_by("seq").to_pylist()] == ["sqi_o.b", "sqi_o.a"]
+        assert pair.server.replication("SQI") == pair.lake.replication("SQI") == {
+            "sources": [{"name": "SQI_O", "lag": 0, "seq": 7}]}
+    finally:
+        next(gen, None)

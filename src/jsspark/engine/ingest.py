@@ -87,8 +87,8 @@ def _stored_subjects(ls: LakeStream, origin: Origin, subjects: pa.Array) -> pa.A
 def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: Any = None,
             skip_empty: bool = False) -> BatchAck:
     """Load, build rows against the snapshot, commit with ``txn`` and the origin ``marks`` (a
-    list, or a function of the snapshot); retry on a concurrent commit. Nothing to store and no
-    mark to move: no commit."""
+    list, or a function of the snapshot and the rows stored); retry on a concurrent commit.
+    Nothing to store and no mark to move: no commit."""
     for _ in range(MAX_ATTEMPTS):
         snap, index = ls._load()
         if txn is not None:
@@ -105,7 +105,7 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: A
             version = ls.table.commit(
                 snap, rows, last_seq=last_seq, state=state,
                 app_transactions=([Transaction(*txn)] if txn is not None else [])
-                + list((marks(snap) if callable(marks) else marks) or []),
+                + list((marks(snap, rows) if callable(marks) else marks) or []),
             )
         except ConcurrentCommit:
             continue
@@ -226,7 +226,7 @@ def store_mirrored(lake: Lake, stream: str, rows: pa.Table, *, txn: tuple[str, i
             return built, last, ls._last_ts_ns
         return built, int(built["seq"][-1].as_py()), int(pc.max(built["ts_ns"]).as_py())
 
-    def marks(snap: Any) -> list[Transaction]:  # a replayed, older batch never moves the mark back
+    def marks(snap: Any, _stored: pa.Table) -> list[Transaction]:  # a replayed, older batch never moves the mark back
         return _progress(origin, max(top_seen, _taken(snap.table, origin, None)), lag, time.time_ns())
 
     return _commit(ls, build, txn, marks if top_seen else [], skip_empty=not top_seen)
@@ -281,6 +281,7 @@ def store_sourced(lake: Lake, stream: str, rows: pa.Table, *, origin: Any = None
                      consumer_name=src.consumer_name)
     rows, arr = _origin_order(rows)
     window = int(ls.config.duplicate_window or 0)
+    built_from: list[Any] = []  # the built rows' origin seqs and first target seq
 
     def build(snap: object) -> tuple[pa.Table, int, int]:
         last = snap.last_seq  # type: ignore[attr-defined]
@@ -291,6 +292,7 @@ def store_sourced(lake: Lake, stream: str, rows: pa.Table, *, origin: Any = None
         if window > 0 and part.num_rows:
             part, headers = _drop_known_ids(ls, part, headers, window)
         n = part.num_rows
+        built_from[:] = [column(part, "seq").cast(pa.int64()).to_numpy(), last + 1]
         originals = column(part, "subject").cast(pa.string())
         stamp = src.headers_column(column(part, "seq"), originals, identity)
         headers = _raised_ttls(ls, _clean_headers(headers, stamp))
@@ -302,8 +304,20 @@ def store_sourced(lake: Lake, stream: str, rows: pa.Table, *, origin: Any = None
 
     top = int(arr[-1]) if len(arr) else 0
 
-    def marks(snap: Any) -> list[Transaction]:  # a replayed, older batch never moves the mark back
-        return _progress(src, max(top, _taken(snap.table, src, identity)), lag, time.time_ns(), identity)
+    def marks(snap: Any, stored: pa.Table) -> list[Transaction]:
+        """The progress marks (a replayed, older batch never moves the mark back), and the last
+        origin seq stored where it is not the mark: the server's source ``seq`` counts what it
+        stored, not what it skipped (no interest on an interest target, a duplicate)."""
+        taken = _taken(snap.table, src, identity)
+        out = _progress(src, max(top, taken), lag, time.time_ns(), identity)
+        kept = snap.table.transaction_version(src.stored_app)
+        last_stored = (taken if kept is None else int(kept)) if taken else 0
+        if stored.num_rows:
+            origin_seqs, first = built_from
+            last_stored = int(origin_seqs[int(pc.max(stored["seq"]).as_py()) - first])
+        if kept is not None or last_stored != max(top, taken):
+            out.append(Transaction(src.stored_app, last_stored))
+        return out
 
     return _commit(ls, build, txn, marks if top else [], skip_empty=not top)
 

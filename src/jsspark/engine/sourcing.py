@@ -32,6 +32,7 @@ SEQ_APP = "jsspark.source."
 LAG_APP = "jsspark.source-lag."
 SEEN_APP = "jsspark.source-seen."
 IDENT_APP = "jsspark.source-ident."
+STORED_APP = "jsspark.source-stored."
 
 
 def server_hash(text: str, size: int = 8) -> str:
@@ -171,3 +172,9 @@ class Origin:
     @property
     def ident_app(self) -> str:
         return IDENT_APP + self.iname
+
+    @property
+    def stored_app(self) -> str:
+        """The last origin sequence the target stored (the info's ``seq``), kept apart from the
+        mark only once they differ: a message skipped (no interest, a duplicate) moves the mark."""
+        return STORED_APP + self.iname

@@ -1267,12 +1267,13 @@ class LakeStream:
         def info(source: Any) -> SourceInfo:
             o = Origin.of(source)
             seen = table.transaction_version(o.seen_app)
+            stored = table.transaction_version(o.stored_app)  # set once it is not the mark
             ext = source.external
             return SourceInfo(
                 name=o.name,
                 lag=int(table.transaction_version(o.lag_app) or 0),
                 active_ns=-1 if seen is None else max(now_ms - int(seen), 0) * 1_000_000,
-                seq=int(table.transaction_version(o.seq_app) or 0),
+                seq=int((table.transaction_version(o.seq_app) if stored is None else stored) or 0),
                 filter_subject=o.filter_subject,
                 subject_transforms=[{"src": s, "dest": d} for s, d in o.transforms],
                 external=None if ext is None else {"api": ext.api, "deliver": ext.deliver},

@@ -267,6 +267,82 @@ def test_nothing_is_acked_inside_a_creation_that_is_not_committed(tmp_path: Path
     assert [lake.get_msg("S", seq=s).seq for s in acked] == acked
 
 
+CREATOR = """
+import os, sys, time, jsspark
+from jsspark.errors import APIError
+from jsspark.engine import lake as L, table
+def held(step, orig):
+    def run(*a, **k):
+        if step == "clearing":
+            print("clearing", flush=True)
+        while not os.path.exists(sys.argv[3]):
+            time.sleep(0.01)
+        return orig(*a, **k)
+    return run
+if sys.argv[4] == "made":  # held with its table made, before its catalog commit
+    made = table.MessageTable.create.__func__
+    def create(cls, *a, **k):
+        t = made(cls, *a, **k)
+        print("created", flush=True)
+        held("made", lambda: None)()
+        return t
+    table.MessageTable.create = classmethod(create)
+else:  # held where it clears another's table
+    L._remove_tree = held("clearing", L._remove_tree)
+try:
+    info = jsspark.connect(sys.argv[1]).add_stream(name="S", subjects=["s.>"], first_seq=int(sys.argv[2]))
+    print("ok", info.config.first_seq, flush=True)
+except APIError as e:
+    print("error", e.code, e.err_code, e.description, flush=True)
+"""
+
+
+def test_two_creators_of_one_name_with_other_configs_answer_one_success_and_10058(
+    tmp_path: Path, srv: ServerBackend
+) -> None:
+    """Creator A (``first_seq`` 1) has made its table and not yet committed; creator B
+    (``first_seq`` 100) finds that table, no stream record, and clears it. The server takes two
+    creates of a name with other configs as one success and 10058, and keeps what the first one's
+    stream acked. The lake answered both with success: B cleared A's table after A's commit,
+    so A's stream and a message it had acked were gone."""
+    loc, go_a, go_b = str(tmp_path / "lake"), tmp_path / "go_a", tmp_path / "go_b"
+    a = subprocess.Popen([sys.executable, "-c", CREATOR, loc, "1", str(go_a), "made"], stdout=subprocess.PIPE, text=True)
+    b = None
+    try:
+        assert a.stdout is not None and a.stdout.readline().strip() == "created"
+        b = subprocess.Popen([sys.executable, "-c", CREATOR, loc, "100", str(go_b), "clearing"],
+                             stdout=subprocess.PIPE, text=True)
+        assert b.stdout is not None and b.stdout.readline().strip() == "clearing"
+        go_a.touch()
+        answer_a = a.stdout.readline().strip()
+        lake = jsspark.connect(loc)
+        acked = []
+        with contextlib.suppress(NoRespondersError):
+            acked.append(lake.publish("s.a", b"acked").seq)  # into A's stream, if A's create succeeded
+        go_b.touch()
+        answer_b = b.stdout.readline().strip()
+        assert a.wait(timeout=60) == 0 and b.wait(timeout=60) == 0
+    finally:
+        go_a.touch()
+        go_b.touch()
+        a.kill()
+        if b is not None:
+            b.kill()
+    srv.delete_stream("S")
+    assert srv.add_stream({"name": "S", "subjects": ["s.>"], "first_seq": 1}) == {"ok": True}
+    refused = srv.add_stream({"name": "S", "subjects": ["s.>"], "first_seq": 100})["error"]
+    assert refused == {"code": 400, "err_code": 10058,
+                       "description": "stream name already in use with a different configuration"}
+    answers = {answer_a, answer_b}
+    assert answers in ({"ok 1", "error 400 10058 " + refused["description"]},
+                       {"ok 100", "error 400 10058 " + refused["description"]}), answers
+    winner = 1 if "ok 1" in answers else 100
+    lake = jsspark.connect(loc)
+    assert lake.stream_info("S").config.first_seq == winner
+    acked.append(lake.publish("s.a", b"after").seq)
+    assert [lake.get_msg("S", seq=s).seq for s in acked] == acked  # nothing acked was lost
+
+
 RACER = """
 import sys, collections, jsspark
 from jsspark.errors import APIError

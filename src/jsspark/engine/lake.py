@@ -16,6 +16,7 @@ import functools
 import re
 import shutil
 import time
+import uuid
 import warnings
 from collections.abc import Callable
 from datetime import datetime
@@ -56,6 +57,10 @@ from jsspark.subjects import match_filter, subject_matches, subjects_collide, va
 STREAM = "stream"
 T = TypeVar("T")
 CONSUMER = "consumer"
+# A creation clearing the table at a name's path that no stream record names (``_claim``): one
+# whose claim is older than this died before finishing, and another may clear that table.
+CLEARING = "clearing"
+CLEARING_STALE_NS = 30_000_000_000
 MAX_CREATE_ATTEMPTS = 20
 
 
@@ -86,6 +91,11 @@ def _deleted_is_not_found(method: Callable[..., T]) -> Callable[..., T]:
     return run
 
 
+def _fresh(claim: Record) -> bool:
+    """Whether a ``CLEARING`` claim may still be its creation's (see ``CLEARING_STALE_NS``)."""
+    return time.time_ns() - int(claim.body["ts_ns"]) < CLEARING_STALE_NS
+
+
 def _as_created(table: MessageTable, start: dict[str, Any]) -> bool:
     """Whether ``table`` holds exactly what a creation starting at ``start`` writes (version 0,
     that recorded state): a creation killed before its catalog commit, or a concurrent one's.
@@ -111,6 +121,7 @@ class Lake:
         self.storage_options = storage_options
         self.catalog = Catalog(f"{self.location}/_catalog", storage_options)
         self._streams: dict[str, tuple[int, LakeStream]] = {}
+        self._claimant = uuid.uuid4().hex  # names this process's claims (``_claim``)
 
     # -- streams -------------------------------------------------------------------------------
     def stream_uri(self, name: str) -> str:
@@ -160,9 +171,14 @@ class Lake:
                 raise _TableNeeded
             if MessageTable(self.stream_uri(name), self.storage_options).table_id_or_none() != table[0]:
                 raise _TableLost  # another creation replaced the table this one made
+            claim = records.get((CLEARING, name, ""))
+            if claim is not None and claim.body["table_id"] == table[0] and _fresh(claim):
+                # a creation of another first_seq, which found this table unlike its own, clears it
+                raise api_error("JSStreamNameExistErr")
             body = {"config": cfg.to_json(), "created_ns": time.time_ns(),
                     "partition_key": DEFAULT_PARTITION_KEY, "table_id": table[0]}
-            return [Change(STREAM, name, "", body)]  # replaces a record whose table is gone
+            done = [Change(CLEARING, name, "", None)] if claim is not None else []
+            return [Change(STREAM, name, "", body), *done]  # replaces a record whose table is gone
 
         for _ in range(MAX_CREATE_ATTEMPTS):
             table.clear()
@@ -198,21 +214,52 @@ class Lake:
         """The unfinished table a creation of ``cfg`` commits: one already at its path in the
         state a creation of the same ``first_seq`` leaves (a creation killed before its catalog
         commit, or a concurrent one: the same bytes either way) is taken over; anything else
-        there (a deleted stream's leftover) is cleared first. Returns its ``table_id``, or None
-        when another creation got in the way (plan again)."""
+        there (a deleted stream's leftover, another ``first_seq``'s creation) is cleared first,
+        once claimed (``_claim``). Returns its ``table_id``, or None when another creation got in
+        the way (plan again)."""
         uri = self.stream_uri(cfg.name)
         start = LakeStream.initial_state(cfg.first_seq)
         table = MessageTable(uri, self.storage_options)
         if table.exists():
             if _as_created(table, start):
                 return table.table_id()
-            if self.catalog.get(STREAM, cfg.name) is not None:
-                return None  # a stream of the name owns it now
-            _remove_tree(uri, self.storage_options)
+            found = table.table_id_or_none()
+            if not self._claim(cfg.name, found):
+                return None  # a stream of the name owns it now, or another creation clears it
+            if table.table_id_or_none() == found:  # not already another's since
+                _remove_tree(uri, self.storage_options)
         try:
             return MessageTable.create(uri, self.storage_options, name=cfg.name, state=start).table_id()
         except (FileNotFoundError, OSError, DeltaError):
             return None  # another creation made one first, or cleared it under this one
+
+    def _claim(self, name: str, table_id: str | None) -> bool:
+        """Claim in the catalog the clearing of ``table_id``, the table at the name's path that
+        no stream record names, unless a stream of the name owns a table now or another
+        creation's fresh claim names it (False; then give it a moment). A creation commits its
+        table only while no fresh claim names it, and claims and commits serialise in the
+        catalog: a table a stream record names is never cleared (as a server's second create of
+        a name answers 10058 and leaves the first one's stream alone)."""
+        blocked: list[bool] = []
+
+        def plan(records: dict[Key, Record]) -> list[Change]:
+            rec = records.get((STREAM, name, ""))
+            if rec is not None and self._table_of(rec) is not None:
+                raise _TableLost
+            claim = records.get((CLEARING, name, ""))
+            if (claim is not None and claim.body["table_id"] == table_id and _fresh(claim)
+                    and claim.body["by"] != self._claimant):
+                blocked[:] = [True]
+                raise _TableLost
+            return [Change(CLEARING, name, "", {"table_id": table_id, "ts_ns": time.time_ns(), "by": self._claimant})]
+
+        try:
+            self.catalog.transact(plan)
+        except _TableLost:
+            if blocked:
+                time.sleep(0.05)
+            return False
+        return True
 
     def _table_of(self, rec: Record) -> MessageTable | None:
         """The table of stream record ``rec``, or None when it is gone (a delete or a creation

@@ -12,6 +12,7 @@ import pytest
 import jsspark
 from jsspark.engine.catalog import Change
 from jsspark.engine.lake import Lake
+from jsspark.engine.table import MessageTable
 from jsspark.errors import StreamNotFoundError
 
 
@@ -98,3 +99,23 @@ def test_stream_names_a_path_cannot_carry_on_s3(s3: dict[str, str]) -> None:
     with ``%41`` or ``#`` in its name could not be deleted (its files were not where the removal
     looked)."""
     _each_stream_keeps_its_own(jsspark.connect("s3://lake/odd", storage_options=s3))
+
+
+def test_a_deleted_stream_is_removed_with_the_storage_options_delta_rs_takes(s3: dict[str, str]) -> None:
+    """The table of a deleted stream is removed through the same object store, built from the
+    same storage options, that delta-rs wrote it with. It was removed through pyarrow's S3
+    filesystem fed with a few mapped keys: an option delta-rs takes under another of its names
+    (``endpoint_url``, ``token``, ``default_region``) or any other option (addressing style, a
+    GCS or Azure store's) was ignored there, so the removal went to AWS itself and failed, and
+    so did every later creation of the name, which clears the leftover table first."""
+    options = {("endpoint_url" if k == "AWS_ENDPOINT_URL" else k): v for k, v in s3.items()}
+    lake = jsspark.connect("s3://lake/aliases", storage_options=options)
+    lake.add_stream(name="S", subjects=["s.>"])
+    lake.add_stream(name="S2", subjects=["t.>"])  # its directory shares the prefix "streams/S"
+    assert lake.publish("s.x", b"one").seq == 1
+    lake.publish("t.x", b"kept")
+    assert lake.delete_stream("S")
+    assert not MessageTable(lake.stream_uri("S"), options).exists()
+    lake.add_stream(name="S", subjects=["s.>"])
+    assert lake.publish("s.x", b"again").seq == 1
+    assert lake.get_msg("S2", seq=1).data == b"kept"

@@ -47,7 +47,7 @@ from jsspark.engine.api import BatchAck, ConsumerInfo, PubAck, RawStreamMsg, Str
 from jsspark.engine.catalog import Catalog, Change, Key, Record
 from jsspark.engine.consumers import Consumer, Consumers, StreamView, purge_signal
 from jsspark.engine.directget import DirectGet, DirectReply
-from jsspark.engine.files import local_root
+from jsspark.engine.files import local_root, table_filesystem
 from jsspark.engine.partitioning import DEFAULT_PARTITION_KEY
 from jsspark.engine.stream import LAST_MSG_ID, Incoming, LakeStream, NoRespondersError, check_purge_request
 from jsspark.engine.table import MessageTable
@@ -762,32 +762,10 @@ def stream_lookup(records: dict[Key, Record]) -> StreamLookup:
 
 
 def _remove_tree(uri: str, storage_options: dict[str, str] | None) -> None:
-    """Delete a stream table's directory, on the same storage and credentials delta-rs used."""
+    """Delete a stream table's directory, through the object store delta-rs wrote it with (the
+    same storage options, under every name delta-rs takes them)."""
     root = local_root(uri)
     if root is not None:
         shutil.rmtree(root, ignore_errors=True)
         return
-    filesystem, path = _filesystem(uri, storage_options or {})
-    filesystem.delete_dir(path)
-
-
-def _filesystem(uri: str, options: dict[str, str]) -> tuple[Any, str]:
-    """A pyarrow filesystem for ``uri`` built from delta-rs storage options (S3 keys mapped;
-    other stores resolve their credentials from the environment, as delta-rs does)."""
-    from pyarrow import fs
-
-    opts = {k.lower(): v for k, v in options.items()}
-    scheme, _, rest = uri.partition("://")
-    if scheme in ("s3", "s3a"):
-        endpoint = opts.get("aws_endpoint_url") or opts.get("aws_endpoint") or opts.get("endpoint")
-        kwargs: dict[str, Any] = {
-            "access_key": opts.get("aws_access_key_id") or opts.get("access_key_id"),
-            "secret_key": opts.get("aws_secret_access_key") or opts.get("secret_access_key"),
-            "session_token": opts.get("aws_session_token") or opts.get("session_token"),
-            "region": opts.get("aws_region") or opts.get("aws_default_region") or opts.get("region"),
-        }
-        if endpoint:
-            kind, _, host = endpoint.partition("://")
-            kwargs.update(endpoint_override=host or kind, scheme=kind if host else "https")
-        return fs.S3FileSystem(**{k: v for k, v in kwargs.items() if v}), rest
-    return fs.FileSystem.from_uri(uri)
+    table_filesystem(uri, storage_options).delete_dir("")

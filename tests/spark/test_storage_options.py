@@ -124,3 +124,37 @@ def test_a_job_file_passes_its_storage_options_to_spark(spark: Any, s3: dict[str
            "checkpoint": str(tmp_path / "ck"), "trigger": "available_now"}
     assert run_job(job, spark).await_termination(300)
     assert lake.stream("COPY").read().sort_by("seq")["data"].to_pylist() == [f"m{i}".encode() for i in range(5)]
+
+
+def test_the_sink_reaches_an_s3a_lake_and_checkpoint_with_the_environments_credentials(
+    s3: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a cluster the credentials often come from the environment (an instance profile), with no
+    ``storage.*`` option, and a Hadoop checkpoint is at an ``s3a://`` URI, which delta-rs takes
+    and pyarrow does not: the sink's staging files and its reads of the checkpoint (the query id,
+    each batch's source offsets) went through pyarrow's ``FileSystem.from_uri`` then, so every
+    streaming commit failed with ``Unrecognized filesystem type in URI``, where a local lake and
+    checkpoint store the batch. They go through delta-rs's store as the lake does."""
+    import boto3
+
+    from jsspark.sink.lake_sink import LakeStreamWriter
+
+    for key, value in s3.items():
+        monkeypatch.setenv(key.upper(), value)
+    loc, ck = "s3a://lake/s3a-env/lake", "s3a://lake/s3a-env/ck"
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="D", subjects=["d.>"])
+    client = boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"])
+    client.put_object(Bucket="lake", Key="s3a-env/ck/metadata", Body=b'{"id": "query-1"}\n')
+    client.put_object(Bucket="lake", Key="s3a-env/ck/offsets/0", Body=b"v1\n{}\n")
+    writer = LakeStreamWriter(parse_write_options({"path": loc, "stream": "D", "checkpointLocation": ck}))
+    inline = writer.write(iter([pa.record_batch({"subject": ["d.a"], "data": [b"a"]})]))
+    staged = collect_task(
+        [pa.record_batch({"subject": ["d.b"], "data": [b"b"]})], loc, writer.tag, inline_limit=0
+    )
+    assert staged.path is not None
+    writer.commit([inline, staged], 0)
+    stored = lake.stream("D").read().sort_by("seq")
+    assert stored["data"].to_pylist() == [b"a", b"b"]
+    assert lake.stream("D").table.snapshot().table.transaction_version("jsspark.sink.query-1") == 0
+    assert client.list_objects_v2(Bucket="lake", Prefix="s3a-env/lake/_staging/").get("KeyCount") == 0

@@ -206,18 +206,17 @@ class LakeSinkMessage(WriterCommitMessage):
 
 
 def _filesystem(location: str, storage_options: dict[str, str] | None = None) -> tuple[Any, str]:
-    """A filesystem for paths under ``location`` and the path of ``location`` on it. With storage
-    options (non-local locations) delta-rs's object store with those options, rooted at
-    ``location`` (its path there is ""), so executors and driver reach it as the lake does."""
+    """A filesystem for paths under ``location`` and the path of ``location`` on it. A non-local
+    location is reached through delta-rs's object store, rooted at ``location`` (its path there is
+    ""), with ``storage_options`` or else the environment's credentials, so executors and driver
+    reach it as the lake does (pyarrow's own store knows no ``s3a://``)."""
     from pyarrow import fs
 
     if "://" not in location:
         return fs.LocalFileSystem(), os.path.abspath(location)
-    if storage_options and not location.startswith("file://"):
-        from jsspark.engine.files import table_filesystem
+    from jsspark.engine.files import table_filesystem
 
-        return table_filesystem(location.rstrip("/"), storage_options), ""
-    return fs.FileSystem.from_uri(location)
+    return table_filesystem(location.rstrip("/"), storage_options), ""
 
 
 def _under(root: str, relative: str) -> str:
@@ -480,7 +479,7 @@ def store(
 
 def _checkpoint_fs(opts: WriteOptions) -> tuple[Any, str]:
     """The checkpoint's filesystem: with the lake's storage options when it lies on the same
-    kind of store (an ``s3://`` checkpoint next to an ``s3://`` lake), else the default one."""
+    kind of store (an ``s3://`` checkpoint next to an ``s3://`` lake), else the environment's."""
     assert opts.checkpoint_location is not None
     ck = opts.checkpoint_location
     same = "://" in ck and ck.split("://", 1)[0] == opts.location.split("://", 1)[0]

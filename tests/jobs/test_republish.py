@@ -545,3 +545,44 @@ def test_a_stalled_server_fails_the_batch_on_time_and_a_replay_sends_each_once(
             else:  # what the server read before the pause arrives after it, once
                 state = api.state("STALL")
                 assert 100 <= state["messages"] == state["num_subjects"] < n
+
+
+def test_a_checkpoint_at_an_s3a_uri_keeps_the_batch_marks(
+    s3: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's republish checkpoint lies under its target (``<location>/_checkpoints``), and
+    ``s3a://`` is Hadoop's scheme for S3, with the credentials in the environment on a cluster.
+    Its files were read and written through pyarrow's ``FileSystem.from_uri``, which knows no
+    ``s3a://``: every batch into a lake failed reading the query id, and every at most once
+    batch reading its started mark (``Unrecognized filesystem type in URI``), where a local
+    checkpoint keeps both. They go through delta-rs's store, as the lake does."""
+    import boto3
+
+    from jsspark.jobs.republish import StartedBatches, query_app_id
+
+    for key, value in s3.items():
+        monkeypatch.setenv(key.upper(), value)
+    loc, ck = "s3a://lake/rp-s3a/lake", "s3a://lake/rp-s3a/ck"
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="SRC", subjects=["in.>"], republish={"src": "in.>", "dest": "out.>"})
+    lake.add_stream(name="DST", subjects=["out.>"])
+    boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"]).put_object(
+        Bucket="lake", Key="rp-s3a/ck/metadata", Body=b'{"id": "query-1"}\n'
+    )
+    assert query_app_id(ck) == "jsspark.republish.query-1"
+    job = RepublishJob(loc, "SRC", RePublish(src="in.>", dest="out.>"), LakeDestination(loc, "DST"), ck)
+    rows = pa.table(
+        {
+            "seq": pa.array([1], pa.int64()),
+            "ts_ns": pa.array([1], pa.int64()),
+            "subject": ["in.a"],
+            "headers": H.to_arrow([None]),
+            "data": [b"x"],
+        }
+    )
+    job.process(rows, 0)
+    job.process(rows, 0)  # Spark's replay of the batch stores nothing
+    assert lake.stream_info("DST").state.messages == 1
+    assert not StartedBatches(ck).started(0)
+    StartedBatches(ck).record(4)
+    assert StartedBatches(ck).started(4) and not StartedBatches(ck).started(5)

@@ -44,3 +44,14 @@ def table_filesystem(uri: str, storage_options: dict[str, str] | None = None,
     from deltalake.fs import DeltaStorageHandler
 
     return pa_fs.PyFileSystem(DeltaStorageHandler(uri, storage_options, sizes))
+
+
+def put_bytes(filesystem: pa_fs.FileSystem, path: str, data: bytes) -> None:
+    """``data`` as the file at ``path`` of a ``table_filesystem`` on an object store, in one put.
+    delta-rs's file system hands pyarrow's writes to its Rust stream as Buffers, which that
+    stream refuses; its Rust stream itself takes bytes (if it is not there, nothing is saved)."""
+    raw = filesystem.handler._handler.open_output_stream(path, None)  # type: ignore[attr-defined]
+    try:
+        raw.write(data)
+    finally:
+        raw.close()

@@ -38,7 +38,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from jsspark.engine.expiry import Expiries
-from jsspark.engine.files import local_root
+from jsspark.engine.files import local_root, put_bytes
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.schema import INDEX_COLUMNS
 from jsspark.engine.subject_stats import SubjectGroups, SubjectStats
@@ -135,13 +135,7 @@ def write_ipc_file(fs: pafs.FileSystem, path: str, table: pa.Table, *, compress:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema, options=options) as writer:
         writer.write_table(table)
-    # delta-rs's file system hands pyarrow's writes to its Rust stream as Buffers, which that
-    # stream refuses; its Rust stream itself takes bytes (if it is not there, nothing is saved)
-    raw = fs.handler._handler.open_output_stream(path, None)  # type: ignore[attr-defined]
-    try:
-        raw.write(sink.getvalue().to_pybytes())
-    finally:
-        raw.close()
+    put_bytes(fs, path, sink.getvalue().to_pybytes())
 
 
 @dataclass(frozen=True)

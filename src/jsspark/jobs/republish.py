@@ -49,6 +49,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyarrow.fs import LocalFileSystem
 
 from jsspark.config import RePublish, StreamConfig
 from jsspark.engine import headers as H
@@ -162,11 +163,16 @@ def _reader_filter(src: str, config: StreamConfig) -> str | None:
 
 # -- checkpoint files --------------------------------------------------------------------------
 def _filesystem(path: str) -> tuple[Any, str]:
-    from pyarrow import fs
+    """A file system holding the file at ``path`` and its path there: a non-local one through
+    delta-rs's object store (the environment's credentials, as for the lake without storage
+    options), rooted at its folder; pyarrow's own store knows no ``s3a://``."""
+    from jsspark.engine.files import local_root, table_filesystem
 
-    if "://" not in path:
-        return fs.LocalFileSystem(), os.path.abspath(path)
-    return fs.FileSystem.from_uri(path)
+    local = local_root(path)
+    if local is not None:
+        return LocalFileSystem(), os.path.abspath(local)
+    folder, _, name = path.rpartition("/")
+    return table_filesystem(folder), name
 
 
 def _read_text(path: str) -> str | None:
@@ -198,12 +204,13 @@ class StartedBatches:
     def record(self, batch_id: int) -> None:
         body = json.dumps({"batch_id": int(batch_id)}).encode()
         filesystem, p = _filesystem(self.path)
-        parent = p.rsplit("/", 1)[0]
-        filesystem.create_dir(parent, recursive=True)
-        if "://" in self.path:
-            with filesystem.open_output_stream(p) as f:
-                f.write(body)
+        if not isinstance(filesystem, LocalFileSystem):
+            from jsspark.engine.files import put_bytes
+
+            put_bytes(filesystem, p, body)
         else:
+            parent = p.rsplit("/", 1)[0]
+            filesystem.create_dir(parent, recursive=True)
             tmp = f"{p}.tmp"
             with open(tmp, "wb") as f:
                 f.write(body)

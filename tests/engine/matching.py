@@ -8,15 +8,16 @@ from typing import Any
 import pytest
 
 
-def count_matched(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> list[int]:
-    """Record how many subjects each call of ``module.match_filter`` matches (the list returned
-    fills as the code under test runs)."""
+def count_matched(monkeypatch: pytest.MonkeyPatch, *modules: ModuleType) -> list[int]:
+    """Record how many subjects each call of ``match_filter`` from any of ``modules`` matches
+    (the list returned fills as the code under test runs)."""
     matched: list[int] = []
-    real = module.match_filter
+    for module in modules:
+        real = module.match_filter
 
-    def counted(subjects: Any, filters: Any) -> Any:
-        matched.append(len(subjects))
-        return real(subjects, filters)
+        def counted(subjects: Any, filters: Any, real: Any = real) -> Any:
+            matched.append(len(subjects))
+            return real(subjects, filters)
 
-    monkeypatch.setattr(module, "match_filter", counted)
+        monkeypatch.setattr(module, "match_filter", counted)
     return matched

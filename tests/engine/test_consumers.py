@@ -17,7 +17,7 @@ import pytest
 
 from jsspark.config import ConsumerConfig
 from jsspark.engine import inactive
-from jsspark.engine.consumers import Consumer, StreamView
+from jsspark.engine.consumer_state import Consumer, StreamView
 from jsspark.engine.lake import connect
 from jsspark.errors import ConsumerNotFoundError
 from tests.engine.matching import count_matched
@@ -732,7 +732,7 @@ def test_needed_by_at_positions_is_the_whole_mask_at_those_positions(tmp_path: A
     import numpy as np
     import pyarrow as pa
 
-    from jsspark.engine.consumers import StreamView
+    from jsspark.engine.consumer_state import StreamView
 
     lake = connect(tmp_path / "lake")
     lake.add_stream(name="N", subjects=["n.>"], retention="limits")
@@ -989,6 +989,7 @@ def test_a_consumer_near_the_tail_matches_only_the_messages_ahead_of_it(
     messages). The answers are those of the whole stream."""
     import pyarrow as pa
 
+    import jsspark.engine.consumer_state as consumer_state
     import jsspark.engine.consumers as consumers_module
 
     lake = connect(tmp_path / "lake")
@@ -997,7 +998,7 @@ def test_a_consumer_near_the_tail_matches_only_the_messages_ahead_of_it(
     lake.publish_batch("T", pa.table({"subject": [f"t.{i % 100}" for i in range(n)], "data": [b"x"] * n}))
     lake.add_consumer("T", durable_name="C", filter_subject="t.3", ack_policy=policy,
                       deliver_policy="by_start_sequence", opt_start_seq=n - 1000)
-    matched = count_matched(monkeypatch, consumers_module)
+    matched = count_matched(monkeypatch, consumer_state, consumers_module)
     seqs = lake.next_seqs("T", "C", 3)
     assert seqs == [19004, 19104, 19204]
     lake.record_delivered("T", "C", seqs[-1])
@@ -1023,6 +1024,7 @@ def test_a_purge_looks_up_each_consumers_pending_acks_without_a_pass_over_the_st
     import numpy as np
     import pyarrow as pa
 
+    import jsspark.engine.consumer_state as consumer_state
     import jsspark.engine.consumers as consumers_module
 
     lake = connect(tmp_path / "lake")
@@ -1044,6 +1046,7 @@ def test_a_purge_looks_up_each_consumers_pending_acks_without_a_pass_over_the_st
             return np.isin(a, b, **kw)
 
     monkeypatch.setattr(consumers_module, "np", Counting())
+    monkeypatch.setattr(consumer_state, "np", Counting())
     assert lake.purge("P", subject="p.0") == 500
     assert stream_wide == []
     for c in range(5):
@@ -1081,6 +1084,7 @@ def test_a_listing_of_lagging_consumers_matches_each_filter_against_the_subjects
 
     import pyarrow as pa
 
+    import jsspark.engine.consumer_state as consumer_state
     import jsspark.engine.consumers as consumers_module
 
     lake = connect(tmp_path / "lake")
@@ -1110,7 +1114,7 @@ def test_a_listing_of_lagging_consumers_matches_each_filter_against_the_subjects
 
     each = [without_time(lake.consumer_info("L", name)) for name in names]
     assert len({info.num_pending for info in each}) > 10
-    matched = count_matched(monkeypatch, consumers_module)
+    matched = count_matched(monkeypatch, consumer_state, consumers_module)
     assert [without_time(info) for info in lake.consumers_info("L")] == each
     # the skip-list consumer's two matches of the stream, and each filter against the 700 subjects
     assert sum(matched) <= 2 * (n + 1) + len(filters) * 700
@@ -1126,6 +1130,7 @@ def test_a_backlog_consumers_pending_acks_are_derived_from_its_floor_to_its_posi
     longer numbers it by the messages ahead either."""
     import pyarrow as pa
 
+    import jsspark.engine.consumer_state as consumer_state
     import jsspark.engine.consumers as consumers_module
 
     lake = connect(tmp_path / "lake")
@@ -1135,7 +1140,7 @@ def test_a_backlog_consumers_pending_acks_are_derived_from_its_floor_to_its_posi
     lake.add_consumer("B", durable_name="C", filter_subject="b.*", ack_policy="explicit", max_ack_pending=5000)
     seqs = lake.next_seqs("B", "C", 1000)
     lake.record_delivered("B", "C", seqs[-1])
-    matched = count_matched(monkeypatch, consumers_module)
+    matched = count_matched(monkeypatch, consumer_state, consumers_module)
     info = lake.consumer_info("B", "C")
     assert (info.num_ack_pending, info.num_pending) == (1000, n - 1000)
     assert sum(matched) <= (n - 1000) + 1000  # what is ahead (num_pending), and the delivered span
@@ -1158,6 +1163,7 @@ def test_a_backlog_consumers_pulls_and_deliveries_match_up_to_what_they_hand_out
     pull of 10 on a backlog of a million: 45 ms). The seqs and numbers are the same."""
     import pyarrow as pa
 
+    import jsspark.engine.consumer_state as consumer_state
     import jsspark.engine.consumers as consumers_module
 
     lake = connect(tmp_path / "lake")
@@ -1166,7 +1172,7 @@ def test_a_backlog_consumers_pulls_and_deliveries_match_up_to_what_they_hand_out
     lake.publish_batch("B", pa.table({"subject": [f"b.{i % 100}" for i in range(n)], "data": [b"x"] * n}))
     lake.add_consumer("B", durable_name="C", filter_subject="b.7", ack_policy="all")
     lake.add_consumer("B", durable_name="W", filter_subject="b.*", ack_policy="none")
-    matched = count_matched(monkeypatch, consumers_module)
+    matched = count_matched(monkeypatch, consumer_state, consumers_module)
     seqs = lake.next_seqs("B", "C", 30)
     assert seqs == list(range(8, 3000, 100))
     assert lake.next_seqs("B", "W", 10) == list(range(1, 11))

@@ -520,7 +520,7 @@ def test_source_mark_never_moves_back_and_follows_identity(tmp_path: Path) -> No
 
 def _consumers(nats: SyncNats, stream: str) -> list[tuple[str, list[str]]]:
     """Each consumer's name and filters, as the origin lists them."""
-    from jsspark.engine.consumers import filters_of
+    from jsspark.engine.consumer_state import filters_of
 
     return [(c["name"], filters_of(c["config"])) for c in nats.api(f"CONSUMER.LIST.{stream}").get("consumers") or []]
 

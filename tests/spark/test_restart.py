@@ -146,7 +146,7 @@ def test_a_durable_kept_by_planning_and_deleted_when_no_batch_is_planned_within_
     import time
 
     from jsspark.engine import inactive
-    from jsspark.engine.consumers import Consumer
+    from jsspark.engine.consumer_state import Consumer
 
     loc = str(tmp_path / "lake")
     lake = jsspark.connect(loc)

@@ -254,7 +254,7 @@ def _last_delivered(lake: Any, stream: str, name: str, seq: int) -> int:
     to ``seq`` acks, as a server client acks a message it was delivered. The cursor's ``seq``
     may be one the filter passed over, and a work queue removes the message an ack names
     (``stream.ackMsg``), though it belongs to another consumer."""
-    from jsspark.engine.consumers import StreamView, filters_of
+    from jsspark.engine.consumer_state import StreamView, filters_of
 
     filters = filters_of(lake.consumer_info(stream, name).config)
     if not filters:
@@ -366,7 +366,8 @@ class Planner:
 
     def _consumer(self) -> Any:
         """The bound durable consumer as the catalog holds it now."""
-        from jsspark.engine.consumers import CONSUMER, Consumer
+        from jsspark.engine.consumer_state import Consumer
+        from jsspark.engine.consumers import CONSUMER
 
         name = self.opts.consumer.durable_name
         rec = self.lake().catalog.get(CONSUMER, self.opts.stream, name)
@@ -395,7 +396,7 @@ class Planner:
         it begins at the stream's first message when what lies before is gone (a reset back
         on a work-queue stream whose acked messages were removed), instead of reporting loss.
         """
-        from jsspark.engine.consumers import StreamView
+        from jsspark.engine.consumer_state import StreamView
 
         st = c.state
         lake = self.lake()
@@ -498,7 +499,8 @@ class Planner:
         interest stream what that ack floor no longer needs. (An interest stream already lost
         its messages when its last consumer went, as on a server: then the planning fails with
         data loss unless ``failOnDataLoss=false``.)"""
-        from jsspark.engine.consumers import CONSUMER, ConsumerState, Position
+        from jsspark.engine.consumer_state import ConsumerState, Position
+        from jsspark.engine.consumers import CONSUMER
 
         cfg = self.opts.consumer
         self.lake().consumers.expire(self.opts.stream)  # one inactive too long while stopped is gone too
@@ -541,7 +543,8 @@ class Planner:
         """Spark's ``commit(end)``: the batch ending at ``end`` is committed; ack it (usually
         already acked by the sink or the next ``latestOffset``: then nothing is sent, as a repeated
         explicit ack would stamp the ack floor's ``last_active`` again)."""
-        from jsspark.engine.consumers import CONSUMER, Consumer
+        from jsspark.engine.consumer_state import Consumer
+        from jsspark.engine.consumers import CONSUMER
 
         rec = self.lake().catalog.get(CONSUMER, end.durable.stream, end.durable.name) if end.durable else None
         self.settle(end, Consumer.of(rec) if rec is not None else None)
@@ -646,7 +649,7 @@ class Planner:
         A paused durable (``pause_until`` ahead, any ack policy) has no room at all: the server
         delivers nothing while paused (``loopAndGatherMsgs``), so the query plans empty
         batches until the pause ends or the consumer is resumed."""
-        from jsspark.engine.consumers import pause_left
+        from jsspark.engine.consumer_state import pause_left
 
         if self.durable is None:
             return None

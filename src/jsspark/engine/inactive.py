@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from jsspark.config import AckPolicy, ConsumerConfig
 
 if TYPE_CHECKING:
-    from jsspark.engine.consumers import Consumer
+    from jsspark.engine.consumer_state import Consumer
 
 MS = 1_000_000
 PULL_JITTER = 100 * MS  # ``updateInactiveThreshold`` adds 100 ms + up to 900 ms to a pull consumer's

@@ -45,7 +45,8 @@ from jsspark.config.validation import check_shared_stream_config
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck, ConsumerInfo, PubAck, RawStreamMsg, StreamInfo, StreamState
 from jsspark.engine.catalog import Catalog, Change, Key, Record
-from jsspark.engine.consumers import Consumer, Consumers, StreamView, purge_signal
+from jsspark.engine.consumer_state import Consumer, StreamView
+from jsspark.engine.consumers import Consumers, purge_signal
 from jsspark.engine.directget import DirectGet, DirectReply
 from jsspark.engine.files import local_root, table_filesystem
 from jsspark.engine.partitioning import DEFAULT_PARTITION_KEY

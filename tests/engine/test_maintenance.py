@@ -3,6 +3,7 @@ max_age is enforced on publish and by ``enforce_limits``."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -106,6 +107,31 @@ def test_publish_batch_with_txn_is_idempotent_across_replays(tmp_path: Path) -> 
     other = lake.publish_batch("X", rows, txn=("query-2", 0))
     assert list(other.seqs) == [5, 6]
     assert lake.stream_info("X").state.messages == 6
+
+
+def test_publish_batch_txns_hold_one_version_per_app_id_and_not_the_tables_own(tmp_path: Path) -> None:
+    """A Delta commit holds one ``txn`` per app id (PROTOCOL.md, Action Reconciliation: Spark's writer
+    refuses two versions of one, and its log replay keeps the last where delta-rs keeps the first), and
+    ``jsspark.seq``/``jsspark.config`` are the table's own marks: a batch naming one was skipped as a
+    replay, or committed a second sequence mark next to the real one."""
+    lake = jsspark.connect(str(tmp_path))
+    lake.add_stream(name="X", subjects=["x.>"])
+    rows = pa.table({"subject": ["x.a", "x.b"], "data": [b"1", b"2"]})
+    assert list(lake.publish_batch("X", rows).seqs) == [1, 2]
+    for txn in ([("q", 5), ("q", 2)], ("jsspark.seq", 1), ("jsspark.seq", 100), ("jsspark.config", 7)):
+        with pytest.raises(ValueError, match="txn"):
+            lake.publish_batch("X", rows, txn=txn)
+    state = lake.stream_info("X").state
+    assert (state.messages, state.last_seq) == (2, 2)
+    ack = lake.publish_batch("X", rows, txn=[("q", 5), ("q", 5)])  # one version given twice is one mark
+    assert list(ack.seqs) == [3, 4]
+    table = lake.stream("X").table.snapshot().table
+    assert (table.transaction_version("q"), table.transaction_version("jsspark.seq")) == (5, 4)
+    logs = sorted((tmp_path / "streams" / "X" / "_delta_log").glob("*.json"))
+    assert len(logs) == 3  # create, two publishes, nothing of the refused ones
+    for log in logs:
+        apps = [json.loads(line)["txn"]["appId"] for line in log.read_text().splitlines() if '"txn"' in line]
+        assert len(apps) == len(set(apps)), (log.name, apps)
 
 
 def test_direct_get_as_of_an_older_version_sees_removed_messages(tmp_path: Path) -> None:

@@ -53,7 +53,14 @@ from jsspark.engine.schema import (
     value_lengths,
 )
 from jsspark.engine.subject_stats import KnownPositions, SubjectGroups
-from jsspark.engine.table import CONFIG_APP_ID, ConcurrentCommit, MessageTable, Snapshot
+from jsspark.engine.table import (
+    CONFIG_APP_ID,
+    ConcurrentCommit,
+    MessageTable,
+    Snapshot,
+    check_user_app_ids,
+    unique_app_transactions,
+)
 from jsspark.errors import APIError, JSSparkError, api_error
 from jsspark.subjects import SubjectTransform, match_filter, subject_matches
 from jsspark.subjects.tokens import check_sendable_subject
@@ -341,6 +348,8 @@ class LakeStream:
         """
         txns = [txn] if isinstance(txn, tuple) else list(txn or ())
         self._writable()
+        check_user_app_ids([app for app, _ in txns])
+        unique_app_transactions([Transaction(*t) for t in txns])
         if not len(batch):  # nothing to store: no commit, as a publish of nothing changes nothing
             return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0)
 

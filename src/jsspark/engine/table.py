@@ -101,6 +101,26 @@ LOOK_PAST = 32
 VACUUM_ATTEMPTS = 20
 
 
+def unique_app_transactions(txns: list[Transaction]) -> list[Transaction]:
+    """``txns`` with each app id once (the same version given again is dropped, as Spark's writer
+    drops it). ``ValueError`` for an app id given two versions: a Delta snapshot holds one version
+    per app id (PROTOCOL.md, Action Reconciliation), and readers disagree on which of two in one
+    commit wins (delta-rs keeps the first, Spark's log replay the last)."""
+    seen: dict[str, Transaction] = {}
+    for t in txns:
+        if seen.setdefault(t.app_id, t).version != t.version:
+            raise ValueError(f"txn app id {t.app_id!r} given two versions in one commit: "
+                             f"{seen[t.app_id].version} and {t.version}")
+    return list(seen.values())
+
+
+def check_user_app_ids(app_ids: list[str]) -> None:
+    """A writer's own ``txn`` app ids may not be the table's marks (``SEQ_APP_ID``, ``CONFIG_APP_ID``)."""
+    for app in app_ids:
+        if app in (SEQ_APP_ID, CONFIG_APP_ID):
+            raise ValueError(f"txn app id {app!r} is the stream table's own mark: use another app id")
+
+
 class ConcurrentCommit(Exception):
     """Another writer committed first; the caller re-plans on the new snapshot."""
 
@@ -369,7 +389,7 @@ class MessageTable:
             data = rows.select(MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA)
         if removal is not None and len(removal.kept):
             data = self._kept_then(snap, removal, data)
-        txns = [Transaction(SEQ_APP_ID, last_seq), *(app_transactions or [])]
+        txns = unique_app_transactions([Transaction(SEQ_APP_ID, last_seq), *(app_transactions or [])])
         props = CommitProperties(
             app_transactions=txns,
             custom_metadata={STATE_KEY: json.dumps(state)} if state is not None else None,

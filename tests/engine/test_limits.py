@@ -148,3 +148,21 @@ def test_max_age_reads_the_head_while_ages_follow_seqs(
     state = lake.stream_info("A").state
     assert (state.messages, state.first_seq, state.last_seq) == (3, 2 * n + 1, 2 * n + 4)
     assert read[2:] == [n + 3, n + 4]
+
+
+@pytest.mark.parametrize("limit", [{"max_msgs": 3}, {"max_msgs_per_subject": 3}], ids=["max_msgs", "per_subject"])
+def test_a_due_ttl_message_counts_toward_no_limit(pair: Pair, limit: dict[str, int]) -> None:
+    """The newest of three messages has a TTL that is due when the fourth is published: the
+    server's timer removed it before, so the stream is within its limit and keeps the oldest.
+    The lake expired it in the same step as the limits, counting it, and removed seq 1 too."""
+    s = pair.stream(allow_msg_ttl=True, **limit)
+    for data, headers in ((b"1", None), (b"2", None), (b"3", [("Nats-TTL", "1s")])):
+        pair.publish(subj(s, "a"), data, headers)
+    deadline = time.monotonic() + 10
+    while [m[0] for m in pair.server.messages(s)] != [1, 2]:
+        assert time.monotonic() < deadline, "the server's TTL timer to remove seq 3"
+        time.sleep(0.05)  # polling the server's expiry, bounded by the deadline
+    pair.publish(subj(s, "a"), b"4")
+    assert [m[0] for m in pair.server.messages(s)] == [m[0] for m in pair.lake.messages(s)] == [1, 2, 4]
+    pair.check(s)
+

@@ -90,19 +90,24 @@ def removal_mask(
 ) -> np.ndarray:
     """All limit removals over ``rows`` (sorted by seq), as one mask; ``expires`` are the
     rows' TTL expiries, when the stream has any; ``over_subjects``, when known, the subjects
-    that may be over ``max_per_subject``."""
+    that may be over ``max_per_subject``. What expired by ``now_ns`` goes first and counts
+    toward no limit: the server's timer removed it when it expired, before the store these
+    limits follow (a due TTL message, which may be the newest, never pushes out the oldest)."""
     n = rows.num_rows
     drop = np.zeros(n, dtype=bool)
     if n == 0:
         return drop
+    drop |= expired(rows["ts_ns"].to_numpy(), max_age_ns, now_ns, expires)
+    alive = np.flatnonzero(~drop)
+    left = rows if len(alive) == n else take_rows(rows, alive)
     # Per-subject limits discard the subject's oldest under either discard policy (the
     # publisher has already rejected what discard_new_per_subject forbids).
-    drop |= per_subject_excess(rows, max_per_subject, over_subjects)
+    excess = per_subject_excess(left, max_per_subject, over_subjects)
     if discard_old and (max_msgs >= 0 or max_bytes >= 0):
-        alive = np.flatnonzero(~drop)
-        sizes = rows["size"].to_numpy()[alive]
-        drop[alive[totals_excess(sizes, max_msgs, max_bytes)]] = True
-    drop |= expired(rows["ts_ns"].to_numpy(), max_age_ns, now_ns, expires)
+        within = np.flatnonzero(~excess)
+        sizes = left["size"].to_numpy()[within]
+        excess[within[totals_excess(sizes, max_msgs, max_bytes)]] = True
+    drop[alive[excess]] = True
     return drop
 
 

@@ -712,7 +712,7 @@ class LakeStream:
                 fresh = np.where(fresh == TTL_NEVER, TTL_NEVER, 0)
             # without max_age (whose TTL exemptions they are) the expiries only matter once one is due
             if max_age or ttls.due(now) or ((fresh > 0) & (fresh <= now)).any():
-                expires = np.concatenate([ttls.over(index.seq_array()), fresh])
+                expires = fresh  # the batch's; the stored messages' are added below where needed
         if not rollups and not self._has_limits() and expires is None:
             return None
         combined = pa.concat_tables([index.rows, rows.select(INDEX_COLUMNS).cast(index.rows.schema)])
@@ -729,6 +729,12 @@ class LakeStream:
         ordered = not max_age or (
             index.ts_ordered() and (not rows.num_rows or MessageIndex.ts_ordered_after(index.rows, rows))
         )
+        if not rollups and expires is not None and ttls is not None and not max_age and not self._has_limits():
+            # only TTLs remove: each due message by itself, found among the few seqs with a TTL
+            due = index.positions_of(ttls.seqs[expired(ttls.seqs, 0, now, ttls.expires)])
+            gone[due[due >= 0]] = True
+            gone[index.rows.num_rows + np.flatnonzero(expired(expires, 0, now, expires))] = True
+            return gone, rolled, None
         if not rollups and expires is None and ordered and (per_subject <= 0 or over is not None):
             # what goes is the oldest of the subjects over their limit, the oldest of the rest, and the aged
             gone[
@@ -745,6 +751,8 @@ class LakeStream:
                 )
             ] = True
             return gone, rolled, None
+        if expires is not None and ttls is not None:
+            expires = np.concatenate([ttls.over(index.seq_array()), expires])
         seqs = combined["seq"].to_numpy()
 
         def limits(upto: int) -> None:

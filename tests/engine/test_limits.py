@@ -191,3 +191,32 @@ def test_a_due_ttl_alone_is_found_among_the_ttl_seqs_not_every_row(
     state = lake.stream_info("T").state
     assert (state.messages, state.first_seq, state.last_seq, state.num_deleted) == (n, 1, n + 1, 1)
     assert lake.get_msg("T", seq=n + 1).subject == "t.late"  # its own TTL is not due
+
+
+@pytest.mark.parametrize(
+    ("limit", "ttl"),
+    [
+        ({"max_msgs": 3, "allow_msg_ttl": True}, "1s"),
+        ({"max_msgs_per_subject": 3, "discard_new_per_subject": True, "allow_msg_ttl": True}, "1s"),
+        ({"max_msgs": 3, "max_age": 1_000_000_000}, None),
+    ],
+    ids=["ttl_max_msgs", "ttl_per_subject", "max_age"],
+)
+def test_a_full_discard_new_stream_has_room_once_what_it_holds_expired(
+    pair: Pair, limit: dict[str, Any], ttl: str | None
+) -> None:
+    """A discard-new stream at its limit whose newest message's TTL (or every message's
+    ``max_age``) has passed: the server's timer removed it, so the next publish is taken. The
+    lake refused it (10077 ``maximum messages exceeded`` / ``... per subject exceeded``) and
+    kept the expired message, as nothing expired before the refusal."""
+    s = pair.stream(discard="new", **limit)
+    for data in (b"1", b"2", b"3"):
+        pair.publish(subj(s, "a"), data, [("Nats-TTL", ttl)] if ttl and data == b"3" else None)
+    left = [1, 2] if ttl else []
+    deadline = time.monotonic() + 10
+    while [m[0] for m in pair.server.messages(s)] != left:
+        assert time.monotonic() < deadline, "the server's timer to remove what expired"
+        time.sleep(0.05)  # polling the server's expiry, bounded by the deadline
+    assert pair.publish(subj(s, "a"), b"4") == {"stream": s, "seq": 4}
+    assert [m[0] for m in pair.lake.messages(s)] == [*left, 4]
+    pair.check(s)

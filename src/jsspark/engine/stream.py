@@ -385,6 +385,15 @@ class LakeStream:
             self._tell_consumers(plan.rolled_up, plan.limited)
             return BatchAck(self.name, plan.seqs, plan.duplicates, plan.rows.num_rows)
 
+        try:
+            return self._optimistic("publishing", attempt)
+        except APIError as e:
+            # a discard-new limit refused it, but what expired by now the server's timer removed
+            # before this publish came (placing no markers): expire that, then publish again
+            cfg = self.config
+            timed = not cfg.subject_delete_marker_ttl and (int(cfg.max_age or 0) > 0 or cfg.allow_msg_ttl)
+            if e.err_code != 10077 or not timed or not self.enforce_limits(now_ns):
+                raise
         return self._optimistic("publishing", attempt)
 
     def _tell_consumers(self, rolled_up: RolledUp | None, limited: pa.Table | None) -> None:

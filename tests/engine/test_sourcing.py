@@ -246,3 +246,48 @@ def test_a_sources_seq_is_the_last_origin_seq_stored_and_a_restart_resumes_past_
             "sources": [{"name": "SQI_O", "lag": 0, "seq": 7}]}
     finally:
         next(gen, None)
+
+
+def test_a_full_discard_new_target_lands_once_what_it_holds_expired(nats_server: object, tmp_path: Path) -> None:
+    """A sourcing target with discard new at ``max_msgs`` 3 whose third sourced message carries
+    a 1 s TTL: once it is due, the server's timer has removed it and its source stores the
+    fourth. The lake's landing refused the fourth (10077 maximum messages exceeded) and kept
+    the expired message; it now expires what is due first, as a publish does."""
+    import time
+
+    import pyarrow.compute as pc
+
+    from jsspark.live.landing import land_batch
+    from tests.engine.backends import LakeBackend, ServerBackend
+    from tests.engine.test_differential import Pair, paired
+
+    gen = paired(ServerBackend(nats_server.url), LakeBackend(jsspark.connect(str(tmp_path))))  # type: ignore[attr-defined]
+    pair: Pair = next(gen)
+    lake = pair.lake.lake
+
+    def land(first: int) -> None:
+        got = lake.stream("DN_O").read(columns=["seq", "ts_ns", "subject", "headers", "data"]).sort_by("seq")
+        land_batch(lake, "DN_T", got.filter(pc.greater_equal(got["seq"], first)), form="source",
+                   origin={"name": "DN_O"})
+
+    def server_holds(seqs: list[int]) -> None:
+        deadline = time.monotonic() + 10
+        while [m[0] for m in pair.server.messages("DN_T")] != seqs:
+            assert time.monotonic() < deadline, f"the server's target to hold {seqs}"
+            time.sleep(0.05)  # polling the server's sourcing and expiry, bounded by the deadline
+
+    try:
+        pair.add_stream({"name": "DN_O", "subjects": ["dn_o.>"], "allow_msg_ttl": True})
+        pair.add_stream({"name": "DN_T", "sources": [{"name": "DN_O"}], "allow_msg_ttl": True, "max_msgs": 3,
+                         "discard": "new"})
+        pair.streams += ["DN_T", "DN_O"]
+        for data, headers in ((b"1", None), (b"2", None), (b"3", [("Nats-TTL", "1s")])):
+            pair.publish("dn_o.a", data, headers)
+        land(1)
+        server_holds([1, 2])  # the TTL message expired
+        pair.publish("dn_o.a", b"4")
+        land(4)
+        server_holds([1, 2, 4])
+        assert [m[0] for m in pair.lake.messages("DN_T")] == [1, 2, 4]
+    finally:
+        next(gen, None)

@@ -50,6 +50,7 @@ from jsspark.engine.sourcing import Origin, identity_number
 from jsspark.engine.stream import MAX_ATTEMPTS, LakeStream
 from jsspark.engine.subject_stats import SubjectGroups
 from jsspark.engine.table import ConcurrentCommit
+from jsspark.errors import APIError
 
 # How origin messages can be stored: the two ways a JetStream stream takes another's messages.
 # Listed once so ``land_batch`` and the sink's ``form`` option accept exactly the same values.
@@ -98,7 +99,12 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: A
         rows, last_seq, last_ts = build(snap)  # type: ignore[operator]
         if skip_empty and not rows.num_rows:
             return BatchAck(ls.name, np.zeros(0, np.int64), np.zeros(0, bool), 0)
-        rows, skipped = ls.landing(index, rows)
+        try:
+            rows, skipped = ls.landing(index, rows)
+        except APIError as e:
+            if not ls.room_by_expiring(e):
+                raise
+            continue  # on the table the expiry left, as the server's source stores after its timer
         rows, groups = _partitioned(ls, index, rows)
         state = index.state_after(rows.select(INDEX_COLUMNS), None, last_seq, last_ts, groups)
         try:

@@ -388,13 +388,17 @@ class LakeStream:
         try:
             return self._optimistic("publishing", attempt)
         except APIError as e:
-            # a discard-new limit refused it, but what expired by now the server's timer removed
-            # before this publish came (placing no markers): expire that, then publish again
-            cfg = self.config
-            timed = not cfg.subject_delete_marker_ttl and (int(cfg.max_age or 0) > 0 or cfg.allow_msg_ttl)
-            if e.err_code != 10077 or not timed or not self.enforce_limits(now_ns):
+            if not self.room_by_expiring(e, now_ns):
                 raise
         return self._optimistic("publishing", attempt)
+
+    def room_by_expiring(self, refused: APIError, now_ns: int | None = None) -> bool:
+        """Whether a store a discard-new limit ``refused`` (10077) may be made again: what
+        expired by now, the server's timer removed before the store came (on a stream placing
+        no markers); it is expired here, and True when that removed something."""
+        cfg = self.config
+        timed = not cfg.subject_delete_marker_ttl and (int(cfg.max_age or 0) > 0 or cfg.allow_msg_ttl)
+        return refused.err_code == 10077 and bool(timed) and self.enforce_limits(now_ns) > 0
 
     def _tell_consumers(self, rolled_up: RolledUp | None, limited: pa.Table | None) -> None:
         """After a commit: its rollups with the limits' removals in order (``on_rolled_up``),

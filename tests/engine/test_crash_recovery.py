@@ -329,8 +329,11 @@ def test_two_creators_of_one_name_with_other_configs_answer_one_success_and_1005
         if b is not None:
             b.kill()
     srv.delete_stream("S")
-    assert srv.add_stream({"name": "S", "subjects": ["s.>"], "first_seq": 1}) == {"ok": True}
-    refused = srv.add_stream({"name": "S", "subjects": ["s.>"], "first_seq": 100})["error"]
+    try:
+        assert srv.add_stream({"name": "S", "subjects": ["s.>"], "first_seq": 1}) == {"ok": True}
+        refused = srv.add_stream({"name": "S", "subjects": ["s.>"], "first_seq": 100})["error"]
+    finally:
+        srv.delete_stream("S")  # the session's server: other modules name streams S too
     assert refused == {"code": 400, "err_code": 10058,
                        "description": "stream name already in use with a different configuration"}
     answers = {answer_a, answer_b}

@@ -7,9 +7,19 @@ Delta writes, commits and planning), opens files the same way the driver does.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import time
+import weakref
+from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pa_fs
+
+# How long a process exiting waits for Arrow to release the object-store files it still holds
+# (``_Held``); past it, the process exits as it would have.
+EXIT_WAIT_SECONDS = 10.0
 
 
 def local_root(uri: str) -> str | None:
@@ -22,10 +32,22 @@ def local_root(uri: str) -> str | None:
 
 def local_filesystem(uri: str) -> pa_fs.FileSystem | None:
     """pyarrow's own filesystem rooted at a local lake place (``table_filesystem`` says why);
-    ``None`` for an object store, where ``DeltaTable.to_pyarrow_dataset`` builds delta-rs's store
-    with the table's file sizes."""
+    ``None`` for an object store (``dataset_filesystem``)."""
     root = local_root(uri)
     return None if root is None else pa_fs.SubTreeFileSystem(os.path.abspath(root), pa_fs.LocalFileSystem())
+
+
+def dataset_filesystem(uri: str, table: Any) -> pa_fs.FileSystem:
+    """The filesystem to read a version's files with, ``DeltaTable`` ``table`` of the table at
+    ``uri``: the local one, else delta-rs's store as ``DeltaTable.to_pyarrow_dataset`` builds it
+    (the version's file sizes known), whose files a process waits for at exit (``_Held``)."""
+    local = local_filesystem(uri)
+    if local is not None:
+        return local
+    handler = _store_class().from_table(
+        table._table, table._storage_options, table._table.get_add_file_sizes()
+    )
+    return pa_fs.PyFileSystem(handler)
 
 
 def table_filesystem(uri: str, storage_options: dict[str, str] | None = None,
@@ -37,13 +59,55 @@ def table_filesystem(uri: str, storage_options: dict[str, str] | None = None,
     Arrow, and a file handle a scan's read-ahead still holds when the interpreter exits is
     released by an Arrow thread that needs the GIL, which aborts the process (SIGABRT, exit 134,
     "terminate called without an active exception": apache/arrow#34314) after a script that
-    succeeded."""
+    succeeded. On an object store, where only delta-rs's store takes the storage options, a
+    process exiting waits instead until Arrow released the files it held (``_Held``)."""
     local = local_filesystem(uri)
     if local is not None:
         return local
+    return pa_fs.PyFileSystem(_store_class()(uri, storage_options, sizes))
+
+
+class _Held:
+    """A delta-rs file handed to Arrow, alive as long as Arrow holds it. On an object store that
+    is also a Python filesystem to Arrow, so the abort above (apache/arrow#34314) is still there:
+    a read-ahead finishing after the script released its file on an Arrow thread while the
+    interpreter exited. A process exiting waits for them first (``_wait_for_held``)."""
+
+    __slots__ = ("__weakref__", "_file")
+
+    def __init__(self, file: Any) -> None:
+        self._file = file
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+
+_HELD: weakref.WeakSet[_Held] = weakref.WeakSet()
+
+
+def _wait_for_held() -> None:
+    """At exit: sleep (the GIL free for Arrow's threads) until Arrow released every ``_Held``."""
+    deadline = time.monotonic() + EXIT_WAIT_SECONDS
+    while len(_HELD) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+@functools.cache
+def _store_class() -> type:
+    """delta-rs's store for Arrow, its files opened for reading held as ``_Held``."""
     from deltalake.fs import DeltaStorageHandler
 
-    return pa_fs.PyFileSystem(DeltaStorageHandler(uri, storage_options, sizes))
+    atexit.register(_wait_for_held)
+
+    class Store(DeltaStorageHandler):  # type: ignore[misc, valid-type]
+        def open_input_file(self, path: str) -> pa.PythonFile:
+            held = _Held(self._handler.open_input_file(path))
+            _HELD.add(held)
+            return pa.PythonFile(held)
+
+        open_input_stream = open_input_file
+
+    return Store
 
 
 def put_bytes(filesystem: pa_fs.FileSystem, path: str, data: bytes) -> None:

@@ -42,7 +42,7 @@ from deltalake import (
 )
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from jsspark.engine.files import local_filesystem, table_filesystem
+from jsspark.engine.files import dataset_filesystem, table_filesystem
 from jsspark.engine.limits import SeqRemoval
 from jsspark.engine.maintenance import HOOKS, Upkeep
 from jsspark.engine.schema import MESSAGE_SCHEMA, PARTITION_COLUMN
@@ -269,7 +269,7 @@ class MessageTable:
             # ``snapshot()`` refreshes one DeltaTable in place: a snapshot pinned before a newer
             # one was taken must read its own version's files, not the newer ones.
             dt = snap.table if snap.table.version() == snap.version else self.at_version(snap.version).table
-            self._dataset = (key, dt.to_pyarrow_dataset(filesystem=local_filesystem(self.uri)))
+            self._dataset = (key, dt.to_pyarrow_dataset(filesystem=dataset_filesystem(self.uri, dt)))
         return self._dataset[1]
 
     def read(

@@ -152,6 +152,10 @@ class MessageTable:
         self._dt: DeltaTable | None = None
         self._dataset: tuple[tuple[str, int], ds.Dataset] | None = None
         self._mark: tuple[int, bytes] | None = None  # a commit of the held table: (version, digest)
+        # (version, last_seq) of a commit this process made: the sequence counter at that version,
+        # which ``transaction_version`` finds only by reading every log entry since the newest
+        # checkpoint (up to ``delta.checkpointInterval`` GETs on an object store)
+        self._seq_at: tuple[int, int] | None = None
         self._fs: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -204,9 +208,13 @@ class MessageTable:
         elif self.as_of is None:
             self._refresh()
         assert self._dt is not None
+        version = self._dt.version()
+        if self._seq_at is not None and self._seq_at[0] == version:
+            return Snapshot(self._dt, version, self._seq_at[1])
         return self._pin(self._dt)
 
     def _open(self) -> None:
+        self._seq_at = None  # a table loaded afresh may be another one (deleted and created again)
         try:
             self._dt = DeltaTable(self.uri, storage_options=self.storage_options)
         except TableNotFoundError:
@@ -431,7 +439,9 @@ class MessageTable:
                 )
         except CommitFailedError as e:
             raise ConcurrentCommit(str(e)) from e
-        return snap.table.version()  # the write moved the handle to the version it made, no further
+        version = snap.table.version()  # the write moved the handle to the version it made, no further
+        self._seq_at = (version, last_seq)
+        return version
 
     def _kept_then(self, snap: Snapshot, removal: SeqRemoval, rows: pa.Table | None) -> pa.RecordBatchReader:
         """The stored rows ``removal`` keeps, a file at a time, then ``rows``: streamed into the

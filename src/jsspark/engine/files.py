@@ -30,6 +30,15 @@ def local_root(uri: str) -> str | None:
     return uri if "://" not in uri else None
 
 
+def store_uri(uri: str) -> str:
+    """``uri`` as delta-rs must be given an object-store place: ``?`` and ``#`` escaped, which a
+    URL takes for its query and fragment (the place was cut there: a lake at ``s3://b/x#1`` was
+    written at ``s3://b/x``); delta-rs decodes them back into the key. A local path is left as it is."""
+    if local_root(uri) is not None:
+        return uri
+    return uri.replace("?", "%3F").replace("#", "%23")
+
+
 def local_filesystem(uri: str) -> pa_fs.FileSystem | None:
     """pyarrow's own filesystem rooted at a local lake place (``table_filesystem`` says why);
     ``None`` for an object store (``dataset_filesystem``)."""
@@ -64,7 +73,7 @@ def table_filesystem(uri: str, storage_options: dict[str, str] | None = None,
     local = local_filesystem(uri)
     if local is not None:
         return local
-    return pa_fs.PyFileSystem(_store_class()(uri, storage_options, sizes))
+    return pa_fs.PyFileSystem(_store_class()(store_uri(uri), storage_options, sizes))
 
 
 class _Held:

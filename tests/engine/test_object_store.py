@@ -127,8 +127,9 @@ def test_a_writer_knows_its_own_commits_sequence_without_reading_the_log(
     """``DeltaTable.transaction_version`` reads every log entry since the newest checkpoint (one
     GET each on an object store, up to ``delta.checkpointInterval``, 100): looked up for the last
     sequence at every publish, a publish on S3 made 3 GETs after a checkpoint and 100 before the
-    next, 0.2 -> 0.9 s each on moto. A writer now takes the last sequence of a commit it made
-    itself from that commit; another writer's commit is read from the log as before."""
+    next, 0.2 -> 0.9 s each on moto; a Spark micro-batch's commit looked its txn up too, and a
+    source's landing its origin marks. A writer now takes what a commit it made itself wrote from
+    that commit; another writer's commit is read from the log as before."""
     from deltalake import DeltaTable
 
     from jsspark.engine.table import SEQ_APP_ID
@@ -151,6 +152,12 @@ def test_a_writer_knows_its_own_commits_sequence_without_reading_the_log(
     assert lake.publish("s.a", b"13").seq == 13  # another writer's commit: read from the log
     assert looked.count(SEQ_APP_ID) == 1
     assert sorted(lake.stream("S").read(columns=["seq"])["seq"].to_pylist()) == list(range(1, 14))
+    looked.clear()
+    rows = pa.table({"subject": ["s.c"] * 2, "data": [b"c"] * 2})
+    acks = [lake.publish_batch("S", rows, txn=("app", b)) for b in range(3)]
+    assert [list(a.seqs) for a in acks] == [[14, 15], [16, 17], [18, 19]]
+    assert lake.publish_batch("S", rows, txn=("app", 2)).replayed  # a replayed batch is still told
+    assert (looked.count("app"), looked.count(SEQ_APP_ID)) == (1, 0)  # the first batch's look, no more
 
 
 def test_a_lake_location_with_a_question_mark_or_hash_on_s3(s3: dict[str, str]) -> None:

@@ -93,7 +93,7 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: A
     for _ in range(MAX_ATTEMPTS):
         snap, index = ls._load()
         if txn is not None:
-            done = snap.table.transaction_version(txn[0])
+            done = snap.txn_version(txn[0])
             if done is not None and done >= txn[1]:
                 return BatchAck(ls.name, np.zeros(0, np.int64), np.zeros(0, bool), 0, replayed=True)
         rows, last_seq, last_ts = build(snap)  # type: ignore[operator]
@@ -193,14 +193,14 @@ def _progress(origin: Origin, top: int, lag: int | None, now_ns: int, identity: 
     return marks
 
 
-def _taken(table: Any, origin: Origin, identity: str | None) -> int:
+def _taken(snap: Any, origin: Origin, identity: str | None) -> int:
     """The last origin sequence the target took from ``origin`` (its mark), or 0 when the
     origin's ``identity`` is not the one the mark was taken from: the origin was deleted and
     created again, and, as the server does on ``consumer's stream identity does not match``,
     the source starts over at sequence 0."""
-    mark = int(table.transaction_version(origin.seq_app) or 0)
+    mark = int(snap.txn_version(origin.seq_app) or 0)
     if mark and identity:
-        known = table.transaction_version(origin.ident_app)
+        known = snap.txn_version(origin.ident_app)
         if known is not None and int(known) != identity_number(identity):
             return 0
     return mark
@@ -233,7 +233,7 @@ def store_mirrored(lake: Lake, stream: str, rows: pa.Table, *, txn: tuple[str, i
         return built, int(built["seq"][-1].as_py()), int(pc.max(built["ts_ns"]).as_py())
 
     def marks(snap: Any, _stored: pa.Table) -> list[Transaction]:  # a replayed, older batch never moves the mark back
-        return _progress(origin, max(top_seen, _taken(snap.table, origin, None)), lag, time.time_ns())
+        return _progress(origin, max(top_seen, _taken(snap, origin, None)), lag, time.time_ns())
 
     return _commit(ls, build, txn, marks if top_seen else [], skip_empty=not top_seen)
 
@@ -254,8 +254,8 @@ def sourced_seq(lake: Lake, stream: str, source: Any, identity: str | None = Non
     ls = lake.stream(stream)
     origin = Origin.of(source)
     snap, _ = ls._load()
-    if snap.table.transaction_version(origin.seq_app) is not None:
-        return _taken(snap.table, origin, identity)
+    if snap.txn_version(origin.seq_app) is not None:
+        return _taken(snap, origin, identity)
     table = ls.read(columns=["seq", "headers"]).sort_by("seq")
     values = H.column_lookup(column(table, "headers").cast(H.HEADER_TYPE), H.STREAM_SOURCE)
     head = origin.iname.split(" ")
@@ -291,7 +291,7 @@ def store_sourced(lake: Lake, stream: str, rows: pa.Table, *, origin: Any = None
 
     def build(snap: object) -> tuple[pa.Table, int, int]:
         last = snap.last_seq  # type: ignore[attr-defined]
-        mark = _taken(snap.table, src, identity)  # type: ignore[attr-defined]
+        mark = _taken(snap, src, identity)
         take = (arr > mark) & src.selected(column(rows, "subject")).to_numpy(zero_copy_only=False)
         part = rows.filter(pa.array(take)) if not take.all() else rows
         headers = _headers_of(part)
@@ -314,9 +314,9 @@ def store_sourced(lake: Lake, stream: str, rows: pa.Table, *, origin: Any = None
         """The progress marks (a replayed, older batch never moves the mark back), and the last
         origin seq stored where it is not the mark: the server's source ``seq`` counts what it
         stored, not what it skipped (no interest on an interest target, a duplicate)."""
-        taken = _taken(snap.table, src, identity)
+        taken = _taken(snap, src, identity)
         out = _progress(src, max(top, taken), lag, time.time_ns(), identity)
-        kept = snap.table.transaction_version(src.stored_app)
+        kept = snap.txn_version(src.stored_app)
         last_stored = (taken if kept is None else int(kept)) if taken else 0
         if stored.num_rows:
             origin_seqs, first = built_from

@@ -362,7 +362,7 @@ class LakeStream:
             coded = self._coded_subjects(index, given, transform)
             if transform is None and not internal:
                 self._check_routable(coded.subjects, coded.known)
-            done = [snap.table.transaction_version(app) for app, _ in txns]
+            done = [snap.txn_version(app) for app, _ in txns]
             if txns and all(d is not None and d >= v for d, (_, v) in zip(done, txns, strict=True)):
                 return BatchAck(self.name, np.zeros(0, np.int64), np.zeros(0, bool), 0, replayed=True)
             now = now_ns or time.time_ns()
@@ -417,7 +417,7 @@ class LakeStream:
             try:
                 snap, index = self._load()
                 if self._config_checked != (snap.table_id, snap.version):
-                    marked = snap.table.transaction_version(CONFIG_APP_ID)
+                    marked = snap.txn_version(CONFIG_APP_ID)
                     if marked is not None and marked > self.config_rev and self.reread_config is not None:
                         self.reread_config()
                     self._config_checked = (snap.table_id, snap.version)
@@ -1291,19 +1291,19 @@ class LakeStream:
         cfg = self.config
         if cfg.mirror is None and not cfg.sources:
             return None, None
-        table = self.table.snapshot().table
+        snap = self.table.snapshot()
         now_ms = time.time_ns() // 1_000_000
 
         def info(source: Any) -> SourceInfo:
             o = Origin.of(source)
-            seen = table.transaction_version(o.seen_app)
-            stored = table.transaction_version(o.stored_app)  # set once it is not the mark
+            seen = snap.txn_version(o.seen_app)
+            stored = snap.txn_version(o.stored_app)  # set once it is not the mark
             ext = source.external
             return SourceInfo(
                 name=o.name,
-                lag=int(table.transaction_version(o.lag_app) or 0),
+                lag=int(snap.txn_version(o.lag_app) or 0),
                 active_ns=-1 if seen is None else max(now_ms - int(seen), 0) * 1_000_000,
-                seq=int((table.transaction_version(o.seq_app) if stored is None else stored) or 0),
+                seq=int((snap.txn_version(o.seq_app) if stored is None else stored) or 0),
                 filter_subject=o.filter_subject,
                 subject_transforms=[{"src": s, "dest": d} for s, d in o.transforms],
                 external=None if ext is None else {"api": ext.api, "deliver": ext.deliver},

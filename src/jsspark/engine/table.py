@@ -24,7 +24,7 @@ import hashlib
 import json
 import operator
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import unquote
@@ -132,6 +132,15 @@ class Snapshot:
     table: DeltaTable
     version: int
     last_seq: int
+    # txn versions known at ``version`` (``txn_version``), shared with the table's cache
+    known: dict[str, int | None] = field(default_factory=dict, repr=False, compare=False)
+
+    def txn_version(self, app_id: str) -> int | None:
+        """``DeltaTable.transaction_version`` at this version, remembered: delta-rs reads every log
+        entry since the newest checkpoint for it (a GET each on an object store)."""
+        if app_id not in self.known:
+            self.known[app_id] = self.table.transaction_version(app_id)
+        return self.known[app_id]
 
     @property
     def table_id(self) -> str:
@@ -152,10 +161,11 @@ class MessageTable:
         self._dt: DeltaTable | None = None
         self._dataset: tuple[tuple[str, int], ds.Dataset] | None = None
         self._mark: tuple[int, bytes] | None = None  # a commit of the held table: (version, digest)
-        # (version, last_seq) of a commit this process made: the sequence counter at that version,
-        # which ``transaction_version`` finds only by reading every log entry since the newest
-        # checkpoint (up to ``delta.checkpointInterval`` GETs on an object store)
-        self._seq_at: tuple[int, int] | None = None
+        # (version, txn versions known there): those a commit this process made wrote, and those
+        # looked up since (``Snapshot.txn_version``); ``transaction_version`` finds one only by
+        # reading every log entry since the newest checkpoint (up to ``delta.checkpointInterval``
+        # GETs on an object store)
+        self._txns_at: tuple[int, dict[str, int | None]] | None = None
         self._fs: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -209,12 +219,15 @@ class MessageTable:
             self._refresh()
         assert self._dt is not None
         version = self._dt.version()
-        if self._seq_at is not None and self._seq_at[0] == version:
-            return Snapshot(self._dt, version, self._seq_at[1])
-        return self._pin(self._dt)
+        if self._txns_at is None or self._txns_at[0] != version:
+            self._txns_at = (version, {})
+        known = self._txns_at[1]
+        if SEQ_APP_ID not in known:
+            known[SEQ_APP_ID] = self._dt.transaction_version(SEQ_APP_ID)
+        return Snapshot(self._dt, version, known[SEQ_APP_ID] or 0, known)
 
     def _open(self) -> None:
-        self._seq_at = None  # a table loaded afresh may be another one (deleted and created again)
+        self._txns_at = None  # a table loaded afresh may be another one (deleted and created again)
         try:
             self._dt = DeltaTable(self.uri, storage_options=self.storage_options)
         except TableNotFoundError:
@@ -440,7 +453,10 @@ class MessageTable:
         except CommitFailedError as e:
             raise ConcurrentCommit(str(e)) from e
         version = snap.table.version()  # the write moved the handle to the version it made, no further
-        self._seq_at = (version, last_seq)
+        # what this commit's version holds: what its snapshot's did, and the txns it wrote
+        known = dict(snap.known) if self._txns_at is not None and self._txns_at[0] == snap.version else {}
+        known.update({t.app_id: t.version for t in txns})
+        self._txns_at = (version, known)
         return version
 
     def _kept_then(self, snap: Snapshot, removal: SeqRemoval, rows: pa.Table | None) -> pa.RecordBatchReader:

@@ -182,10 +182,11 @@ def test_an_unreachable_server_fails_the_batch_before_it_counts_as_started(
     rows = stored(lake, "U")
 
     def job(url: str) -> RepublishJob:
-        d = parse_destination({"servers": url, "connectTimeout": "1"}, origin_location=lake.location, origin_stream="U")
+        d = parse_destination({"servers": url, "connectTimeout": "1", "publishTimeout": "2"},
+                              origin_location=lake.location, origin_stream="U")
         return RepublishJob(lake.location, "U", check_republish(lake.stream_info("U").config), d, str(tmp_path / "c"))
 
-    with pytest.raises(RuntimeError, match="no servers available"):  # bounded, not retried forever
+    with pytest.raises(RuntimeError, match="no NATS server reachable"):  # within publishTimeout, not forever
         job(f"nats://127.0.0.1:{free_port()}").process(rows, 0)
     ok = job(second_server.url)
     assert not ok.started.started(0)  # the failed batch was never started: a restart sends it

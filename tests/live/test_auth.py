@@ -263,3 +263,36 @@ def test_job_origin_with_refused_credentials_fails_promptly(auth: dict[str, tupl
                                         "ANY", None))
     assert "Authorization Violation" in text
     assert_no_secret(case, [text])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_republish_destination_connects_as_the_reader_and_the_sink_do(
+        name: str, auth: dict[str, tuple[AuthCase, NatsServer]], tmp_path: Path) -> None:
+    """A job's ``republish_to`` server (``jobs.republish.publish_to_server``): its options work,
+    refused ones fail at once with the server's refusal (it said "no servers available"), and a
+    certificate the client cannot verify fails at once too (nats-py's reconnect path then
+    waited for ever on the failed TLS transport's close: the batch, and the query, hung)."""
+    from jsspark.engine.republish import OUTPUT_SCHEMA
+    from jsspark.jobs.republish import parse_destination, publish_to_server
+    from tests.live.auth_servers import make_certs
+
+    case, srv = auth[name]
+    out = pa.table({"seq": [1, 2], "ts_ns": [0, 0], "subject": ["rp.a", "rp.b"], "headers": [None, None],
+                    "data": [b"1", b"2"]}, OUTPUT_SCHEMA)
+
+    def republish(opts: dict[str, str]) -> tuple[int, int]:
+        dest = parse_destination({"servers": srv.url, **opts}, origin_location=str(tmp_path), origin_stream="S")
+        # bounded beyond REFUSED, so a hang fails the test instead of stalling it
+        return asyncio.run(asyncio.wait_for(publish_to_server(dest, out, stream="S", acked=False), REFUSED + 5))
+
+    assert republish(case.good) == (2, 0)
+    refusal = (r"CERTIFICATE_REQUIRED|Connection lost|Connection reset|Broken pipe" if name == "tls"
+               else "'Authorization Violation'")
+    texts = [refused(lambda: republish(case.bad))]
+    assert re.search(refusal, texts[0]), texts[0]
+    if name == "tls":  # the client refuses the server's certificate: another CA, or none (system CAs)
+        elsewhere = make_certs(tmp_path)
+        for opts in ({"tlsCa": str(elsewhere["ca"])}, {}):
+            texts.append(refused(lambda opts=opts: republish(opts)))
+            assert "CERTIFICATE_VERIFY_FAILED" in texts[-1], texts[-1]
+    assert_no_secret(case, texts)

@@ -294,21 +294,23 @@ async def publish_to_server(
     answer (a core one: does not take) within ``publish_timeout`` fails the batch naming its
     subject, also while nats-py waits for a stalled server to drain its buffer (which it does
     with no time limit past its max pending size), and the connection is torn down."""
-    from jsspark.live.client import PublishFailed, check_size, publish_client_class, tear_down, wire_headers
-    from jsspark.live.publisher import publish_messages, unless_late
-
-    async def quiet(e: Exception) -> None:
-        """nats-py logs every failed attempt with a traceback; the failure itself is raised."""
-
     from jsspark.live import bulk_publish
+    from jsspark.live.client import (
+        PublishFailed,
+        check_size,
+        open_client,
+        publish_client_class,
+        tear_down,
+        wire_headers,
+    )
+    from jsspark.live.publisher import publish_messages, unless_late
 
     client_cls, hooked = publish_client_class()  # sends repeated header keys exactly
     bulk_cls = bulk_publish.client_class(client_cls) if hooked else None
-    nc = (bulk_cls or client_cls)()
-    # bounded: a connection lives for one batch, and an unreachable server must fail the batch
-    # (Spark then stops the query) rather than retry forever
-    await nc.connect(**{**dest.conn.connect_kwargs(), "max_reconnect_attempts": CONNECT_ATTEMPTS,
-                        "error_cb": quiet})
+    # as the sink connects: refused credentials or TLS fail at once with their own error, an
+    # unreachable server fails the batch after publish_timeout (Spark then stops the query)
+    nc = await open_client(dest.conn, dest.publish_timeout, bulk_cls or client_cls)
+    nc.options["max_reconnect_attempts"] = CONNECT_ATTEMPTS  # a connection lives for one batch
     sent = 0
     if on_connected is not None:
         try:

@@ -296,3 +296,33 @@ def test_a_republish_destination_connects_as_the_reader_and_the_sink_do(
             texts.append(refused(lambda opts=opts: republish(opts)))
             assert "CERTIFICATE_VERIFY_FAILED" in texts[-1], texts[-1]
     assert_no_secret(case, texts)
+
+
+def test_a_url_password_with_an_at_sign_is_redacted_whole(tmp_path: Path) -> None:
+    """``nats://alice:pw@rest@host``: nats-py (and nats.go's ``url.Parse``) take the userinfo up to the
+    last ``@``, so this authenticates with the password ``pw@rest``; every text that shows the URL
+    must hide all of it (the redaction stopped at the first ``@`` and showed the rest)."""
+    from jsspark.cli.context import Context
+    from jsspark.cli.run import Redactor
+    from jsspark.jobs.spec import load_job
+    from jsspark.nats_server import free_port
+
+    password = "pw@Rest-Of-The-S3cret"
+    (tmp_path / "store").mkdir()
+    with NatsServer(store_dir=tmp_path / "store", extra_args=["--user", "alice", "--pass", password]) as srv:
+        url = srv.url.replace("nats://", f"nats://alice:{password}@")
+        read = {"stream": "AT", "spillDir": str(tmp_path), "waitTimeout": "2"}
+        admin(parse_live_read_options({"servers": url, **read}).conn, "AT")  # it authenticates
+        dead = f"nats://alice:{password}@127.0.0.1:{free_port()}"
+        spec = load_job({"stream": {"name": "L", "sources": [{"name": "AT"}]}, "target": {"location": str(tmp_path)},
+                         "origins": {"AT": {"servers": url}}})
+        texts = [
+            repr(parse_live_read_options({"servers": url, **read})),
+            refused(lambda: Ingestor(parse_live_read_options({"servers": dead, **read})).start(None)),
+            repr(spec.origins["AT"]),
+            Redactor(spec)(f"could not reach {url}"),
+            json.dumps(Context(name="c", location=str(tmp_path), url=url).redacted()),
+        ]
+    assert "no NATS server reachable at nats://alice:***@127.0.0.1" in texts[1], texts[1]
+    for text in texts:
+        assert "Rest-Of-The-S3cret" not in text and "alice" in text, text

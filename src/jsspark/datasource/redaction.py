@@ -16,7 +16,9 @@ SECRET_STORAGE_KEY = re.compile(r"secret|token|password|passwd|sas|signature|cre
 
 
 # The userinfo of a URL: ``scheme://user:password@`` (group 2 the user) or ``scheme://token@``.
-_URL_USERINFO = re.compile(r"(\b[a-z][\w+.-]*://)(?:([^/@\s:]*):)?([^/@\s]+)@", re.I)
+# The password or token runs to the authority's last ``@``, as nats-py's ``urlparse`` and
+# nats.go's ``url.Parse`` read it: ``nats://alice:pw@rest@host`` authenticates with ``pw@rest``.
+_URL_USERINFO = re.compile(r"(\b[a-z][\w+.-]*://)(?:([^/@\s:]*):)?([^/\s]+)@", re.I)
 
 
 def redact_urls(text: str) -> str:

@@ -193,3 +193,21 @@ def test_an_origins_entry_that_names_no_origin_is_refused(tmp_path: Path, stream
         doc["republish_to"] = {"servers": "nats://prod:4222"}
     with pytest.raises(JobError, match=text):
         load_job(doc)
+
+
+@pytest.mark.parametrize("line", [
+    "password: Sup3r: S3cretValue",  # a ': ' inside the password
+    'password: "S3cretValue',  # an unclosed quote
+    "password: *S3cretValue",  # read as an alias
+    "password: !S3cretValue x",  # read as a tag
+])
+def test_a_yaml_job_file_that_does_not_parse_names_the_place_not_the_text(tmp_path: Path, line: str) -> None:
+    """PyYAML's errors quote the offending line (and an alias or tag name): the job file's
+    password line ended up in ``jsspark run``'s error; now the problem and where it is."""
+    path = tmp_path / "job.yaml"
+    path.write_text(f"stream: {{name: L, sources: [{{name: O}}]}}\ntarget: {{location: {tmp_path}}}\n"
+                    f"origins:\n  O:\n    servers: nats://127.0.0.1:4222\n    {line}\n")
+    with pytest.raises(JobError) as e:
+        load_job(path)
+    assert str(e.value).startswith(f"{path}: not valid YAML: ") and "line 6, column" in str(e.value), str(e.value)
+    assert "S3cretValue" not in str(e.value), str(e.value)

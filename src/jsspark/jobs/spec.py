@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -305,8 +306,10 @@ def load_job(source: str | Path | dict[str, Any]) -> JobSpec:
             raise JobError(f"{path}: cannot read the job file: {e.strerror}") from None
         try:
             raw = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
-        except (ValueError, yaml.YAMLError) as e:
-            raise JobError(f"{path}: not valid {'YAML' if path.suffix in ('.yaml', '.yml') else 'JSON'}: {e}") from None
+        except ValueError as e:  # json's text says where, never what
+            raise JobError(f"{path}: not valid JSON: {e}") from None
+        except yaml.YAMLError as e:
+            raise JobError(f"{path}: not valid YAML: {_yaml_problem(e)}") from None
         if not isinstance(raw, dict):
             raise JobError(f"{path}: a job is an object with 'stream' and 'target'")
         if isinstance(raw.get("stream"), str) and not Path(raw["stream"]).is_absolute():
@@ -315,6 +318,21 @@ def load_job(source: str | Path | dict[str, Any]) -> JobSpec:
         return JobSpec.model_validate(raw)
     except ValueError as e:
         raise JobError(f"{where}: {_pydantic_text(e)}") from None
+
+
+# what PyYAML quotes from the file in a problem (an alias or tag name); not a token name
+# (``'<scalar>'``) or one character
+_QUOTED = re.compile(r"'(?!<)[^']{2,}'|\"(?!<)[^\"]{2,}\"")
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """A YAML error without the file's text: PyYAML's own quotes the offending line (and an
+    alias or tag name), which may be a password or an nkey seed. The problem and where it is."""
+    if not isinstance(e, yaml.MarkedYAMLError):
+        return str(e)
+    parts = [f"{_QUOTED.sub('...', what)}" + (f" (line {mark.line + 1}, column {mark.column + 1})" if mark else "")
+             for what, mark in ((e.context, e.context_mark), (e.problem, e.problem_mark)) if what]
+    return ", ".join(parts)
 
 
 def _pydantic_text(e: ValueError) -> str:

@@ -326,3 +326,37 @@ def test_a_url_password_with_an_at_sign_is_redacted_whole(tmp_path: Path) -> Non
     assert "no NATS server reachable at nats://alice:***@127.0.0.1" in texts[1], texts[1]
     for text in texts:
         assert "Rest-Of-The-S3cret" not in text and "alice" in text, text
+
+
+def test_a_running_reader_whose_credentials_the_server_no_longer_takes_stops(tmp_path: Path) -> None:
+    """The server restarts with another password (rotated): nats-py reconnects for ever, each try
+    refused, and the reader waited without a word, the query running empty batches for good.
+    As nats.go gives up after the same auth error twice in a row (``processAuthError``), the
+    reader now fails its next batch with the server's refusal, naming no secret."""
+    (tmp_path / "store").mkdir()
+    conf = tmp_path / "auth.conf"
+    conf.write_text('authorization { user: "alice", password: "old-S3cret-pw" }')
+    with NatsServer(store_dir=tmp_path / "store", extra_args=["-c", str(conf)]) as srv:
+        ropts = parse_live_read_options({"servers": srv.url, "user": "alice", "password": "old-S3cret-pw",
+                                         "stream": "ROT", "spillDir": str(tmp_path / "spill"), "waitTimeout": "10"})
+        admin(ropts.conn, "ROT")
+        assert asyncio.run(publisher.publish_batches(parse_live_write_options(
+            {"servers": srv.url, "user": "alice", "password": "old-S3cret-pw"}), iter(rows("ROT", 20).to_batches()))) \
+            == (20, 0)
+        ing = Ingestor(ropts)
+        ing.start(None)
+        try:
+            end, got = drain(ing, ing.floor, 20)
+            assert got == list(range(1, 21))
+            conf.write_text('authorization { user: "alice", password: "new-S3cret-pw" }')
+            srv.restart()
+            deadline = time.monotonic() + 30
+            with pytest.raises(Exception) as info:  # batches until the reader gives up
+                while time.monotonic() < deadline:
+                    ing.latest(end, 400, None)
+                    time.sleep(0.2)
+        finally:
+            ing.stop()
+    text = f"{type(info.value).__name__}: {info.value}"
+    assert "Authorization Violation" in text and srv.url.removeprefix("nats://") in text, text
+    assert "S3cret" not in text, text

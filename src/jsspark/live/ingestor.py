@@ -141,6 +141,10 @@ LOOKUP_TIMEOUT = 5.0
 # or check; this many times in a row and it is given up, as a refused one is at once.
 ORPHAN_LOOK_TIMEOUTS = 3
 ACK_FLUSH_SECONDS = 3.0
+# The server's texts nats.go counts as auth errors (``isAuthError``): the same one twice in a row
+# on reconnects and it gives up (``processAuthError``), as the reader does (``_on_error``).
+AUTH_REFUSALS = ("authorization violation", "user authentication expired", "user authentication revoked",
+                 "account authentication expired")
 LANDED_POLL = 0.01  # how often a held flow-control request looks for the landing sink's mark
 # A batch waits for the buffer to fill while messages keep arriving (each Spark batch costs far
 # more than the wait): until the batch is full, delivery pauses LINGER_IDLE, or LINGER_MAX passes.
@@ -266,6 +270,7 @@ class Ingestor:
         self._acks_lost: tuple[int, int] = (-1, 0)  # ack floor at the last reset for acks not taken, resets in a row
         self._fatal: BaseException | None = None
         self.last_error: str | None = None
+        self._refused: str | None = None  # the auth error the last reconnect got (_on_error)
         self.resets = 0
         self.orphan_resets = 0  # resets back to acked messages a WorkQueue still stores (_orphans)
         self._orphan_timeouts = 0  # looks for them unanswered in a row (_oldest_stored)
@@ -676,10 +681,27 @@ class Ingestor:
             self._spawn(self._restart_delivery())
 
     async def _on_reconnect(self) -> None:
+        self._refused = None
         self._schedule_restart()
 
     async def _on_error(self, e: Exception) -> None:
+        """nats-py reconnects for ever, also when the server refuses the credentials (changed on
+        the server, expired): the same auth error twice in a row ends the reader, as nats.go's
+        connection gives up, instead of running empty batches for good."""
         self.last_error = self._redact(str(e))
+        refusal = str(e)
+        if not any(a in refusal.lower() for a in AUTH_REFUSALS):
+            return
+        if refusal != self._refused:
+            self._refused = refusal
+            return
+        with self._cv:
+            if self._fatal is None:
+                self._fatal = LiveSourceError(self._redact(
+                    f"the server at {', '.join(self.opts.conn.servers)} refuses this reader's credentials since it "
+                    f"reconnected ({refusal}, twice in a row); restart the query with ones it takes"))
+                log.error("jetstream (live): %s", self._fatal)
+            self._cv.notify_all()
 
     async def _watchdog(self) -> None:
         """Break a stall: no message or heartbeat for STALL_SECONDS while connected, or a failed

@@ -360,3 +360,27 @@ def test_a_running_reader_whose_credentials_the_server_no_longer_takes_stops(tmp
     text = f"{type(info.value).__name__}: {info.value}"
     assert "Authorization Violation" in text and srv.url.removeprefix("nats://") in text, text
     assert "S3cret" not in text, text
+
+
+def test_an_encrypted_tls_key_fails_naming_the_option(auth: dict[str, tuple[AuthCase, NatsServer]],
+                                                      tmp_path: Path) -> None:
+    """A ``tlsKey`` that needs a passphrase: Python's ``load_cert_chain`` without one has OpenSSL
+    prompt on the terminal ("Enter PEM pass phrase:", a reader or a job started from a shell
+    waited there) or, with none, failed as ``OSError: [Errno 22] Invalid argument``, naming
+    neither the option nor the file. jsspark takes no passphrase: it says so."""
+    from cryptography.hazmat.primitives import serialization
+
+    case, srv = auth["tls"]
+    key = serialization.load_pem_private_key(Path(case.good["tlsKey"]).read_bytes(), None)
+    encrypted = tmp_path / "client-key-encrypted.pem"
+    encrypted.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                            serialization.BestAvailableEncryption(b"a-passphrase")))
+    opts = {"servers": srv.url, **case.good, "tlsKey": str(encrypted)}
+    texts = [
+        refused(lambda: Ingestor(parse_live_read_options({**opts, "stream": "ENC", "spillDir": str(tmp_path),
+                                                          "waitTimeout": "5"})).start(None)),
+        refused(lambda: asyncio.run(publisher.publish_batches(parse_live_write_options(opts),
+                                                              iter(rows("ENC", 1).to_batches())))),
+    ]
+    for text in texts:
+        assert f"option tlsKey: the private key in {str(encrypted)!r} is encrypted" in text, text

@@ -10,6 +10,7 @@ log line and error message: ``LiveOptions.__repr__`` prints them as ``***`` and
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -189,7 +190,8 @@ class Connection:
                     _readable(option, path)
             ctx = ssl.create_default_context(cafile=self.tls_ca) if self.tls_ca else ssl.create_default_context()
             if self.tls_cert:
-                ctx.load_cert_chain(self.tls_cert, self.tls_key)
+                ctx.load_cert_chain(self.tls_cert, self.tls_key, password=functools.partial(_no_passphrase,
+                                                                                        self.tls_key or self.tls_cert))
             kw["tls"] = ctx
         if self.tls_hostname:  # also alone: nats-py checks the server's certificate against it with the system's CAs
             kw["tls_hostname"] = self.tls_hostname
@@ -203,6 +205,13 @@ def _readable(option: str, path: str) -> None:
         open(path, "rb").close()  # opened only to see that it can be
     except OSError as e:
         raise OptionError(f"jetstream (live): option {option}: cannot read {path!r}: {e.strerror or e}") from None
+
+
+def _no_passphrase(path: str) -> str:
+    """``load_cert_chain``'s password callback, called only for an encrypted key: without one
+    OpenSSL prompts on the terminal (a task or a job waits there) or fails as ``[Errno 22]``."""
+    raise OptionError(f"jetstream (live): option tlsKey: the private key in {path!r} is encrypted and jsspark "
+                      f"takes no passphrase; give it the key without one (openssl pkey -in KEY -out PLAIN_KEY)")
 
 
 def redact(text: str, conn: Connection | None) -> str:

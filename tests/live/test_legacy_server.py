@@ -215,3 +215,63 @@ def test_old_server_mode_never_takes_over_an_operators_durable(old: NatsServer, 
     finally:
         ing.stop()
     assert onats.api("CONSUMER.INFO.OLDHJ.was")["config"]["max_ack_pending"] == 50
+
+
+@pytest.mark.parametrize("hub_is_old", [True, False])
+def test_the_version_that_counts_is_the_jetstream_at_the_domain(tmp_path: Path, hub_is_old: bool) -> None:
+    """A reader on a leaf node reaching its hub's JetStream with ``domain``: the fallback is
+    chosen by the JetStream that answers there (its API level, from ``INFO`` at the prefix), not
+    by the server the reader is connected to. A 2.15 leaf of a 2.12 hub created a flow_control
+    durable the hub refused (10025 ``can not unmarshal "flow_control"``)."""
+    from jsspark.nats_server import free_port
+
+    port = free_port()
+    old_binary = legacy_binary()
+
+    def start(name: str, config: str, old_one: bool) -> NatsServer:
+        (tmp_path / f"{name}.conf").write_text(config)
+        return NatsServer(store_dir=tmp_path / name, extra_args=["-c", str(tmp_path / f"{name}.conf")],
+                          binary=old_binary if old_one else None).start()
+
+    with start("hub", f"jetstream {{ domain: hub }}\nleafnodes {{ listen: '127.0.0.1:{port}' }}\n", hub_is_old) as hub, \
+            start("leaf", f"jetstream {{ domain: leaf }}\nleafnodes {{ remotes: [{{ url: 'nats-leaf://127.0.0.1:{port}' "
+                  "}] }\n", not hub_is_old) as leaf:
+        hnats = SyncNats(hub.url)
+        try:
+            hnats.add_stream(name="HUBWQ", subjects=["hub.>"], retention="workqueue")
+            fast_publish(hnats, "hub", 0, 500)
+            o = opts(leaf.url, "HUBWQ", tmp_path, domain="hub")
+            wait_for(lambda: _answers(o), 20, "the hub's JetStream through the leaf node")
+            ing = ingestor_for(o)
+            assert type(ing) is (LegacyIngestor if hub_is_old else Ingestor)
+            ing.start(None)
+            try:
+                start, got = drain(ing, ing.floor, 500)
+                assert got == list(range(1, 501))
+                # the acks reach the hub (the reader goes on running empty batches meanwhile)
+                wait_for(lambda: ing.latest(start, 400, None) == start and hnats.state("HUBWQ")["messages"] == 0, 20,
+                         "acks of the committed batches")
+            finally:
+                ing.stop()
+        finally:
+            hnats.close()
+
+
+def _answers(o: Any) -> bool:
+    """Whether the JetStream at ``o``'s domain answers a stream info yet (the leaf connection is up)."""
+    import asyncio
+
+    from jsspark.live.client import open_client
+    from jsspark.live.consumer import stream_info
+
+    async def ask() -> bool:
+        nc = await open_client(o.conn, 5)
+        try:
+            await stream_info(nc, o.conn, o.stream, 1)
+            return True
+        except Exception:
+            return False
+        finally:
+            await nc.close()
+
+    return asyncio.run(ask())

@@ -46,6 +46,8 @@ from jsspark.live.ingestor import Ingestor, LiveSourceError, log, parse_ack_repl
 from jsspark.live.options import LiveReadOptions, redact
 
 FLOW_CONTROL_VERSION = (2, 14)
+FLOW_CONTROL_API_LEVEL = 4  # v2.14's JetStream API level (``jetstream_versioning.go``)
+LEVEL_TIMEOUT = 2.0  # the INFO request that tells it; unanswered (not permitted): the server's version
 LEGACY_ACK_WAIT_NS = 30 * 1_000_000_000
 
 
@@ -54,22 +56,29 @@ def ingestor_for(opts: LiveReadOptions) -> Ingestor:
     if opts.mode == "ordered":
         return Ingestor(opts)
 
-    async def version() -> tuple[int, int]:
+    async def older() -> bool:
+        """Whether the JetStream that answers at the API prefix predates 2.14: its API level
+        (``INFO``; a leaf node's domain or an imported API may be served by another version
+        than the server connected to), else that server's version (before 2.11, no level)."""
         from jsspark.live.client import open_client
 
         nc = await open_client(opts.conn, opts.wait_timeout / 2)
         try:
+            with contextlib.suppress(Exception):
+                level = (await C.js_request(nc, opts.conn, "INFO", None, LEVEL_TIMEOUT)).get("api", {}).get("level")
+                if isinstance(level, int):
+                    return level < FLOW_CONTROL_API_LEVEL
             v = nc.connected_server_version
-            return int(v.major), int(v.minor)
+            return (int(v.major), int(v.minor)) < FLOW_CONTROL_VERSION
         finally:
             await nc.close()
 
     try:
-        found = asyncio.run(version())
+        old = asyncio.run(older())
     except Exception as e:
         raise LiveSourceError(redact(f"jetstream (live): cannot reach the server of stream {opts.stream!r}: "
                                      f"{type(e).__name__}: {e}", opts.conn)) from None
-    return LegacyIngestor(opts) if found < FLOW_CONTROL_VERSION else Ingestor(opts)
+    return LegacyIngestor(opts) if old else Ingestor(opts)
 
 
 def legacy_durable_config(opts: LiveReadOptions, retention: str) -> dict[str, Any]:

@@ -125,6 +125,35 @@ def test_an_update_lowering_a_subject_or_age_limit_killed_before_applying_it(
     assert srv.msg_get("UK", seq=1)["error"]["err_code"] == 10037
 
 
+def test_a_retention_change_to_interest_killed_before_applying_it(tmp_path: Path, srv: ServerBackend) -> None:
+    """``update_stream`` to interest retention on a stream with no consumer commits and dies
+    before dropping the messages (``to_interest``): the server's update drops them all (an
+    interest stream keeps nothing nobody is interested in), and the next open now does too; it
+    kept all five."""
+    loc = str(tmp_path)
+    lake = jsspark.connect(loc)
+    lake.add_stream(name="IN", subjects=["in.>"])
+    for _ in range(5):
+        lake.publish("in.a", b"x")
+    run_killed(loc, """
+        from jsspark.engine import consumers
+        consumers.Consumers.to_interest = die
+        jsspark.connect(loc).update_stream(name="IN", subjects=["in.>"], retention="interest")
+    """)
+    srv.delete_stream("IN")
+    srv.add_stream({"name": "IN", "subjects": ["in.>"]})
+    for _ in range(5):
+        srv.publish("in.a", b"x")
+    try:
+        assert srv._req("$JS.API.STREAM.UPDATE.IN", {"name": "IN", "subjects": ["in.>"], "retention": "interest"})[
+            "config"]["retention"] == "interest"
+        info = jsspark.connect(loc).stream_info("IN")
+        assert info.config.retention.value == "interest"  # the update's commit happened
+        assert state_of(info) == server_state(srv, "IN") == {"messages": 0, "first_seq": 6, "last_seq": 5}
+    finally:
+        srv.delete_stream("IN")
+
+
 # -- work queue: an ack whose removal a crash interrupted ---------------------------------------
 
 

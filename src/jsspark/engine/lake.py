@@ -396,7 +396,8 @@ class Lake:
         updating it died is applied (``newFileStoreWithCreatedAndMode`` enforces the config's
         limits on recovery: totals, ``expireMsgsOnRecover`` unless the stream places delete
         markers, ``enforceMsgPerSubjectLimit``), and on an interest or work-queue stream the
-        messages an ack left behind go (``checkInterestState`` at startup). All are decided on the
+        messages an ack left behind go (``checkInterestState`` at startup), on an interest stream
+        without consumers all of them (what ``to_interest`` or a delete died before dropping). All are decided on the
         recorded state and the consumers' ack floors, so an open with nothing to do reads no
         messages; only the per-subject limit reads the subject counts, when the state cannot rule
         out a subject over it (each subject holds one message at least)."""
@@ -405,6 +406,10 @@ class Lake:
         if cfg.retention is not RetentionPolicy.LIMITS and state.messages:  # before the limits, as an update
             floors = [c.state.ack_floor.stream_seq for c in self.consumers._all(name)]
             if floors and state.first_seq <= max(floors) and self.consumers.check_interest(name):
+                state = engine.state()
+            elif not floors and cfg.retention is RetentionPolicy.INTEREST and self.consumers.to_interest(name):
+                # an interest stream keeps nothing for no consumer: what it holds with none, a
+                # retention change to interest (or the last consumer's delete) died before dropping
                 state = engine.state()
         discard_old = cfg.discard is not DiscardPolicy.NEW  # enforceMsgLimit/enforceBytesLimit trim only then
         max_msgs, max_bytes = int(cfg.max_msgs), int(cfg.max_bytes)

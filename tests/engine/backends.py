@@ -244,8 +244,8 @@ def _replication(info: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if info.get("mirror") is not None:
         out["mirror"] = entry(info["mirror"])
-    if info.get("sources"):
-        out["sources"] = [entry(e) for e in info["sources"]]
+    if info.get("sources"):  # the server lists its sources in Go map order: compared as a set
+        out["sources"] = sorted((entry(e) for e in info["sources"]), key=lambda e: json.dumps(e, sort_keys=True))
     return out
 
 

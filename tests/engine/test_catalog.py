@@ -49,3 +49,35 @@ def test_many_changes_by_two_writers(tmp_path: Path, monkeypatch: pytest.MonkeyP
     log_files = list((Path(uri) / "_delta_log").glob("*.json"))
     assert len(data_files) <= 11, len(data_files)  # compacted every 10 revisions, the rest vacuumed
     assert len(log_files) <= 25, len(log_files)  # cleaned up at each compaction
+
+
+def test_a_writer_knows_the_revision_of_its_own_change_without_reading_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every change (a consumer's delivery, an ack) looked the catalog's revision up with
+    ``DeltaTable.transaction_version``, which reads every log entry since the newest checkpoint: on
+    an object store a GET each, so a delivery and an ack on S3 made 11 GETs after a checkpoint and
+    ~200 before the next. A writer now takes the revision of a change it made itself from that
+    change; another writer's is read from the log as before."""
+    from deltalake import DeltaTable
+
+    uri = str(tmp_path / "cat")
+    cat, other = Catalog(uri), Catalog(uri)
+    cat.transact(lambda records: [Change("k", "s", "n", {"v": 0})])
+    looked: list[str] = []
+    lookup = DeltaTable.transaction_version
+
+    def counted(self: DeltaTable, app_id: str) -> int | None:
+        looked.append(app_id)
+        return lookup(self, app_id)
+
+    monkeypatch.setattr(DeltaTable, "transaction_version", counted)
+    for v in range(1, 6):
+        cat.transact(lambda records, v=v: [Change("k", "s", "n", {"v": v})])
+    assert looked.count(catalog_module.CATALOG_APP_ID) == 0
+    other.transact(lambda records: [Change("k", "s", "other", {"v": 0})])
+    looked.clear()
+    cat.transact(lambda records: [Change("k", "s", "n", {"v": 6})])  # on another writer's change
+    assert looked.count(catalog_module.CATALOG_APP_ID) == 1
+    revs = {k: r.rev for k, r in Catalog(uri).records().items()}
+    assert revs == {("k", "s", "n"): 8, ("k", "s", "other"): 7}

@@ -83,6 +83,10 @@ class Catalog:
         self.storage_options = storage_options
         self._dt: DeltaTable | None = None
         self._cache: tuple[int, dict[Key, Record]] | None = None
+        # (version, revision) of a change this process committed: the revision at that version,
+        # which ``transaction_version`` finds only by reading every log entry since the newest
+        # checkpoint (a GET each on an object store)
+        self._rev_at: tuple[int, int] | None = None
 
     def _table(self, create: bool = True) -> DeltaTable | None:
         """The catalog table; ``create=False`` answers ``None`` for a lake never written, so a
@@ -146,7 +150,7 @@ class Catalog:
             if not changes:
                 return changes
             version = dt.version()
-            rev = (dt.transaction_version(CATALOG_APP_ID) or 0) + 1
+            rev = self._revision(dt) + 1
             now = time.time_ns()
             rows = [_row(rev, c.kind, c.stream, c.name, c.body, now) for c in changes]
             if not self._commit(dt, rows, rev, "append"):
@@ -177,7 +181,14 @@ class Catalog:
             )
         except CommitFailedError:
             return False
+        self._rev_at = (dt.version(), rev)  # the write moved ``dt`` to the version it made
         return True
+
+    def _revision(self, dt: DeltaTable) -> int:
+        """The revision at ``dt``'s version: known when this process made that version."""
+        if self._rev_at is not None and self._rev_at[0] == dt.version():
+            return self._rev_at[1]
+        return dt.transaction_version(CATALOG_APP_ID) or 0
 
     def _kept(self, dt: DeltaTable, version: int, live: dict[Key, Record]) -> None:
         """Cache ``live`` as the records at ``version`` if that is the version this process's
@@ -192,7 +203,7 @@ class Catalog:
         assert dt is not None
         records = self._records_of(dt)
         version = dt.version()
-        rev = (dt.transaction_version(CATALOG_APP_ID) or 0) + 1
+        rev = self._revision(dt) + 1
         now = time.time_ns()
         rows = [_row(r.rev, r.kind, r.stream, r.name, r.body, now)
                 for r in sorted(records.values(), key=lambda r: (r.rev, r.kind, r.stream, r.name))]

@@ -494,8 +494,10 @@ class MessageTable:
         """Rewrite files smaller than ``target_size`` into larger ones (``dataChange=false``:
         streaming readers skip it), with the writer properties of every other commit.
 
-        Carries the sequence ``txn`` and the unchanged state like any other commit, so a
-        concurrent writer's commit fails it (``ConcurrentCommit``). The handle is left at the
+        Carries the unchanged state like any other commit; delta-rs's optimize writes no ``txn``
+        (it drops the ``app_transactions`` given here), which changes nothing: the sequence mark
+        stands from the commit that wrote it. A concurrent writer's commit fails it
+        (``ConcurrentCommit``: no retries, delta-rs's conflict check). The handle is left at the
         version it made (or at ``snap`` when there was nothing to merge).
         """
         props = CommitProperties(

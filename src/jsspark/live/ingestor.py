@@ -42,7 +42,8 @@ Design (why each piece is there):
   the moment its window is acked, while a trickle still makes one commit per interval.
 - **Back-pressure**: ``max_ack_pending`` — the server stops delivering once that many messages
   are unacked, which bounds the buffer; memory holds about ``chunkRows`` rows before a spill
-  (one read's deliveries are taken whole), and a spill file at most ``chunkRows`` rows.
+  (one read's deliveries are taken whole), or ``CHUNK_BYTES`` of payloads and headers, whichever
+  comes first (5,000 messages of 1 MiB would be 5 GiB), and a spill file at most ``chunkRows`` rows.
   On an object store a spill file is put in the background (a put is a network round trip per
   ``chunkRows`` messages, which would pause delivery each time): a spill starts when fewer than
   ``MAX_PUTS`` are under way, their rows held until the put succeeded; a batch is planned only
@@ -151,6 +152,9 @@ LANDED_POLL = 0.01  # how often a held flow-control request looks for the landin
 LINGER_IDLE = 0.05
 LINGER_MAX = 1.0
 PARTITION_ROWS = 100_000  # spill rows per Spark partition at most
+# The buffer spills once its payloads and headers reach this many bytes, before ``chunkRows``
+# rows: large messages (up to the server's max_payload, 8 MiB) are held a spill file's worth at most.
+CHUNK_BYTES = 64 << 20
 # By reference, a task only emits a sequence per message (the landing commit reads the files):
 # splitting a batch buys nothing, and each task costs a Python worker round trip in each stage.
 REFERENCE_PARTITION_ROWS = 10_000_000
@@ -880,7 +884,7 @@ class Ingestor:
                 self._seqs += seqs
                 self._highest = seqs[-1]
                 self._last_msg = self._last_heard
-                if len(self._rows) >= self.opts.chunk_rows:
+                if self._buffer_full():
                     self._spill_full()
                     self._last_msg = time.monotonic()  # a spill is no pause in delivery
                 self._cv.notify_all()
@@ -924,7 +928,7 @@ class Ingestor:
             self._last_msg = self._last_heard
             self._rows.append(subject, sseq, ts, hdr, payload, dseq, pending)
             self._seqs.append(sseq)
-            if len(self._rows) >= self.opts.chunk_rows:
+            if self._buffer_full():
                 self._spill_full()
                 self._last_msg = time.monotonic()  # a spill is no pause in delivery
             self._cv.notify_all()
@@ -1170,6 +1174,10 @@ class Ingestor:
                         f"jetstream (live): timed out after {self.opts.wait_timeout}s waiting for {len(waiting)} spill "
                         f"file(s) to be written under {self._dir.uri if self._dir else '?'}"))
                 self._cv.wait(0.05)
+
+    def _buffer_full(self) -> bool:
+        """The buffer holds ``chunkRows`` rows or ``CHUNK_BYTES`` bytes: time to spill. (Under ``_cv``.)"""
+        return len(self._rows) >= self.opts.chunk_rows or self._rows.nbytes >= CHUNK_BYTES
 
     def _spill_full(self) -> None:
         """A full buffer, on the delivery thread: spill it; a failed write (an object store

@@ -72,13 +72,15 @@ class Pending:
 
     Appended ``subjects`` and ``data`` are the wire bytes, ``headers`` the raw header blocks
     (``None`` without headers): nothing is decoded per message until the rows become a part.
-    Rows read some other way (a ``Row``) may give ``str`` subjects and header pairs."""
+    Rows read some other way (a ``Row``) may give ``str`` subjects and header pairs.
+    ``nbytes``: the payloads and headers held, what a buffer of large messages is bounded by."""
 
-    __slots__ = ("_parts", "_sealed", "data", "dseqs", "headers", "pending", "seqs", "subjects", "ts")
+    __slots__ = ("_parts", "_sealed", "data", "dseqs", "headers", "nbytes", "pending", "seqs", "subjects", "ts")
 
     def __init__(self) -> None:
         self._parts: list[list[pa.Array]] = []  # per part: subject, seq, ts_ns, headers, data, dseq, pending
         self._sealed = 0  # rows in _parts
+        self.nbytes = 0
         self.subjects: list[bytes | str] = []
         self.seqs: list[int] = []
         self.ts: list[int] = []
@@ -99,6 +101,7 @@ class Pending:
         self.data.append(data)
         self.dseqs.append(dseq)
         self.pending.append(pending)
+        self.nbytes += len(data) + (len(headers) if isinstance(headers, bytes | bytearray) else 0)
 
     def add_part(self, subjects: pa.Array, seqs: np.ndarray, ts: np.ndarray, headers: pa.Array,
                  data: pa.Array, dseqs: np.ndarray, pending: np.ndarray) -> None:
@@ -108,6 +111,7 @@ class Pending:
         self._parts.append([subjects, pa.array(seqs, pa.int64()), pa.array(ts, pa.int64()), headers, data,
                             pa.array(dseqs, pa.int64()), pa.array(pending, pa.int64())])
         self._sealed += len(seqs)
+        self.nbytes += data.nbytes + headers.nbytes
 
     def _seal(self) -> None:
         """The appended rows as a part."""

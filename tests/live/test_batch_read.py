@@ -264,3 +264,29 @@ def test_a_bad_opt_start_time_fails_as_the_server_refuses_it(server: NatsServer,
     assert theirs["description"].replace("'", "\\'") in str(e.value) or theirs["description"] in str(e.value), str(e.value)
     assert "err_code=10025" in str(e.value) and "optStartTime" in str(e.value)
     assert "BadRequestError: BadRequestError" not in str(e.value)
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["allow_direct", "no_direct"])
+def test_a_batch_read_of_large_messages_holds_a_bounded_slice_at_once(
+    server: NatsServer, nats: SyncNats, direct: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task holds its partition in memory: with large messages a partition spans fewer
+    sequences (about ``PARTITION_BYTES`` stored), and a record batch about ``OUTPUT_BYTES`` of
+    payloads. Before, 100,000 sequences and 10,000 rows: a task of 200 x 4 MiB peaked at 2.3 GB,
+    and 300 x 8 MiB failed (TypeError: a binary column over 2 GiB came out chunked)."""
+    size, n = 900_000, 30
+    monkeypatch.setattr(snapshot, "PARTITION_BYTES", 4 << 20, raising=False)
+    monkeypatch.setattr(snapshot, "OUTPUT_BYTES", 2 << 20, raising=False)
+    name = f"BIGSNAP{int(direct)}"
+    nats.add_stream(name=name, subjects=[f"{name.lower()}.>"], allow_direct=direct)
+    sent = [bytes([i]) * size for i in range(n)]
+    nats.publish_many([(f"{name.lower()}.{i % 3}", d, {"I": str(i)}) for i, d in enumerate(sent)], window=5)
+    reader = load(server.url, name).reader(spark_schema())
+    parts = [p.value for p in reader.partitions()]
+    assert max(p.hi - p.lo for p in parts) * size <= 4 << 20, [(p.lo, p.hi) for p in parts]
+    batches = [b for p in parts for b in snapshot.read_snapshot(p)]
+    assert max(sum(len(d) for d in b.column("data").to_pylist()) for b in batches) < (2 << 20) + size
+    table = pa.Table.from_batches(batches, ARROW_SCHEMA)
+    assert table.column("seq").to_pylist() == list(range(1, n + 1))
+    assert table.column("data").to_pylist() == sent
+    assert [h[0]["value"] for h in table.column("headers").to_pylist()] == [str(i) for i in range(n)]

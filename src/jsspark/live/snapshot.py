@@ -20,7 +20,9 @@ How (and why this way):
   and any non-explicit ack policy; on an Interest stream an ``AckNone`` consumer's deliveries
   count as acks and can remove messages.)
 - **Executors read by sequence range, statelessly.** Each partition is a slice of ``(lo, hi]``
-  (``PARTITION_SEQS`` sequences) that a task reads with nothing but the connection options, so a
+  (``PARTITION_SEQS`` sequences, fewer where the stream's messages average more than
+  ``PARTITION_BYTES / PARTITION_SEQS`` bytes: a task holds its slice in memory, and 100,000
+  messages of 1 MiB would be 100 GiB) that a task reads with nothing but the connection options, so a
   retried task reads the same messages. With ``allow_direct`` a task walks its slice with batched
   direct gets (``$JS.API.DIRECT.GET``, ``batch`` + ``next_by_subj`` per filter: thousands of
   messages per request, answered by the stream without the JetStream API queue). Without it, a
@@ -55,10 +57,12 @@ from jsspark.errors import APIError
 from jsspark.live.options import Connection, LiveReadOptions, redact
 
 PARTITION_SEQS = 100_000  # stream sequences per partition
+PARTITION_BYTES = 256 << 20  # ... fewer, so that a partition holds about this many stored bytes
 DIRECT_BATCH = 2_000  # messages per batched direct get
 DIRECT_MAX_BYTES = 8 << 20  # ... and at most this many bytes (the server stops early, then EOB)
 REPLY_TIMEOUT = 10.0
 OUTPUT_ROWS = 10_000
+OUTPUT_BYTES = 64 << 20  # a record batch holds at most OUTPUT_ROWS rows and about this many payload bytes
 MSG_SIZE = "Nats-Msg-Size"
 DIRECT_TAIL = ("Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Num-Pending",
                "Nats-Last-Sequence")
@@ -80,6 +84,7 @@ class Bounds:
     hi: int
     direct: bool
     last_per_subject: bool = False
+    partition_seqs: int = PARTITION_SEQS  # sequences per partition (``PARTITION_BYTES``)
 
 
 @dataclass(frozen=True)
@@ -194,19 +199,22 @@ async def resolve_bounds(opts: LiveReadOptions) -> Bounds:
         else:  # new
             start = last + 1
         start = max(start, first, 1)
-        return Bounds(start - 1, last, direct, lps)
+        stored, count = int(state.get("bytes", 0)), int(state.get("messages", 0))
+        seqs = max(1, min(PARTITION_SEQS, PARTITION_BYTES * count // stored)) if stored else PARTITION_SEQS
+        return Bounds(start - 1, last, direct, lps, seqs)
     finally:
         await nc.close()
 
 
 def plan(opts: LiveReadOptions, bounds: Bounds) -> list[SnapshotPartition]:
-    """The partitions of a snapshot: slices of ``PARTITION_SEQS`` stream sequences."""
+    """The partitions of a snapshot: slices of ``bounds.partition_seqs`` stream sequences."""
     base = dict(conn=opts.conn, stream=opts.stream, filters=filters_of(opts), headers_only=opts.headers_only,
                 direct=bounds.direct)
     if bounds.last_per_subject:
         return [SnapshotPartition(lo=bounds.lo, hi=bounds.hi, last_per_subject=True, **base)]  # type: ignore[arg-type]
-    return [SnapshotPartition(lo=lo, hi=min(lo + PARTITION_SEQS, bounds.hi), **base)  # type: ignore[arg-type]
-            for lo in range(bounds.lo, bounds.hi, PARTITION_SEQS)]
+    step = bounds.partition_seqs
+    return [SnapshotPartition(lo=lo, hi=min(lo + step, bounds.hi), **base)  # type: ignore[arg-type]
+            for lo in range(bounds.lo, bounds.hi, step)]
 
 
 # -- executors ---------------------------------------------------------------------------------
@@ -331,5 +339,12 @@ def read_snapshot(p: SnapshotPartition) -> Iterator[pa.RecordBatch]:
     except Exception as e:
         raise SnapshotError(redact(f"jetstream (live): reading stream {p.stream!r} seqs {p.lo + 1}..{p.hi}: "
                                    f"{type(e).__name__}: {e}", p.conn)) from None
-    for i in range(0, len(rows), OUTPUT_ROWS):
-        yield rows_to_batch(p.stream, None, rows[i : i + OUTPUT_ROWS])  # type: ignore[arg-type]
+    i = 0
+    while i < len(rows):  # at most OUTPUT_ROWS rows, and one over OUTPUT_BYTES (a binary column holds 2 GiB)
+        j, size = i, 0
+        while j < len(rows) and j - i < OUTPUT_ROWS and size < OUTPUT_BYTES:
+            size += len(rows[j][4])
+            j += 1
+        yield rows_to_batch(p.stream, None, rows[i:j])  # type: ignore[arg-type]
+        rows[i:j] = [None] * (j - i)  # type: ignore[list-item]  # yielded: not held twice
+        i = j

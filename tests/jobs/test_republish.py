@@ -195,6 +195,44 @@ def test_an_unreachable_server_fails_the_batch_before_it_counts_as_started(
     assert [m.subject for m in dest.received(sid)] == ["uo.a", "uo.b"] and ok.started.started(0)
 
 
+def test_a_message_over_the_destinations_max_payload_fails_the_batch_before_it_counts_as_started(
+    reference: tuple[SyncNats, RawNats, list[str]], dest: RawNats, second_server: NatsServer, tmp_path: Path
+) -> None:
+    """A stored message just under 1 MiB is, with the republish headers, over the default
+    max_payload. A server's own republish sends it all the same (an internal publish); a client
+    cannot, so the job fails the batch naming the subject, but before it counts as started:
+    before, the messages ahead of it went out, the batch was recorded, and the restart skipped
+    it, so the ones after it were lost. A destination with a larger max_payload takes it all."""
+    big = (1 << 20) - 20
+    msgs: list[tuple[str, bytes, Any]] = [("mp.in.0", b"a", None), ("mp.in.1", b"x" * big, None), ("mp.in.2", b"c", None)]
+    cfg = {"name": "MP", "subjects": ["mp.in.>"], "republish": {"src": "mp.in.>", "dest": "mp.out.>"}}
+    api, raw, created = reference
+    got = on_server(api, raw, created, {**cfg, "name": "MPSRV"}, msgs, "mp.in.end")
+    assert [(m.subject, len(m.data)) for m in got] == [("mp.out.0", 1), ("mp.out.1", big), ("mp.out.2", 1)]
+    api.api("STREAM.DELETE.MPSRV")
+    created.remove("MPSRV")
+    lake = lake_with(tmp_path, cfg, msgs)
+    rows = stored(lake, "MP")
+
+    def job(url: str) -> RepublishJob:
+        d = parse_destination({"servers": url}, origin_location=lake.location, origin_stream="MP")
+        return RepublishJob(lake.location, "MP", check_republish(lake.stream_info("MP").config), d, str(tmp_path / "c"))
+
+    sid = dest.subscribe("mp.out.>")
+    failing = job(second_server.url)
+    with pytest.raises(RuntimeError, match=r"'mp\.out\.1' of 1048\d+ bytes .* exceeds the server's max_payload"):
+        failing.process(rows, 0)
+    dest.flush()
+    assert not failing.started.started(0) and dest.received(sid) == []  # a restart sends the batch again
+    conf = tmp_path / "big.conf"
+    conf.write_text("max_payload: 2097152\n")
+    with NatsServer(store_dir=tmp_path / "big", extra_args=["-c", str(conf)]) as larger, closing(RawNats(larger.url)) as r:
+        sid = r.subscribe("mp.out.>")
+        job(larger.url).process(rows, 0)
+        assert [(m.subject, len(m.data)) for m in r.wait_for(3, sid)] == [("mp.out.0", 1), ("mp.out.1", big),
+                                                                           ("mp.out.2", 1)]
+
+
 def test_destination_timeouts_and_a_publish_without_ack_name_the_subject(dest: RawNats, second_server: NatsServer,
                                                                           tmp_path: Path) -> None:
     """A PubAck that does not come within ``publishTimeout`` fails the batch naming the subject

@@ -312,13 +312,14 @@ async def publish_to_server(
     nc = await open_client(dest.conn, dest.publish_timeout, bulk_cls or client_cls)
     nc.options["max_reconnect_attempts"] = CONNECT_ATTEMPTS  # a connection lives for one batch
     sent = 0
-    if on_connected is not None:
-        try:
-            on_connected()
-        except BaseException:
-            await nc.close()
-            raise
     try:
+        todo: list[tuple[str, bytes, Any]] = []
+        if not acked:  # the whole batch fits max_payload, or it fails before it counts as started (none lost)
+            for r in rows.to_pylist():
+                todo.append((r["subject"], r["data"] or b"", wire_headers(_pairs(r["headers"]), hooked)))
+                check_size(nc, *todo[-1])
+        if on_connected is not None:
+            on_connected()
         # acked publishes go in bulk (the window bounds them); core ones stay a row at a time: in
         # bulk they outran the server's ingest queue, which drops what is over (300,000 in one
         # batch: 250,615 stored, against all of them a row at a time)
@@ -327,17 +328,14 @@ async def publish_to_server(
             return await bulk_publish.publish_columns(nc, *columns, dest.max_in_flight, dest.publish_timeout,
                                                       no_responders=_no_capture)
         if not acked:
-            todo = rows.to_pylist()
-            taking = [(time.monotonic(), todo[0]["subject"] if todo else "")]  # the publish nats-py holds
+            taking = [(time.monotonic(), todo[0][0] if todo else "")]  # the publish nats-py holds
             unanswered = [False]  # the flush got no PONG: a server that reads nothing
 
             async def send() -> None:
                 nonlocal sent
-                for r in todo:
-                    headers = wire_headers(_pairs(r["headers"]), hooked)
-                    check_size(nc, r["subject"], r["data"] or b"", headers)
-                    taking[0] = (time.monotonic(), r["subject"])
-                    await nc.publish(r["subject"], r["data"] or b"", headers=headers)
+                for subject, data, headers in todo:
+                    taking[0] = (time.monotonic(), subject)
+                    await nc.publish(subject, data, headers=headers)
                     sent += 1
                 taking[0] = (time.monotonic(), taking[0][1])
                 try:

@@ -258,6 +258,23 @@ def test_destination_timeouts_and_a_publish_without_ack_name_the_subject(dest: R
     assert str(failed.value) == "no PubAck for a publish to 'silent.out' within publishTimeout (0.3 s)"
 
 
+def test_a_batch_holds_at_most_64_mib_of_large_messages(spark: Any, tmp_path: Path) -> None:
+    """Each batch is collected on the driver, and Spark's ``toArrow`` makes one Arrow batch of up
+    to 10,000 rows: 100,000 messages a batch whatever their size failed 300 x 4 MiB with the
+    JVM's ``OutOfDirectMemoryError``, on every restart. ``maxBytesPerTrigger`` (64 MiB of stored
+    messages, at least one) bounds it: two messages of 33 MiB go in two batches."""
+    size = 33 << 20
+    cfg = {"name": "RBIG", "subjects": ["rbig.in.>"], "republish": {"src": "rbig.in.>", "dest": "rbig.out.>"}}
+    lake = lake_with(tmp_path, cfg, [("rbig.in.a", b"a" * size, None), ("rbig.in.b", b"b" * size, None)])
+    lake.add_stream({"name": "RBIG_OUT", "subjects": ["rbig.out.>"]})
+    job = run(spark, location=lake.location, stream="RBIG", republish=None, checkpoint=str(tmp_path / "ckpt"),
+              destination={"location": lake.location, "stream": "RBIG_OUT"})
+    assert job.stats["batches"] == 2 and job.stats["sent"] == 2
+    out = stored(lake, "RBIG_OUT")
+    assert out.column("subject").to_pylist() == ["rbig.out.a", "rbig.out.b"]
+    assert [len(d) for d in out.column("data").to_pylist()] == [size, size]
+
+
 def test_idempotent_into_a_server_stream_stores_each_message_once(
     spark: Any, second_server: NatsServer, tmp_path: Path
 ) -> None:

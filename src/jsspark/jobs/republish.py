@@ -33,7 +33,10 @@ before the job reads them (limits, purge, delete, or a work-queue consumer's ack
 republished (``failOnDataLoss`` is off), and do not count for ``Nats-Last-Sequence``.
 
 The batch is collected on the driver (``maxMessagesPerTrigger`` bounds it, 100,000 by
-default), where the last sequence per subject is carried from batch to batch.
+default, and ``maxBytesPerTrigger``, 64 MiB of stored messages by default: Spark's ``toArrow``
+makes one Arrow batch of up to 10,000 rows, and 300 messages of 4 MiB failed it with the JVM's
+``OutOfDirectMemoryError``, every restart again), where the last sequence per subject is carried
+from batch to batch.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from jsspark.errors import APIError
 
 MODES = ("at_most_once", "idempotent")
 DEFAULT_MAX_MESSAGES = 100_000
+DEFAULT_MAX_BYTES = 64 << 20  # stored bytes per batch (at least one message)
 APP_ID_PREFIX = "jsspark.republish."
 MARKER_DIR = "_republish"
 MSG_ID = "Nats-Msg-Id"
@@ -500,6 +504,7 @@ def start_republish(
     query_name: str | None = None,
     max_messages_per_trigger: int | None = DEFAULT_MAX_MESSAGES,
     reader_options: Mapping[str, str] | None = None,
+    max_bytes_per_trigger: int | None = DEFAULT_MAX_BYTES,
 ) -> Any:
     """Start republishing lake stream ``stream`` at ``location``; returns the ``StreamingQuery``.
 
@@ -538,6 +543,8 @@ def start_republish(
         reader = reader.option("ack_policy", "explicit")
     if max_messages_per_trigger:
         reader = reader.option("maxMessagesPerTrigger", str(int(max_messages_per_trigger)))
+    if max_bytes_per_trigger:
+        reader = reader.option("maxBytesPerTrigger", str(int(max_bytes_per_trigger)))
     flt = _reader_filter(rp.src, config)
     if flt is not None and not (reader_options and any(k.lower().startswith("filter") for k in reader_options)):
         reader = reader.option("filter_subject", flt)

@@ -240,5 +240,9 @@ class UnsupportedConfigError(JSSparkError, ValueError):
     schedules, atomic batch publish): refused rather than stored and silently not applied."""
 
 
+class LocationError(JSSparkError, ValueError):
+    """A lake location the storage layer cannot keep as given; the message names it."""
+
+
 class ConfigIgnoredWarning(UserWarning):
     """A config field a lake stream cannot honour (placement, replicas, storage) was kept but ignored."""

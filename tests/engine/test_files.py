@@ -84,3 +84,20 @@ def test_an_object_store_file_arrow_holds_is_waited_for_at_exit(s3: dict[str, st
     assert len(files._HELD) == 0
     files._wait_for_held()  # nothing held: no wait
     assert time.monotonic() - started < files.EXIT_WAIT_SECONDS
+
+
+def test_a_local_location_delta_rs_reads_back_decoded_is_refused(tmp_path: Path) -> None:
+    """delta-rs writes a local path with ``%`` and two hex digits as given and reads it decoded
+    (``a%41b`` as ``aAb``): every call after the first write failed with "File not found". Such
+    a location is refused at ``connect``, naming it; a ``%`` without two hex digits is kept."""
+    import pytest
+
+    from jsspark.errors import LocationError
+
+    for location in (str(tmp_path / "a%41b"), f"file://{tmp_path}/x%2f/lake"):
+        with pytest.raises(LocationError, match=r"^lake location '.*%.*': a local path with '%' and two hex digits"):
+            jsspark.connect(location)
+    lake = jsspark.connect(str(tmp_path / "100%" / "lake"))
+    lake.add_stream(name="S", subjects=["s.>"])
+    assert lake.publish("s.a", b"1").seq == 1
+    assert jsspark.connect(str(tmp_path / "100%" / "lake")).stream_info("S").state.messages == 1

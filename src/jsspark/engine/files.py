@@ -10,12 +10,15 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import re
 import time
 import weakref
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pa_fs
+
+from jsspark.errors import LocationError
 
 # How long a process exiting waits for Arrow to release the object-store files it still holds
 # (``_Held``); past it, the process exits as it would have.
@@ -33,8 +36,15 @@ def local_root(uri: str) -> str | None:
 def store_uri(uri: str) -> str:
     """``uri`` as delta-rs must be given an object-store place: ``?`` and ``#`` escaped, which a
     URL takes for its query and fragment (the place was cut there: a lake at ``s3://b/x#1`` was
-    written at ``s3://b/x``); delta-rs decodes them back into the key. A local path is left as it is."""
-    if local_root(uri) is not None:
+    written at ``s3://b/x``); delta-rs decodes them back into the key. A local path is left as it
+    is, but one with a ``%`` and two hex digits is refused (``LocationError``): delta-rs writes
+    such a path as given and reads it decoded (``a%41b`` as ``aAb``), so every call after the
+    first write failed with "File not found", and no escaping is read back the same way."""
+    root = local_root(uri)
+    if root is not None:
+        if re.search(r"%[0-9A-Fa-f]{2}", root):
+            raise LocationError(f"lake location {uri!r}: a local path with '%' and two hex digits is read "
+                                "back decoded by delta-rs (a%41b as aAb); rename that directory")
         return uri
     return uri.replace("?", "%3F").replace("#", "%23")
 

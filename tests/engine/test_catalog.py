@@ -59,19 +59,12 @@ def test_a_writer_knows_the_revision_of_its_own_change_without_reading_the_log(
     an object store a GET each, so a delivery and an ack on S3 made 11 GETs after a checkpoint and
     ~200 before the next. A writer now takes the revision of a change it made itself from that
     change; another writer's is read from the log as before."""
-    from deltalake import DeltaTable
+    from tests.engine.log_reads import count_txn_lookups
 
     uri = str(tmp_path / "cat")
     cat, other = Catalog(uri), Catalog(uri)
     cat.transact(lambda records: [Change("k", "s", "n", {"v": 0})])
-    looked: list[str] = []
-    lookup = DeltaTable.transaction_version
-
-    def counted(self: DeltaTable, app_id: str) -> int | None:
-        looked.append(app_id)
-        return lookup(self, app_id)
-
-    monkeypatch.setattr(DeltaTable, "transaction_version", counted)
+    looked = count_txn_lookups(monkeypatch)
     for v in range(1, 6):
         cat.transact(lambda records, v=v: [Change("k", "s", "n", {"v": v})])
     assert looked.count(catalog_module.CATALOG_APP_ID) == 0

@@ -130,21 +130,13 @@ def test_a_writer_knows_its_own_commits_sequence_without_reading_the_log(
     next, 0.2 -> 0.9 s each on moto; a Spark micro-batch's commit looked its txn up too, and a
     source's landing its origin marks. A writer now takes what a commit it made itself wrote from
     that commit; another writer's commit is read from the log as before."""
-    from deltalake import DeltaTable
-
     from jsspark.engine.table import SEQ_APP_ID
+    from tests.engine.log_reads import count_txn_lookups
 
     lake = jsspark.connect("s3://lake/own-seq", storage_options=s3)
     lake.add_stream(name="S", subjects=["s.>"])
     assert lake.publish("s.a", b"0").seq == 1
-    looked: list[str] = []
-    lookup = DeltaTable.transaction_version
-
-    def counted(self: DeltaTable, app_id: str) -> int | None:
-        looked.append(app_id)
-        return lookup(self, app_id)
-
-    monkeypatch.setattr(DeltaTable, "transaction_version", counted)
+    looked = count_txn_lookups(monkeypatch)
     assert [lake.publish("s.a", f"{i}".encode()).seq for i in range(2, 12)] == list(range(2, 12))
     assert looked.count(SEQ_APP_ID) == 0
     assert jsspark.connect("s3://lake/own-seq", storage_options=s3).publish("s.b", b"other").seq == 12

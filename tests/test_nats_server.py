@@ -26,3 +26,15 @@ def test_store_dir_that_does_not_exist_yet_is_created(tmp_path, run):
 
         assert run(scenario()).limits is not None
     assert (store / "nats-server.log").exists()
+
+
+def test_a_started_server_entered_as_a_context_runs_once_and_stops(tmp_path):
+    """``with NatsServer(...).start() as srv`` started a second process on the same port; it failed
+    to bind, and the first, no longer tracked, ran on after the test (a leaf/hub test left four)."""
+    from jsspark.nats_server import NatsServer
+
+    srv = NatsServer(store_dir=tmp_path / "s").start()
+    first = srv.proc
+    with srv:
+        assert srv.proc is first and first.poll() is None
+    assert first.poll() is not None

@@ -77,6 +77,11 @@ class NatsServer:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> NatsServer:
+        """Start the server and wait until it takes connections. Already running: nothing to do
+        (``with NatsServer(...).start() as s`` started a second process on the same port, which
+        failed to bind while the first, no longer tracked, kept running past the test)."""
+        if self.proc is not None and self.proc.poll() is None:
+            return self
         cmd = [self.binary or find_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir),
                *self.extra_args]
         self.store_dir.mkdir(parents=True, exist_ok=True)

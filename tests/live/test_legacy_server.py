@@ -231,7 +231,7 @@ def test_the_version_that_counts_is_the_jetstream_at_the_domain(tmp_path: Path, 
     def start(name: str, config: str, old_one: bool) -> NatsServer:
         (tmp_path / f"{name}.conf").write_text(config)
         return NatsServer(store_dir=tmp_path / name, extra_args=["-c", str(tmp_path / f"{name}.conf")],
-                          binary=old_binary if old_one else None).start()
+                          binary=old_binary if old_one else None)  # started by the with statement
 
     with start("hub", f"jetstream {{ domain: hub }}\nleafnodes {{ listen: '127.0.0.1:{port}' }}\n", hub_is_old) as hub, \
             start("leaf", f"jetstream {{ domain: leaf }}\nleafnodes {{ remotes: [{{ url: 'nats-leaf://127.0.0.1:{port}' "

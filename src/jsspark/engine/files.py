@@ -56,6 +56,23 @@ def local_filesystem(uri: str) -> pa_fs.FileSystem | None:
     return None if root is None else pa_fs.SubTreeFileSystem(os.path.abspath(root), pa_fs.LocalFileSystem())
 
 
+def place_filesystem(location: str, storage_options: dict[str, str] | None = None) -> tuple[pa_fs.FileSystem, str]:
+    """A filesystem for paths under ``location`` (a staging, checkpoint or marker folder) and the
+    path of ``location`` on it: the local disk with its absolute path, else delta-rs's object
+    store rooted at ``location`` (its path there is ""), with ``storage_options`` or else the
+    environment's credentials, so executors and driver reach it as the lake does (pyarrow's own
+    store knows no ``s3a://``). Paths below it: ``under``."""
+    root = local_root(location)
+    if root is not None:
+        return pa_fs.LocalFileSystem(), os.path.abspath(root)
+    return table_filesystem(location.rstrip("/"), storage_options), ""
+
+
+def under(root: str, relative: str) -> str:
+    """The path of ``relative`` below a ``place_filesystem`` root."""
+    return f"{root.rstrip('/')}/{relative}" if root else relative
+
+
 def dataset_filesystem(uri: str, table: Any) -> pa_fs.FileSystem:
     """The filesystem to read a version's files with, ``DeltaTable`` ``table`` of the table at
     ``uri``: the local one, else delta-rs's store as ``DeltaTable.to_pyarrow_dataset`` builds it

@@ -73,7 +73,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import uuid
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -90,6 +89,7 @@ from jsspark.datasource.redaction import redact_storage, scrubbed
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
 from jsspark.engine.arrays import data_column, subject_column
+from jsspark.engine.files import place_filesystem, under
 from jsspark.live.spill import is_reference, mark_landed, read_references, referenced_rows
 
 SINK_SCHEMA = pa.schema(
@@ -205,24 +205,6 @@ class LakeSinkMessage(WriterCommitMessage):
     spill: tuple[str, ...] = ()  # by-reference rows: the live source's spill partitions (JSON)
 
 
-def _filesystem(location: str, storage_options: dict[str, str] | None = None) -> tuple[Any, str]:
-    """A filesystem for paths under ``location`` and the path of ``location`` on it. A non-local
-    location is reached through delta-rs's object store, rooted at ``location`` (its path there is
-    ""), with ``storage_options`` or else the environment's credentials, so executors and driver
-    reach it as the lake does (pyarrow's own store knows no ``s3a://``)."""
-    from pyarrow import fs
-
-    if "://" not in location:
-        return fs.LocalFileSystem(), os.path.abspath(location)
-    from jsspark.engine.files import table_filesystem
-
-    return table_filesystem(location.rstrip("/"), storage_options), ""
-
-
-def _under(root: str, relative: str) -> str:
-    return f"{root.rstrip('/')}/{relative}" if root else relative
-
-
 def staging_dir(location: str, tag: str) -> str:
     return f"{location.rstrip('/')}/_staging/{tag}"
 
@@ -233,7 +215,7 @@ def collect_task(
 ) -> LakeSinkMessage:
     """Normalise a task's rows and package them for the driver's commit (the origin-message
     columns when a landing ``form`` is set, else the publishable ones). Rows staged as Parquet
-    go under ``<location>/_staging/<tag>/`` (``path``: on ``_filesystem(location)``)."""
+    go under ``<location>/_staging/<tag>/`` (``path``: on ``place_filesystem(location)``)."""
     schema = FORM_SCHEMA if form else TASK_SCHEMA
     batches = iter(batches)
     first = next(batches, None)
@@ -251,8 +233,8 @@ def collect_task(
             w.write_table(table)
         return LakeSinkMessage(table.num_rows, ipc=sink.getvalue())
     with scrubbed(storage_options):
-        filesystem, root = _filesystem(location, storage_options)
-        folder = _under(root, f"_staging/{tag}")
+        filesystem, root = place_filesystem(location, storage_options)
+        folder = under(root, f"_staging/{tag}")
         filesystem.create_dir(folder, recursive=True)
         path = f"{folder}/{_task_name()}.parquet"
         pq.write_table(table, path, filesystem=filesystem)
@@ -299,7 +281,7 @@ def load_messages(
         elif m.ipc is not None:
             tables.append(pa.ipc.open_stream(m.ipc).read_all())
         elif m.path is not None:
-            filesystem, _ = _filesystem(location, storage_options)
+            filesystem, _ = place_filesystem(location, storage_options)
             tables.append(pq.read_table(m.path, filesystem=filesystem))
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
@@ -307,7 +289,7 @@ def load_messages(
 def remove_staged(
     messages: Iterable[WriterCommitMessage | None], location: str, storage_options: dict[str, str] | None = None
 ) -> None:
-    filesystem, _ = _filesystem(location, storage_options)
+    filesystem, _ = place_filesystem(location, storage_options)
     for m in messages:
         if isinstance(m, LakeSinkMessage) and m.path is not None:
             try:
@@ -483,7 +465,7 @@ def _checkpoint_fs(opts: WriteOptions) -> tuple[Any, str]:
     assert opts.checkpoint_location is not None
     ck = opts.checkpoint_location
     same = "://" in ck and ck.split("://", 1)[0] == opts.location.split("://", 1)[0]
-    return _filesystem(ck, opts.storage_options if same else None)
+    return place_filesystem(ck, opts.storage_options if same else None)
 
 
 def source_offsets(checkpoint_location: str | WriteOptions, batch_id: int) -> list[dict[str, Any]]:
@@ -492,9 +474,9 @@ def source_offsets(checkpoint_location: str | WriteOptions, batch_id: int) -> li
     if isinstance(checkpoint_location, WriteOptions):
         filesystem, root = _checkpoint_fs(checkpoint_location)
     else:
-        filesystem, root = _filesystem(checkpoint_location)
+        filesystem, root = place_filesystem(checkpoint_location)
     try:
-        with filesystem.open_input_stream(_under(root, f"offsets/{batch_id}")) as f:
+        with filesystem.open_input_stream(under(root, f"offsets/{batch_id}")) as f:
             lines = f.read().decode().splitlines()
     except FileNotFoundError:
         return []
@@ -551,7 +533,7 @@ def query_app_id(opts: WriteOptions) -> str:
         )
     filesystem, root = _checkpoint_fs(opts)
     try:
-        with filesystem.open_input_stream(_under(root, "metadata")) as f:
+        with filesystem.open_input_stream(under(root, "metadata")) as f:
             query_id = json.loads(f.read().decode().splitlines()[0])["id"]
     except FileNotFoundError:
         # Spark writes the metadata before the first batch; without it the path is the identity.

@@ -1,4 +1,4 @@
-"""The installed ``jsspark`` script run for real: exit codes, output, no pyspark, start-up time."""
+"""The installed ``jsspark`` script run for real: exit codes, output, no pyspark."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -50,7 +49,7 @@ def test_script_end_to_end(env: dict[str, str]) -> None:
     assert usage.returncode == 2 and "usage: jsspark stream purge" in usage.stderr
 
 
-def test_engine_verbs_never_import_pyspark_and_start_fast(env: dict[str, str]) -> None:
+def test_engine_verbs_never_import_pyspark(env: dict[str, str]) -> None:
     assert _run("stream", "add", "S", "--subjects", "s.>", env=env).returncode == 0
     traced = _run("stream", "ls", env={**env, "PYTHONPROFILEIMPORTTIME": "1"})
     assert traced.returncode == 0 and "import time:" in traced.stderr
@@ -58,14 +57,8 @@ def test_engine_verbs_never_import_pyspark_and_start_fast(env: dict[str, str]) -
         line.split("|")[-1].strip().split(".")[0] for line in traced.stderr.splitlines() if "|" in line
     }
     assert "deltalake" in imported and "pyspark" not in imported and "py4j" not in imported
-    best = min(_timed(env) for _ in range(3))
-    assert best < 5.0, f"jsspark stream ls took {best:.2f}s"  # typically ~0.5 s; loose for loaded CI machines
-
-
-def _timed(env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    assert _run("stream", "ls", env=env).returncode == 0
-    return time.perf_counter() - start
+    # How fast a CLI call starts is bench/puts.py's --cold figure (a new process per put, against
+    # one that imports deltalake and appends a row), not a timed test.
 
 
 def test_the_readmes_cli_block_runs_as_a_script(env: dict[str, str], tmp_path: Path) -> None:

@@ -642,3 +642,58 @@ def test_a_checkpoint_at_an_s3a_uri_keeps_the_batch_marks(
     assert not StartedBatches(ck).started(0)
     StartedBatches(ck).record(4)
     assert StartedBatches(ck).started(4) and not StartedBatches(ck).started(5)
+
+
+class _TimingOut:
+    """A checkpoint store whose reads fail as an object store's time out (the file is there)."""
+
+    def __init__(self, fs: Any) -> None:
+        self.fs = fs
+
+    def open_input_stream(self, path: str) -> Any:
+        raise OSError(f"Generic S3 error: Error performing GET {path}: operation timed out")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fs, name)
+
+
+@pytest.mark.parametrize("cause", ["timeout", "unreadable"])
+def test_a_checkpoint_file_there_but_unreadable_fails_the_batch_naming_it(
+    cause: str, dest: RawNats, second_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a file that is not there means "no mark": a read that fails otherwise (an object
+    store's timeout; here also a path that is no file) was taken as none, so a restart sent an at
+    most once batch that had started again, and stored a lake batch again under the checkpoint's
+    path as app id. Now the batch fails naming the file, before anything is sent or stored."""
+    from jsspark.jobs import republish as R
+
+    lake = lake_with(tmp_path, {"name": "M", "subjects": ["m.>"], "republish": {"src": "m.>", "dest": "mo.>"}},
+                     [("m.a", b"1", None), ("m.b", b"2", None)])
+    lake.add_stream(name="COPY", subjects=["mo.>"])
+    rows, rp = stored(lake, "M"), check_republish(lake.stream_info("M").config)
+    server = parse_destination({"servers": second_server.url}, origin_location=lake.location, origin_stream="M")
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "metadata").write_text('{"id": "query-7"}\n')
+    sid = dest.subscribe("mo.>")
+    RepublishJob(lake.location, "M", rp, server, str(ck)).process(rows, 0)  # records batch 0 as started
+    RepublishJob(lake.location, "M", rp, LakeDestination(lake.location, "COPY"), str(ck)).process(rows, 0)
+    dest.flush()
+    assert len(dest.received(sid)) == 2 and lake.stream_info("COPY").state.messages == 2
+
+    if cause == "timeout":
+        real = R._filesystem
+        monkeypatch.setattr(R, "_filesystem", lambda path: (_TimingOut(real(path)[0]), real(path)[1]))
+        why = "operation timed out"
+    else:  # each file replaced by a directory: there, and no file to read
+        for f in (ck / MARKER_DIR / "started", ck / "metadata"):
+            f.unlink()
+            f.mkdir()
+        why = "directory"
+    replay = RepublishJob(lake.location, "M", rp, server, str(ck))
+    with pytest.raises(R.CheckpointReadError, match=f"{ck / MARKER_DIR / 'started'}: .*{why}"):
+        replay(None, 0)  # Spark's replay of batch 0 after a crash
+    with pytest.raises(R.CheckpointReadError, match=f"{ck / 'metadata'}: .*{why}"):
+        RepublishJob(lake.location, "M", rp, LakeDestination(lake.location, "COPY"), str(ck)).process(rows, 0)
+    dest.flush()
+    assert len(dest.received(sid)) == 2 and lake.stream_info("COPY").state.messages == 2  # nothing twice

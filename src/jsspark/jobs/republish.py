@@ -180,12 +180,24 @@ def _filesystem(path: str) -> tuple[Any, str]:
 
 
 def _read_text(path: str) -> str | None:
+    """The file's text; ``None`` only when it is not there. Any other failure (a permission, an
+    object store's timeout) fails, naming the file: read as "not there", a restart would send an
+    at most once batch that had started again, or store a lake batch again under another app id."""
     filesystem, p = _filesystem(path)
     try:
         with filesystem.open_input_stream(p) as f:
             return f.read().decode()
-    except (FileNotFoundError, OSError):
+    except FileNotFoundError:
         return None
+    except Exception as e:
+        from jsspark.live.spill import describe
+
+        raise CheckpointReadError(f"republish: cannot read the checkpoint file {path}: {describe(e)}; the batch "
+                                  "fails before anything is sent or stored (a restart retries it)") from None
+
+
+class CheckpointReadError(RuntimeError):
+    """A republish checkpoint file that is there but could not be read."""
 
 
 class StartedBatches:
@@ -568,6 +580,7 @@ def start_republish(
 
 __all__ = [
     "MODES",
+    "CheckpointReadError",
     "LakeDestination",
     "RepublishJob",
     "ServerDestination",

@@ -39,11 +39,29 @@ def free_port() -> int:
 
 
 def _read_info(port: int, timeout: float) -> bool:
-    """True once the server accepts a client and sends its INFO line."""
+    """True once the server accepts a client and sends its INFO line (after a TLS handshake for
+    a server configured with ``tls { handshake_first: true }``, which sends nothing before it)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
             s.settimeout(timeout)
             return s.recv(4).startswith(b"INFO")
+    except TimeoutError:
+        return _read_info_tls_first(port, timeout)
+    except OSError:
+        return False
+
+
+def _read_info_tls_first(port: int, timeout: float) -> bool:
+    """True once a TLS handshake first succeeds: the server takes clients (without a client
+    certificate one that verifies them ends the session next, before its INFO). The server's
+    certificate is not checked: this only asks whether the server on loopback is up."""
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw, ctx.wrap_socket(raw):
+            return True
     except OSError:
         return False
 

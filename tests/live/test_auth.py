@@ -384,3 +384,82 @@ def test_an_encrypted_tls_key_fails_naming_the_option(auth: dict[str, tuple[Auth
     ]
     for text in texts:
         assert f"option tlsKey: the private key in {str(encrypted)!r} is encrypted" in text, text
+
+
+@pytest.fixture(scope="module")
+def tls_first(auth: dict[str, tuple[AuthCase, NatsServer]],
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AuthCase, NatsServer]]:
+    """The TLS case's server again, configured to take the TLS handshake before it sends INFO."""
+    case, _ = auth["tls"]
+    root = tmp_path_factory.mktemp("tls-first")
+    first = AuthCase("tls_first", case.config.replace("timeout: 2", "timeout: 2, handshake_first: true"),
+                     case.good, case.bad, case.secrets)
+    assert "handshake_first: true" in first.config
+    srv = first.start(root)
+    try:
+        yield first, srv
+    finally:
+        srv.close()
+
+
+def test_tls_handshake_first_connects_everywhere_connection_options_are_taken(
+        tls_first: tuple[AuthCase, NatsServer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server with ``tls { handshake_first: true }`` sends nothing before the client's TLS
+    handshake. ``tlsHandshakeFirst`` (nats.go's TLSHandshakeFirst) reaches it from the live
+    source (streaming and batch), the sink, a republish destination, a job's endpoint
+    (``tls_handshake_first``) and a CLI context saved with ``--tlsfirst`` (the nats CLI's
+    ``tls_first``); there was no such option, and a connection failed after the server's TLS
+    timeout with nats-py's "empty response from server when expecting INFO message"."""
+    from jsspark.cli.main import main
+    from jsspark.engine.republish import OUTPUT_SCHEMA
+    from jsspark.jobs.origins import server_facts
+    from jsspark.jobs.republish import parse_destination, publish_to_server
+    from jsspark.jobs.spec import Endpoint
+
+    case, srv = tls_first
+    good = {"servers": srv.url, **case.good, "tlsHandshakeFirst": "true"}
+    read = {"stream": "TLS_FIRST", "spillDir": str(tmp_path), "consumer": "lake", "waitTimeout": "20"}
+    ropts = parse_live_read_options({**good, **read})
+    admin(ropts.conn, "TLS_FIRST")
+    assert asyncio.run(publisher.publish_batches(parse_live_write_options(good),
+                                                 iter(rows("TLS_FIRST", 30).to_batches()))) == (30, 0)
+    ing = Ingestor(ropts)
+    ing.start(None)
+    try:
+        assert drain(ing, ing.floor, 30)[1] == list(range(1, 31))
+    finally:
+        ing.stop()
+    opts = {k: v for k, v in good.items() if k != "servers"}
+    assert [r[0] for r in collect(load(srv.url, "TLS_FIRST", **opts))] == list(range(1, 31))
+    out = pa.table({"seq": [1], "ts_ns": [0], "subject": ["tls_first.rp"], "headers": [None], "data": [b"1"]},
+                   OUTPUT_SCHEMA)
+    dest = parse_destination(good, origin_location=str(tmp_path), origin_stream="S")
+    assert asyncio.run(publish_to_server(dest, out, stream="S", acked=True)) == (1, 0)  # stored: TLS_FIRST takes it
+
+    tls = {"tls_ca": case.good["tlsCa"], "tls_cert": case.good["tlsCert"], "tls_key": case.good["tlsKey"]}
+    assert server_facts(Endpoint(servers=srv.url, **tls, tls_handshake_first=True), "TLS_FIRST").messages == 31
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert main(["context", "add", "first", "--server", srv.url, "--tlsca", tls["tls_ca"], "--tlscert",
+                 tls["tls_cert"], "--tlskey", tls["tls_key"], "--tlsfirst"]) == 0
+    assert server_facts(Endpoint(context="first"), "TLS_FIRST").messages == 31
+
+    # without the option: refused promptly (the server's TLS timeout), saying what to set
+    plain = {k: v for k, v in good.items() if k != "tlsHandshakeFirst"}
+    texts = [refused(lambda: asyncio.run(publisher.publish_batches(parse_live_write_options(plain),
+                                                                   iter(rows("TLS_FIRST", 1).to_batches())))),
+             refused(lambda: server_facts(Endpoint(servers=srv.url, **tls), "TLS_FIRST"))]
+    for text in texts:
+        assert "sent no INFO" in text and "tlsHandshakeFirst" in text, text
+    assert_no_secret(case, texts)
+
+
+def test_tls_handshake_first_to_a_server_without_it_fails_at_once(
+        auth: dict[str, tuple[AuthCase, NatsServer]]) -> None:
+    """A server without ``handshake_first`` sends INFO in plain text at once: the handshake reads it
+    as a TLS record (wrong version number), or nats-py took it in before starting TLS, the server
+    took the handshake and both wait (connectTimeout). Either way the error names the option."""
+    case, srv = auth["tls"]
+    opts = parse_live_write_options({"servers": srv.url, **case.good, "tlsHandshakeFirst": "true"})
+    text = refused(lambda: asyncio.run(publisher.publish_batches(opts, iter(rows("X", 1).to_batches()))))
+    assert "option tlsHandshakeFirst" in text and "not configured with tls { handshake_first: true }" in text, text
+    assert_no_secret(case, [text])

@@ -42,6 +42,10 @@ class Context:
     creds: str = ""
     nkey: str = ""
     nkey_seed: str = ""
+    ca: str = ""
+    cert: str = ""
+    key: str = ""
+    tls_first: bool = False
     storage_options: dict[str, str] = field(default_factory=dict)
 
     def redacted(self) -> dict[str, Any]:
@@ -91,9 +95,9 @@ def load(name: str) -> Context:
         if key == "storage_options":
             ok = isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
         else:
-            ok = isinstance(value, str)
+            ok = isinstance(value, bool if key == "tls_first" else str)
         if not ok:
-            want = "an object of strings" if key == "storage_options" else "a string"
+            want = {"storage_options": "an object of strings", "tls_first": "true or false"}.get(key, "a string")
             raise CLIError(f"could not read context {name!r} from {path}: {key} must be {want}")
     return Context(**fields, name=name)
 

@@ -36,6 +36,11 @@ def register(
     p.add_argument("--token")
     p.add_argument("--creds", metavar="FILE", help="NATS credentials file")
     p.add_argument("--nkey", metavar="FILE", help="NKey seed file")
+    p.add_argument("--tlsca", metavar="FILE", help="CA certificate(s) to verify the server with")
+    p.add_argument("--tlscert", metavar="FILE", help="client certificate")
+    p.add_argument("--tlskey", metavar="FILE", help="client certificate's private key")
+    p.add_argument("--tlsfirst", action=argparse.BooleanOptionalAction, default=None,
+                   help="TLS handshake before the server's INFO (a server with tls { handshake_first: true })")
     p.add_argument(
         "--storage-option",
         action="append",
@@ -70,6 +75,7 @@ def cmd_add(args: argparse.Namespace, session: Session) -> None:
     updates = {
         "location": args.ctx_location, "description": args.description, "url": args.server, "user": args.user,
         "password": args.password, "token": args.token, "creds": args.creds, "nkey": args.nkey,
+        "ca": args.tlsca, "cert": args.tlscert, "key": args.tlskey, "tls_first": args.tlsfirst,
     }  # fmt: skip
     for key, value in updates.items():
         if value is not None:

@@ -15,7 +15,7 @@ for the rest), the republish ``destination``, the checkpoint root and the trigge
 
 Connection fields are JetStream users' names in snake case (``servers``, ``user``, ``password``,
 ``token``, ``creds``, ``nkey_seed``, ``tls_ca``, ``tls_cert``, ``tls_key``, ``tls_hostname``,
-``domain``, ``api_prefix``); ``options`` passes reader options through (``maxMessagesPerTrigger``,
+``tls_handshake_first``, ``domain``, ``api_prefix``); ``options`` passes reader options through (``maxMessagesPerTrigger``,
 ``spillDir``, ...). Secrets never appear in a ``repr`` of a spec.
 """
 
@@ -43,7 +43,7 @@ _SECRET = ("password", "token", "nkey_seed")
 _CONNECTION = {
     "user": "user", "password": "password", "token": "token", "creds": "creds", "nkey_seed": "nkeySeed",
     "tls_ca": "tlsCa", "tls_cert": "tlsCert", "tls_key": "tlsKey", "tls_hostname": "tlsHostname",
-    "domain": "domain", "api_prefix": "apiPrefix", "name": "name",
+    "tls_handshake_first": "tlsHandshakeFirst", "domain": "domain", "api_prefix": "apiPrefix", "name": "name",
 }
 
 
@@ -86,6 +86,7 @@ class Endpoint(BaseModel):
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_hostname: str | None = None
+    tls_handshake_first: bool | None = None
     domain: str | None = None
     api_prefix: str | None = None
     name: str | None = None
@@ -116,7 +117,8 @@ class Endpoint(BaseModel):
             except OSError as e:
                 raise ValueError(f"context {name!r}: cannot read its nkey seed file {ctx.nkey}: {e.strerror}") from None
         saved = {"servers": ctx.url, "user": ctx.user, "password": ctx.password, "token": ctx.token,
-                 "creds": ctx.creds, "nkey_seed": seed}
+                 "creds": ctx.creds, "nkey_seed": seed, "tls_ca": ctx.ca, "tls_cert": ctx.cert, "tls_key": ctx.key,
+                 "tls_handshake_first": ctx.tls_first}
         return {**{k: v for k, v in saved.items() if v}, **data}
 
     @field_validator("options", "storage_options", mode="before")
@@ -130,7 +132,7 @@ class Endpoint(BaseModel):
             raise ValueError("give exactly one of 'location' (a lake) or 'servers' (a NATS server URL)")
         if self.location is not None:
             server_only = [k for k in ("user", "password", "token", "creds", "nkey_seed", "tls_ca", "tls_cert",
-                                       "tls_key", "tls_hostname", "domain", "api_prefix", "name")
+                                       "tls_key", "tls_hostname", "tls_handshake_first", "domain", "api_prefix", "name")
                            if getattr(self, k) is not None]  # fmt: skip
             if server_only:
                 raise ValueError(f"{', '.join(server_only)}: connection fields need 'servers', not 'location'")

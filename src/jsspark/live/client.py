@@ -6,7 +6,11 @@ setting, keeps retrying a server it cannot reach), so a wrong password, an unkno
 refused TLS certificate would hang a Spark task or the driver instead of failing. So the first
 connection is made with reconnects off: what retrying cannot fix (the server's ``Authorization
 Violation``, a TLS failure) fails at once with its own error; an unreachable server is retried
-until ``wait`` seconds have passed. Once connected, the connection reconnects forever as before
+until ``wait`` seconds have passed. A server that sends no INFO (one with ``tls { handshake_first:
+true }`` waits for the client's TLS handshake first, then drops it at its TLS timeout, or the
+client's ``connectTimeout`` ends the wait) fails as soon as that happens, saying that option
+``tlsHandshakeFirst`` is what such a server needs (nats-py's own error names nothing); with the option,
+a server without it fails saying so too. Once connected, the connection reconnects forever as before
 (``Connection.connect_kwargs``), which the live source relies on across server restarts.
 
 **Publishing headers.** nats-py's ``publish`` takes headers as a dict (one value per key, values
@@ -39,6 +43,7 @@ import functools
 import json
 import logging
 import re
+import ssl
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -54,6 +59,7 @@ TEAR_DOWN_SECONDS = 5.0  # a bound on closing a connection whose transport is ab
 async def open_client(conn: Connection, wait: float, client_cls: type | None = None, **callbacks: Any) -> Any:
     """A connected client of ``client_cls`` (default: the raw-header client) with ``callbacks``
     (``error_cb``, ``reconnected_cb``, ...); see the module docstring."""
+    from nats.errors import Error as NatsError
     from nats.errors import NoServersError
 
     if client_cls is None:
@@ -74,8 +80,43 @@ async def open_client(conn: Connection, wait: float, client_cls: type | None = N
                 raise ConnectionError(redact(f"no NATS server reachable at {', '.join(conn.servers)} within "
                                              f"{wait:g}s (last error: {nc.last_error})", conn)) from None
             await asyncio.sleep(RETRY_SECONDS)
+        except (ssl.SSLError, TimeoutError, NatsError) as e:
+            hint = _tls_first_hint(e, nc, conn)
+            if hint is None:
+                raise
+            raise ConnectionError(redact(hint, conn)) from None
     nc.options.update(reconnect)
     return nc
+
+
+def _tls_first_hint(e: BaseException, nc: Any, conn: Connection) -> str | None:
+    """What a first connection that never got the server's INFO says about ``tlsHandshakeFirst``
+    (module docstring); ``None`` for any other failure."""
+    if getattr(nc, "_server_info", None):
+        return None  # INFO came: the failure was later (TLS, CONNECT, the first PONG)
+    where = ", ".join(conn.servers)
+    waited = f"connectTimeout, {conn.connect_timeout} s"
+    if conn.tls_handshake_first:
+        # a server without it sends INFO in plain text at once: read as a TLS record, or (taken in
+        # before nats-py started TLS) never seen again, the server then waiting for CONNECT
+        if isinstance(e, ssl.SSLError) and "WRONG_VERSION_NUMBER" in str(e):
+            why = "it answered in plain text"
+        elif isinstance(e, TimeoutError):
+            why = f"no INFO over TLS within {waited}"
+        else:
+            return None
+        return (f"nats: option tlsHandshakeFirst: the server at {where} did not take the TLS handshake first ({why}): "
+                "a server not configured with tls { handshake_first: true } sends its INFO before TLS; leave the "
+                "option out")
+    if isinstance(e, TimeoutError):
+        why = f"nothing within {waited}"
+    elif "expecting INFO" in str(e):
+        why = "it closed the connection"
+    else:
+        return None
+    return (f"nats: the server at {where} sent no INFO ({why}): a server configured with tls {{ handshake_first: true }} "
+            "waits for the client to start TLS first; set option tlsHandshakeFirst (job and context fields: "
+            "tls_handshake_first, tls_first)")
 
 
 class _RawHeaders(dict):  # type: ignore[type-arg]
@@ -94,7 +135,8 @@ def client_class() -> type:
             """Refuse to send CONNECT in plaintext when TLS is wanted (module docstring)."""
             server = getattr(self, "_current_server", None)
             uri = getattr(server, "uri", None)
-            wanted = "tls" in self.options or "tls_hostname" in self.options or getattr(uri, "scheme", "") == "tls"
+            wanted = ("tls" in self.options or "tls_hostname" in self.options or self.options.get("tls_handshake_first")
+                      or getattr(uri, "scheme", "") == "tls")
             if wanted and not _is_tls(self):
                 where = f"{uri.hostname}:{uri.port}" if uri is not None else "the server"
                 raise SecureConnWanted(f"nats: secure connection wanted: TLS is set (tlsCa/tlsCert/tlsHostname or a "

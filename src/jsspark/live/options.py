@@ -31,7 +31,7 @@ from jsspark.datasource.redaction import redact_urls, url_secrets
 DEFAULT_CONSUMER_PREFIX = "jsspark_"  # a server-managed durable without option consumer: jsspark_<stream>
 CONNECTION_OPTIONS = (
     "servers", "user", "password", "token", "creds", "nkeySeed", "tlsCa", "tlsCert", "tlsKey",
-    "tlsHostname", "domain", "apiPrefix", "inboxPrefix", "connectTimeout", "name",
+    "tlsHostname", "tlsHandshakeFirst", "domain", "apiPrefix", "inboxPrefix", "connectTimeout", "name",
 )
 READ_OPTIONS = (
     "stream", "consumer", "consumerMode", "deliverSubject", "deliverPolicy", "optStartSeq", "optStartTime",
@@ -129,6 +129,8 @@ class Connection:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_hostname: str | None = None
+    # TLS before the server's INFO, for a server with ``tls { handshake_first: true }`` (nats.go's TLSHandshakeFirst)
+    tls_handshake_first: bool = False
     domain: str | None = None
     api_prefix: str | None = None
     inbox_prefix: str = "_INBOX"
@@ -139,7 +141,7 @@ class Connection:
         shown = []
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is None:
+            if value is None or value is False:
                 continue
             if f.name in ("password", "token", "nkey_seed"):
                 value = "***"
@@ -195,6 +197,8 @@ class Connection:
             kw["tls"] = ctx
         if self.tls_hostname:  # also alone: nats-py checks the server's certificate against it with the system's CAs
             kw["tls_hostname"] = self.tls_hostname
+        if self.tls_handshake_first:  # also alone: nats-py's default context, the system's CAs
+            kw["tls_handshake_first"] = True
         return kw
 
 
@@ -241,6 +245,7 @@ def parse_connection(opts: Mapping[str, str]) -> Connection:
         tls_cert=opts.get("tlsCert"),
         tls_key=opts.get("tlsKey"),
         tls_hostname=opts.get("tlsHostname"),
+        tls_handshake_first=parse_bool("tlsHandshakeFirst", opts.get("tlsHandshakeFirst", "false")),
         domain=opts.get("domain"),
         api_prefix=opts.get("apiPrefix"),
         inbox_prefix=opts.get("inboxPrefix", "_INBOX"),

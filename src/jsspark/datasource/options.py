@@ -325,9 +325,13 @@ def lake_stream_config(location: str, stream: str, storage: dict[str, str] | Non
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     """Parse sink options; the target stream must exist (a missing one failed only at the commit,
     after every task ran, or not at all for no rows)."""
+    from jsspark.engine.files import place
+
     opts = check_known(options, COMMON_OPTIONS + SINK_OPTIONS, "sink")
     location, stream = _location_and_stream(opts)
     lake_stream_config(location, stream, storage_options(options), "sink")
+    if opts.get("checkpointLocation"):  # the sink reads it too: a place it cannot read fails here, not at a commit
+        place(opts["checkpointLocation"])
     return WriteOptions(
         location,
         stream,

@@ -23,11 +23,48 @@ from jsspark.errors import LocationError
 # How long a process exiting waits for Arrow to release the object-store files it still holds
 # (``_Held``); past it, the process exits as it would have.
 EXIT_WAIT_SECONDS = 10.0
+# Where Databricks mounts DBFS for local file APIs (FUSE), on the driver and on every worker
+DBFS_MOUNT = "/dbfs"
+# A URI's scheme: two characters at least, as delta-rs reads a one-letter one as a Windows drive
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
+
+
+def place(uri: str) -> str:
+    """A lake place (a lake, a checkpoint or spill folder) as jsspark and delta-rs reach it.
+    ``dbfs:/p`` (also ``dbfs:///p``), Databricks's spelling of a DBFS path, is the FUSE mount
+    ``/dbfs/p`` that Databricks gives local file APIs, and ``dbfs:/Volumes/...`` the Unity
+    Catalog volume's own path ``/Volumes/...``; ``file:/p`` is ``/p``; anything else is kept.
+    A place that could only land somewhere no one looks is refused (``LocationError``, naming
+    it): a DBFS path where ``/dbfs`` is not mounted, and any other ``scheme:`` not followed by
+    ``//`` (``s3:/bucket``, a typo), which was a local directory named ``s3:`` in the working
+    directory while delta-rs failed on it as a URL."""
+    m = _SCHEME.match(uri)
+    if m is None:
+        return uri
+    scheme, rest = m.group(1).lower(), uri[m.end():]
+    if scheme == "dbfs" and rest.startswith("/") and (not rest.startswith("//") or rest.startswith("///")):
+        path = "/" + rest.lstrip("/")
+        if path == "/Volumes" or path.startswith("/Volumes/"):
+            return path
+        if not os.path.isdir(DBFS_MOUNT):
+            raise LocationError(f"{uri!r}: DBFS is not mounted at {DBFS_MOUNT} here (Databricks mounts it for local "
+                                f"file APIs); use a Unity Catalog volume (/Volumes/<catalog>/<schema>/<volume>/...) or "
+                                f"the object store's URI (s3://, abfss://, gs://)")
+        return DBFS_MOUNT + path
+    if scheme == "dbfs":
+        raise LocationError(f"{uri!r}: a DBFS path is dbfs:/<path> (no host)")
+    if rest.startswith("//"):
+        return uri
+    if scheme == "file" and rest.startswith("/"):
+        return rest
+    raise LocationError(f"{uri!r}: not a local path and not a URI ({scheme}://...); a local path with a "
+                        f"'{scheme}:' directory is refused as a likely typo (write ./{uri} if it is meant)")
 
 
 def local_root(uri: str) -> str | None:
-    """The directory of a table (or any lake place) on the local disk: a path or a ``file://``
-    URI; ``None`` for an object store."""
+    """The directory of a table (or any lake place) on the local disk: a path, a ``file:`` URI
+    or a DBFS path (``place``); ``None`` for an object store."""
+    uri = place(uri)
     if uri.startswith("file://"):
         return uri[len("file://") :]
     return uri if "://" not in uri else None
@@ -39,13 +76,14 @@ def store_uri(uri: str) -> str:
     written at ``s3://b/x``); delta-rs decodes them back into the key. A local path is left as it
     is, but one with a ``%`` and two hex digits is refused (``LocationError``): delta-rs writes
     such a path as given and reads it decoded (``a%41b`` as ``aAb``), so every call after the
-    first write failed with "File not found", and no escaping is read back the same way."""
+    first write failed with "File not found", and no escaping is read back the same way. A DBFS
+    path is its local one (``place``)."""
     root = local_root(uri)
     if root is not None:
         if re.search(r"%[0-9A-Fa-f]{2}", root):
             raise LocationError(f"lake location {uri!r}: a local path with '%' and two hex digits is read "
                                 "back decoded by delta-rs (a%41b as aAb); rename that directory")
-        return uri
+        return place(uri)
     return uri.replace("?", "%3F").replace("#", "%23")
 
 

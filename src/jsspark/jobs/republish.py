@@ -140,8 +140,11 @@ def parse_destination(
 
 
 def _same_location(a: str, b: str) -> bool:
+    from jsspark.engine.files import local_root
+
     def norm(x: str) -> str:
-        return x.rstrip("/") if "://" in x else os.path.realpath(x)
+        local = local_root(x)
+        return x.rstrip("/") if local is None else os.path.realpath(local)
 
     return norm(a) == norm(b)
 
@@ -533,9 +536,11 @@ def start_republish(
     """
     import jsspark
     from jsspark.datasource.options import OptionError, prefixed_storage_options
+    from jsspark.engine.files import place
 
     if mode not in MODES:
         raise OptionError(f"republish mode must be one of {MODES}, got {mode!r}")
+    place(checkpoint)  # the job keeps its marks there: a place it cannot reach fails now, not at a batch
     lake = jsspark.connect(location, storage_options)
     config = lake.stream_info(stream).config
     if isinstance(republish, Mapping):

@@ -51,6 +51,17 @@ class JobError(ValueError):
     """A job file that cannot run; the message names the field and the value."""
 
 
+def _a_place(value: str | None) -> str | None:
+    """A lake or checkpoint place that would land where no one looks (``engine.files.place``:
+    ``s3:/bucket``, a DBFS path without its mount) fails when the job is loaded; the place is
+    kept as written (Spark resolves a checkpoint's ``dbfs:/`` itself)."""
+    if value is not None:
+        from jsspark.engine.files import place
+
+        place(value)
+    return value
+
+
 def _secret_option(key: str) -> bool:
     """Whether a reader option holds a secret: a live connection secret (``password``, ``token``,
     ``nkeySeed``) or a ``storage.*`` key the lake source redacts; Spark options ignore case."""
@@ -125,6 +136,11 @@ class Endpoint(BaseModel):
     @classmethod
     def _options_as_text(cls, value: Any) -> Any:
         return _scalars_as_text(value)
+
+    @field_validator("location")
+    @classmethod
+    def _location(cls, value: str | None) -> str | None:
+        return _a_place(value)
 
     @model_validator(mode="after")
     def _one_place(self) -> Endpoint:
@@ -210,6 +226,11 @@ class JobSpec(BaseModel):
         if isinstance(value, dict):
             return StreamConfig.from_json(value)
         raise ValueError("'stream' is a JetStream stream config (a JSON object or the path of one)")
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _checkpoint(cls, value: str | None) -> str | None:
+        return _a_place(value)
 
     @field_validator("trigger")
     @classmethod

@@ -54,8 +54,9 @@ import pyarrow.fs as pafs
 
 from jsspark.datasource.redaction import redact_storage
 from jsspark.datasource.schema import ARROW_SCHEMA, HEADERS_ARROW
-from jsspark.engine.files import local_root
+from jsspark.engine.files import local_root, place
 from jsspark.engine.headers import NotVectorized, decode, decode_column
+from jsspark.errors import LocationError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -235,12 +236,14 @@ def spill_location(value: str | None, storage_options: Mapping[str, str] | None 
     def bad(why: str) -> OptionError:
         return OptionError(f"jetstream (live): option spillDir {shown!r}: {why}")
 
+    try:
+        value = place(value)  # a DBFS or file: place as its local path
+    except LocationError as e:
+        raise bad(str(e).split(": ", 1)[1]) from None
     m = _SCHEME.match(value)
     if m is None:
         return os.path.abspath(value)
     scheme = m.group(1).lower()
-    if not value[m.end():].startswith("//"):
-        raise bad("not a URI (scheme://...) and not a local path")
     parts = urlsplit(value)
     if scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):

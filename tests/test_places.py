@@ -108,6 +108,8 @@ def test_a_place_that_would_land_where_no_one_looks_is_refused_everywhere(
         with pytest.raises(JobError, match=re.escape(why)):
             load_job({**job, **at})
     assert main(["--location", where, "stream", "ls"]) == 1
+    assert main(["context", "add", "x", "--location", where]) == 1 and main(["context", "ls"]) == 0
+    assert not (tmp_path / "xdg" / "jsspark" / "context" / "x.json").exists()
     jsspark.connect(tmp_path / "lake").add_stream(name="S", subjects=["s.>"])
     with pytest.raises(LocationError, match=re.escape(why)):  # the lake sink, as the writer is made
         parse_write_options({"path": str(tmp_path / "lake"), "stream": "S", "checkpointLocation": where})

@@ -1,6 +1,7 @@
 """``jsspark context ...``: add, ls, select, rm and info for saved contexts (see ``context.py``).
 
-None of these open a lake, so they never import the engine.
+None of these open a lake, so they never import the engine (``add`` only checks its location with
+``engine.files.place``).
 """
 
 from __future__ import annotations
@@ -87,6 +88,10 @@ def cmd_add(args: argparse.Namespace, session: Session) -> None:
         ctx.storage_options[key] = value
     if not ctx.location and not ctx.url:  # a server alone is what a job's {"context": NAME} names
         raise CLIError(f"context {name!r} needs --location PATH or --server URL")
+    if args.ctx_location:  # one no lake can be opened at (s3:/bucket, dbfs: without its mount) is not saved
+        from jsspark.engine.files import place
+
+        place(args.ctx_location)
     path = context.save(ctx)
     if args.select:
         context.select(name)

@@ -28,6 +28,14 @@ How (and why this way):
   messages per request, answered by the stream without the JetStream API queue). Without it, a
   task walks with ``STREAM.MSG.GET`` ``next_by_subj`` (one message per request: correct on any
   stream, slower; turn ``allow_direct`` on for large reads).
+- **An imported JetStream API whose export is not ``response: stream``** (the default, singleton)
+  passes only the first reply of each request: a batched direct get loses the rest of its batch
+  and its end-of-batch marker. A batch whose next reply does not follow within ``BATCH_GAP`` of
+  the last is taken as cut there (the server sends a batch at once): the replies that came are
+  its first messages, so the task goes on from after the last with one-reply requests (single
+  direct gets, ``SINGLE_WINDOW`` at once; a multi-last one message at a time), which such an
+  import does pass, and logs why. ``resolve_bounds`` probes once, so tasks start that way. A slow batch taken for a
+  cut one costs speed, never rows: each step goes on from the last message it has.
 - **``last_per_subject``**: on a stream with ``max_msgs_per_subject`` 1 every stored message is
   the last of its subject, so it reads like ``all`` (a KV bucket, whatever its size). Otherwise
   it needs ``allow_direct``: one multi-last direct get up to ``hi`` returns exactly the last
@@ -47,6 +55,7 @@ import asyncio
 import base64
 import calendar
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -66,13 +75,27 @@ OUTPUT_BYTES = 64 << 20  # a record batch holds at most OUTPUT_ROWS rows and abo
 MSG_SIZE = "Nats-Msg-Size"
 DIRECT_TAIL = ("Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Num-Pending",
                "Nats-Last-Sequence")
+SINGLE_TAIL = DIRECT_TAIL[:4]  # a direct get without ``batch`` (``dg``)
+BATCH_GAP = 2.0  # a batch's replies follow each other at once: none within this after one, the batch was cut
+SINGLE_WINDOW = 16  # single direct gets under way at once where batches are cut
 NO_MESSAGE = 10037
+
+log = logging.getLogger(__name__)
 
 Row = tuple[str, int, int, list[tuple[str, str]] | None, bytes, None, None]
 
 
 class SnapshotError(RuntimeError):
     """A batch read of a live stream cannot be done as asked; the text says why (secrets redacted)."""
+
+
+class CutShort(Exception):
+    """A batched direct get whose replies stopped after ``rows`` with no end of batch (see the
+    module docstring: an imported API that passes one reply per request)."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        super().__init__(f"batch cut after {len(rows)} replies")
+        self.rows = rows
 
 
 @dataclass(frozen=True)
@@ -85,6 +108,7 @@ class Bounds:
     direct: bool
     last_per_subject: bool = False
     partition_seqs: int = PARTITION_SEQS  # sequences per partition (``PARTITION_BYTES``)
+    batched: bool = True  # batched direct gets reach us whole (``probe_batches``)
 
 
 @dataclass(frozen=True)
@@ -99,6 +123,7 @@ class SnapshotPartition:
     headers_only: bool
     direct: bool
     last_per_subject: bool = False
+    batched: bool = True
 
 
 def filters_of(opts: LiveReadOptions) -> tuple[str, ...]:
@@ -201,15 +226,33 @@ async def resolve_bounds(opts: LiveReadOptions) -> Bounds:
         start = max(start, first, 1)
         stored, count = int(state.get("bytes", 0)), int(state.get("messages", 0))
         seqs = max(1, min(PARTITION_SEQS, PARTITION_BYTES * count // stored)) if stored else PARTITION_SEQS
-        return Bounds(start - 1, last, direct, lps, seqs)
+        batched = await probe_batches(nc, opts.conn, opts.stream, start) if direct and start <= last else True
+        return Bounds(start - 1, last, direct, lps, seqs, batched)
     finally:
         await nc.close()
+
+
+async def probe_batches(nc: Any, conn: Connection, stream: str, seq: int) -> bool:
+    """Whether a batched direct get reaches us whole: a batch of one at ``seq`` (its message and
+    the end of batch), or not through an import that passes one reply per request. Any other
+    failure says nothing about that: the tasks meet it and report it as a read's error."""
+    sub = await nc.subscribe(nc.new_inbox())
+    try:
+        await _direct_replies(nc, sub, conn, stream, {"seq": seq, "batch": 1})
+    except CutShort:
+        _cut_warning(conn, stream)
+        return False
+    except Exception:
+        pass
+    finally:
+        await sub.unsubscribe()
+    return True
 
 
 def plan(opts: LiveReadOptions, bounds: Bounds) -> list[SnapshotPartition]:
     """The partitions of a snapshot: slices of ``bounds.partition_seqs`` stream sequences."""
     base = dict(conn=opts.conn, stream=opts.stream, filters=filters_of(opts), headers_only=opts.headers_only,
-                direct=bounds.direct)
+                direct=bounds.direct, batched=bounds.batched)
     if bounds.last_per_subject:
         return [SnapshotPartition(lo=bounds.lo, hi=bounds.hi, last_per_subject=True, **base)]  # type: ignore[arg-type]
     step = bounds.partition_seqs
@@ -223,26 +266,40 @@ def _status(msg: Any) -> str | None:
     return hdrs.get("Status") if hdrs else None
 
 
-def _direct_row(msg: Any) -> Row:
-    """A direct-get reply as a row: the six appended headers give subject, seq and time. (The
+def _direct_row(msg: Any, tail_keys: tuple[str, ...] = DIRECT_TAIL) -> Row:
+    """A direct-get reply as a row: the appended headers give subject, seq and time. (The
     server appends them to the stored block as it is, one without the ``NATS/1.0`` line too.)"""
     from jsspark.engine.headers import decode, repaired
 
     raw = getattr(msg.headers, "raw", b"") if msg.headers else b""
     pairs = decode(repaired(raw))[0] if raw else []
-    tail = pairs[-len(DIRECT_TAIL):]
-    if tuple(k for k, _ in tail) != DIRECT_TAIL:
+    tail = pairs[-len(tail_keys):]
+    if tuple(k for k, _ in tail) != tail_keys:
         raise SnapshotError(f"jetstream (live): unexpected direct get reply headers {[k for k, _ in tail]}")
-    stored = pairs[: -len(DIRECT_TAIL)]
+    stored = pairs[: -len(tail_keys)]
     return (tail[1][1], int(tail[2][1]), rfc3339_ns(tail[3][1]), stored or None, bytes(msg.data), None, None)
 
 
-async def _direct_replies(nc: Any, sub: Any, p: SnapshotPartition, req: dict[str, Any]) -> tuple[list[Row], int]:
-    """One batched direct get: its messages and the EOB's ``Nats-Num-Pending`` (0 if none)."""
-    await nc.publish(f"{p.conn.js_prefix}.DIRECT.GET.{p.stream}", json.dumps(req).encode(), reply=sub.subject)
+def _failed(stream: str, msg: Any) -> SnapshotError:
+    desc = msg.headers.get("Description", "")
+    return SnapshotError(f"jetstream (live): direct get on stream {stream!r} answered {_status(msg)} {desc}".strip())
+
+
+async def _direct_replies(nc: Any, sub: Any, conn: Connection, stream: str,
+                          req: dict[str, Any]) -> tuple[list[Row], int]:
+    """One batched direct get: its messages and the EOB's ``Nats-Num-Pending`` (0 if none).
+    ``CutShort`` with the messages that came if no reply follows within ``BATCH_GAP``."""
+    import nats.errors
+
+    await nc.publish(f"{conn.js_prefix}.DIRECT.GET.{stream}", json.dumps(req).encode(), reply=sub.subject)
     rows: list[Row] = []
     while True:
-        msg = await sub.next_msg(REPLY_TIMEOUT)
+        try:
+            msg = await sub.next_msg(BATCH_GAP if rows else REPLY_TIMEOUT)
+        except nats.errors.TimeoutError:
+            if rows:
+                raise CutShort(rows) from None
+            raise
         status = _status(msg)
         if status is None:
             rows.append(_direct_row(msg))
@@ -251,33 +308,86 @@ async def _direct_replies(nc: Any, sub: Any, p: SnapshotPartition, req: dict[str
         elif status == "404":  # nothing (more) at or after the requested sequence
             return rows, 0
         else:
-            desc = msg.headers.get("Description", "")
-            raise SnapshotError(f"jetstream (live): direct get on stream {p.stream!r} answered {status} {desc}".strip())
+            raise _failed(stream, msg)
 
 
-async def _direct_range(nc: Any, sub: Any, p: SnapshotPartition, subject: str | None) -> list[Row]:
+async def _direct_one(nc: Any, p: SnapshotPartition, req: dict[str, Any], tail_keys: tuple[str, ...]) -> Row | None:
+    """The first reply of a direct get, the one an import passes: its message, ``None`` for none
+    (404, or a batch's end of batch first: a multi-last's subjects all end below ``seq``)."""
+    msg = await nc.request(f"{p.conn.js_prefix}.DIRECT.GET.{p.stream}", json.dumps(req).encode(),
+                           timeout=REPLY_TIMEOUT)
+    status = _status(msg)
+    if status in ("404", "204"):
+        return None
+    if status is not None:
+        raise _failed(p.stream, msg)
+    return _direct_row(msg, tail_keys)
+
+
+async def _direct_window(nc: Any, p: SnapshotPartition, subject: str | None, seq: int) -> list[Row]:
+    """``SINGLE_WINDOW`` single direct gets at once, at ``seq`` and the sequences after it (up to
+    the slice's end): each answers the first message on ``subject`` at or after its sequence,
+    so together, in order and without repeats, they are every one up to the highest answered."""
+    asked = range(seq, min(seq + SINGLE_WINDOW, p.hi + 1))
+    got = await asyncio.gather(*(_direct_one(nc, p, {"seq": k, "next_by_subj": subject or ">"}, SINGLE_TAIL)
+                                 for k in asked), return_exceptions=True)
+    rows: dict[int, Row] = {}
+    for g in got:
+        if isinstance(g, BaseException):
+            raise g
+        if g is not None:
+            rows[g[1]] = g
+    return [rows[s] for s in sorted(rows)]
+
+
+def _cut_warning(conn: Connection, stream: str) -> None:
+    log.warning("jetstream (live): batched direct gets on stream %r (API %s) stop after their first reply: an "
+                "imported JetStream API whose export is not 'response: stream' passes one reply per request; reading "
+                "one message per request instead (slower). Export the API with response: stream for batched reads",
+                stream, conn.js_prefix)
+
+
+async def _direct_range(nc: Any, sub: Any, p: SnapshotPartition, subject: str | None,
+                        batched: bool) -> tuple[list[Row], bool]:
+    """The slice's messages on ``subject`` (all without one), and whether batches still came whole."""
     out: list[Row] = []
     seq = p.lo + 1
     while seq <= p.hi:
-        req: dict[str, Any] = {"seq": seq, "batch": DIRECT_BATCH, "max_bytes": DIRECT_MAX_BYTES}
-        if subject:
-            req["next_by_subj"] = subject
+        if batched:
+            req: dict[str, Any] = {"seq": seq, "batch": DIRECT_BATCH, "max_bytes": DIRECT_MAX_BYTES}
+            if subject:
+                req["next_by_subj"] = subject
+            else:
+                req["batch"] = min(DIRECT_BATCH, p.hi - seq + 1)
+            try:
+                rows, _pending = await _direct_replies(nc, sub, p.conn, p.stream, req)
+            except CutShort as cut:
+                _cut_warning(p.conn, p.stream)
+                rows, batched = cut.rows, False
         else:
-            req["batch"] = min(DIRECT_BATCH, p.hi - seq + 1)
-        rows, _pending = await _direct_replies(nc, sub, p, req)
+            rows = await _direct_window(nc, p, subject, seq)
         if not rows:
             break
         out.extend(r for r in rows if r[1] <= p.hi)
         seq = rows[-1][1] + 1
-    return out
+    return out, batched
 
 
 async def _multi_last(nc: Any, sub: Any, p: SnapshotPartition) -> list[Row]:
     out: list[Row] = []
     req: dict[str, Any] = {"multi_last": list(p.filters or (">",)), "up_to_seq": p.hi, "max_bytes": DIRECT_MAX_BYTES}
+    batched = p.batched
     while True:
         try:
-            rows, pending = await _direct_replies(nc, sub, p, req)
+            if batched:
+                try:
+                    rows, pending = await _direct_replies(nc, sub, p.conn, p.stream, req)
+                except CutShort as cut:
+                    _cut_warning(p.conn, p.stream)
+                    rows, pending, batched = cut.rows, 1, False
+            else:  # one message a request: the first reply, the lowest seq at or above req["seq"]
+                row = await _direct_one(nc, p, {**req, "batch": 1}, DIRECT_TAIL)
+                rows, pending = ([row], 1) if row else ([], 0)
         except SnapshotError as e:
             if "413" in str(e):
                 raise SnapshotError(f"{e}: deliverPolicy last_per_subject reads at most 1024 subjects at once "
@@ -286,7 +396,7 @@ async def _multi_last(nc: Any, sub: Any, p: SnapshotPartition) -> list[Row]:
         out.extend(rows)
         if not rows or not pending:
             return out
-        req["seq"] = rows[-1][1] + 1  # the reply stopped at max_bytes: the rest are above this
+        req["seq"] = rows[-1][1] + 1  # the reply stopped at max_bytes (or was cut): the rest are above this
 
 
 async def _get_range(nc: Any, p: SnapshotPartition, subject: str | None) -> list[Row]:
@@ -313,10 +423,11 @@ async def read_rows(p: SnapshotPartition) -> list[Row]:
         if p.last_per_subject:
             rows = await _multi_last(nc, sub, p)
         else:
-            per_filter = []
+            per_filter, batched = [], p.batched
             for subject in p.filters or (None,):
                 if p.direct:
-                    per_filter.append(await _direct_range(nc, sub, p, subject))
+                    rows, batched = await _direct_range(nc, sub, p, subject, batched)
+                    per_filter.append(rows)
                 else:
                     per_filter.append(await _get_range(nc, p, subject))
             rows = per_filter[0] if len(per_filter) == 1 else sorted({r[1]: r for f in per_filter for r in f}.values(),

@@ -135,3 +135,25 @@ def test_no_jetstream_at_the_api_prefix_is_said_so(server: NatsServer, tmp_path:
         ing.stop()
     with pytest.raises(Exception, match=f"jetstream not enabled: no JetStream API answers at .*{named}"):
         _bounds(opts)
+
+
+@pytest.mark.parametrize(("value", "why"), [("64MiB", "must be an integer, got '64MiB'"), ("1.5", "must be an integer, got '1.5'"),
+                                            ("", "must be an integer, got ''"), ("0", "must be >= 1, got 0"),
+                                            ("-1", "must be >= 1, got -1")])
+def test_max_bytes_per_trigger_is_a_positive_byte_count(value: str, why: str) -> None:
+    """``maxBytesPerTrigger`` bounds a micro-batch's stored bytes, 64 MiB unless given; a value
+    that is no positive integer fails at ``load()`` naming the option."""
+    from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows
+
+    from jsspark.datasource.live_source import LiveStreamReader
+
+    with pytest.raises(OptionError) as info:
+        parse_live_read_options({"servers": URL, "stream": "ORDERS", "maxBytesPerTrigger": value})
+    assert str(info.value) == f"jetstream (live): option maxBytesPerTrigger {why}"
+    opts = parse_live_read_options({"servers": URL, "stream": "ORDERS"})
+    assert opts.max_bytes == 64 << 20
+    assert LiveStreamReader(opts).getDefaultReadLimit() == ReadMaxBytes(64 << 20)
+    given = parse_live_read_options({"servers": URL, "stream": "ORDERS", "maxbytespertrigger": "1000",
+                                     "maxMessagesPerTrigger": "10"})
+    assert given.max_bytes == 1000
+    assert LiveStreamReader(given).getDefaultReadLimit() == ReadMaxRows(10)  # and the bytes apply with it

@@ -24,6 +24,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 
 from jsspark.datasource.options import OptionError
 from jsspark.datasource.redaction import scrubbed
+from jsspark.datasource.source import read_limits
 from jsspark.live.options import LiveReadOptions, redact
 from jsspark.live.snapshot import (
     Bounds,
@@ -115,11 +116,11 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
                                       self.opts.conn)) from None
 
     def getDefaultReadLimit(self) -> Any:
-        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+        """``maxMessagesPerTrigger`` and ``maxBytesPerTrigger`` (64 MiB by default), as the lake
+        source's; under ``Trigger.Once`` (Spark ignores read limits) only ``maxAckPending`` bounds a batch."""
+        from jsspark.datasource.source import default_read_limit
 
-        if self.opts.max_messages is not None:
-            return ReadMaxRows(self.opts.max_messages)
-        return ReadAllAvailable()
+        return default_read_limit(self.opts.max_messages, self.opts.max_bytes)
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         with scrubbed(self.opts.storage_options):
@@ -127,10 +128,8 @@ class LiveStreamReader(*_STREAM_BASES):  # type: ignore[misc]
             begin = self._begin(start)
             if begin is None:
                 begin = ing.floor
-            max_rows = int(limit.max_rows) if type(limit).__name__ == "ReadMaxRows" else self.opts.max_messages
-            if type(limit).__name__ == "ReadAllAvailable":
-                max_rows = None
-            return self._offset(ing.latest(begin, max_rows, self._target))
+            max_rows, max_bytes = read_limits(limit, self.opts.max_messages, self.opts.max_bytes)
+            return self._offset(ing.latest(begin, max_rows, self._target, max_bytes))
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """With ``reportLatestOffset``: the origin's last seq and the consumer's ``num_pending``

@@ -66,6 +66,31 @@ def _require_admission_control() -> None:
         raise RuntimeError(_NO_ADMISSION_CONTROL)
 
 
+def default_read_limit(max_messages: int | None, max_bytes: int | None) -> Any:
+    """The read limit of ``maxMessagesPerTrigger`` / ``maxBytesPerTrigger`` (``read_limits``
+    applies both), for both ``jetstream`` sources, lake and live."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
+
+    if max_messages is not None:
+        return ReadMaxRows(max_messages)
+    if max_bytes is not None:
+        return ReadMaxBytes(max_bytes)
+    return ReadAllAvailable()
+
+
+def read_limits(limit: Any, max_messages: int | None, max_bytes: int | None) -> tuple[int | None, int | None]:
+    """(max rows, max bytes) for one batch under Spark's ``limit``; both options apply together,
+    as a composite. ``ReadAllAvailable`` (``Trigger.Once``, which ignores read limits): neither."""
+    kind = type(limit).__name__
+    if kind == "ReadAllAvailable":
+        return None, None
+    if kind == "ReadMaxRows":
+        return int(limit.max_rows), max_bytes
+    if kind == "ReadMaxBytes":
+        return max_messages, int(limit.max_bytes)
+    return max_messages, max_bytes
+
+
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """Batches of one partition; Spark turns an empty plan into ``InputPartition(None)``."""
     value = partition.value
@@ -203,24 +228,7 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
             self._target = self.planner.latest_available()
 
     def getDefaultReadLimit(self) -> Any:
-        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
-
-        if self.opts.max_messages is not None:
-            return ReadMaxRows(self.opts.max_messages)
-        if self.opts.max_bytes is not None:
-            return ReadMaxBytes(self.opts.max_bytes)
-        return ReadAllAvailable()
-
-    def _limits(self, limit: Any) -> tuple[int | None, int | None]:
-        """(max rows, max bytes) for one batch; both options apply together, as a composite."""
-        kind = type(limit).__name__
-        if kind == "ReadAllAvailable":
-            return None, None
-        if kind == "ReadMaxRows":
-            return int(limit.max_rows), self.opts.max_bytes
-        if kind == "ReadMaxBytes":
-            return self.opts.max_messages, int(limit.max_bytes)
-        return self.opts.max_messages, self.opts.max_bytes
+        return default_read_limit(self.opts.max_messages, self.opts.max_bytes)
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         """The next batch's end. Spark calls this only once the batch ending at ``start`` is
@@ -244,7 +252,7 @@ class JetStreamStreamReader(*_STREAM_BASES):  # type: ignore[misc]
         else:
             cursor, base = self.planner.on_planning(Cursor.from_offset(start))
         cursor = replace(cursor, origin=self.planner.origin)  # also on offsets written before origins were
-        max_rows, max_bytes = self._limits(limit)
+        max_rows, max_bytes = read_limits(limit, self.opts.max_messages, self.opts.max_bytes)
         end = self.planner.latest(cursor, max_rows, max_bytes, self._target)
         if base is not None:
             end = replace(end, base=base)

@@ -361,7 +361,7 @@ class Job:
         given = {k.lower(): v for k, v in opts.items()}  # option names are case-insensitive
         if self._paced(plan):
             # a full batch (the durable's max_ack_pending: the server delivers no more until it is
-            # acked) goes at once; a partial one once per trigger interval (Kafka's
+            # acked; or maxBytesPerTrigger) goes at once; a partial one once per trigger interval (Kafka's
             # minOffsetsPerTrigger / maxTriggerDelay), so a slow trickle still makes few commits
             if "minmessagespertrigger" not in given:
                 opts["minMessagesPerTrigger"] = given.get("maxackpending", str(LiveReadOptions.max_ack_pending))

@@ -40,6 +40,12 @@ Design (why each piece is there):
   trigger and run with a 0 s one): ``latestOffset`` holds a batch that is not full until the
   delay has passed since the last batch, so a durable stalled at ``max_ack_pending`` goes on
   the moment its window is acked, while a trickle still makes one commit per interval.
+- **A batch's size**: at most ``maxBytesPerTrigger`` of stored bytes (64 MiB by default; the
+  server's count, as the lake source's) and ``maxMessagesPerTrigger`` messages, at least one
+  message: a job's landing holds its batch in the driver's memory. ``_upto`` keeps the bytes
+  held per sequence, so ``latest`` cuts the batch there; the end it returns goes to Spark's
+  offset log, so a retried batch reads (start, end] again without measuring anything. A batch
+  full by bytes is full for the pacing too (a job's ``minMessagesPerTrigger`` is ``max_ack_pending``).
 - **Back-pressure**: ``max_ack_pending`` — the server stops delivering once that many messages
   are unacked, which bounds the buffer; memory holds about ``chunkRows`` rows before a spill
   (one read's deliveries are taken whole), or ``CHUNK_BYTES`` of payloads and headers, whichever
@@ -111,6 +117,7 @@ from jsspark.datasource.redaction import redact_storage
 from jsspark.engine.headers import HEADER_LINE
 from jsspark.engine.headers import decode as decode_headers
 from jsspark.engine.headers import repaired as repaired_headers
+from jsspark.engine.schema import stored_size, stored_sizes, value_lengths
 from jsspark.errors import APIError
 from jsspark.live import consumer as C
 from jsspark.live import wire
@@ -245,6 +252,10 @@ class Ingestor:
         self._puts: dict[str, _Put] = {}  # chunk path -> its put on an object store, until it succeeded
         self._rows = Pending()
         self._seqs: list[int] = []
+        # Stored bytes (the server's count, as the lake source's ``size``) of everything held up to
+        # and including ``_seqs[k]``, counted from ``_bytes_base``: what ``maxBytesPerTrigger`` cuts by
+        self._upto: list[int] = []
+        self._bytes_base = 0  # what ``_upto`` counted of messages no longer held
         self.floor = 0  # highest origin seq Spark has committed
         self._landed = 0  # highest origin seq a landing sink's Delta commit holds (spill.mark_landed)
         self._landed_watch: asyncio.Task[None] | None = None
@@ -459,7 +470,7 @@ class Ingestor:
         marks name its sequences, so acks follow Spark's commits only from here on."""
         with self._cv:
             done = [c.path for c in self._chunks]
-            self._chunks, self._puts, self._rows, self._seqs = [], {}, Pending(), []
+            self._chunks, self._puts, self._rows, self._seqs, self._upto = [], {}, Pending(), [], []
             self.floor = self._highest = self._landed = 0
             self._landed_off = True
             self._awaiting = True
@@ -862,6 +873,7 @@ class Ingestor:
         except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError):
             return False
         sseqs, dseqs, ts, pend = numbers.to_numpy().reshape(4, k)
+        sizes = stored_sizes(f.subjects, value_lengths(f.headers), value_lengths(f.payloads), reuse=True)
         with self._cv:
             last = self._last_dseq
             if self._awaiting or dseqs[0] != last + 1 or dseqs[-1] != last + k or (
@@ -878,10 +890,10 @@ class Ingestor:
                 if not keep.all():
                     mask = pa.array(keep)
                     subjects, headers, payloads = subjects.filter(mask), headers.filter(mask), payloads.filter(mask)
-                    sseqs, ts, dseqs, pend = sseqs[keep], ts[keep], dseqs[keep], pend[keep]
+                    sseqs, ts, dseqs, pend, sizes = sseqs[keep], ts[keep], dseqs[keep], pend[keep], sizes[keep]
                 self._rows.add_part(subjects, sseqs, ts, headers, payloads, dseqs, pend)
                 seqs = sseqs.tolist()
-                self._seqs += seqs
+                self._hold(seqs, sizes)
                 self._highest = seqs[-1]
                 self._last_msg = self._last_heard
                 if self._buffer_full():
@@ -927,7 +939,7 @@ class Ingestor:
             self._highest = sseq
             self._last_msg = self._last_heard
             self._rows.append(subject, sseq, ts, hdr, payload, dseq, pending)
-            self._seqs.append(sseq)
+            self._hold([sseq], [stored_size(subject.decode(), len(hdr or b""), len(payload))])
             if self._buffer_full():
                 self._spill_full()
                 self._last_msg = time.monotonic()  # a spill is no pause in delivery
@@ -1081,6 +1093,12 @@ class Ingestor:
             await self._answer_fc(subject)
 
     # -- the buffer (any thread, under _cv) -----------------------------------------------------
+    def _hold(self, seqs: list[int], sizes: Sequence[int] | np.ndarray) -> None:
+        """Messages ``seqs`` (ascending, above all held) of ``sizes`` stored bytes are held now."""
+        total = self._upto[-1] if self._upto else self._bytes_base
+        self._seqs += seqs
+        self._upto += (np.cumsum(sizes, dtype=np.int64) + total).tolist()
+
     def _flush(self) -> None:
         """Spill the buffered rows as files of at most ``chunkRows`` rows (a run of deliveries
         taken as columns can overshoot it): written at once locally (if one fails, none counts,
@@ -1211,7 +1229,10 @@ class Ingestor:
             self._chunks = [ch for ch in self._chunks if ch.last > seq]
             for path in done:  # committed rows need no put (a batch is planned only once its puts succeeded)
                 self._puts.pop(path, None)
-            del self._seqs[: bisect.bisect_right(self._seqs, seq)]
+            k = bisect.bisect_right(self._seqs, seq)
+            if k:
+                self._bytes_base = self._upto[k - 1]
+                del self._seqs[:k], self._upto[:k]
             held = self._held_fc is not None
         if done and self._dir is not None:
             self._dir.delete(done)  # at once locally, in the background on an object store
@@ -1253,9 +1274,12 @@ class Ingestor:
         with self._cv:
             return int(info.get("num_pending", 1)) == 0 and delivered <= self._last_dseq and not self._awaiting
 
-    def latest(self, start: int, max_rows: int | None, target: int | None) -> int:
+    def latest(self, start: int, max_rows: int | None, target: int | None, max_bytes: int | None = None) -> int:
         """The end offset of the next batch: the highest buffered origin seq (at most
-        ``max_rows`` messages after ``start``, at most ``target``); ``start`` if none yet.
+        ``max_rows`` messages and about ``max_bytes`` stored bytes after ``start``, at least one
+        message; at most ``target``); ``start`` if none yet. Spark records it in the offset log
+        before the batch runs, so a retried or restarted batch reads (start, end] again,
+        whatever the messages measure then.
 
         With an AvailableNow ``target`` it waits (bounded) for *something* above ``start``
         rather than for the whole target: the buffer is bounded by ``max_ack_pending``, so the
@@ -1264,13 +1288,14 @@ class Ingestor:
         if target is not None and target > start:
             self._wait(lambda: (bool(self._seqs) and self._seqs[-1] > start) or self._highest >= target,
                        f"messages above origin seq {start} (AvailableNow target {target})")
-        self._linger(start, max_rows, target)
-        end = self._pick(start, max_rows, target)
-        if end > start and self._paced(target) and not self._due(start, max_rows):
+        self._linger(start, max_rows, max_bytes, target)
+        end = self._pick(start, max_rows, max_bytes, target)
+        if end > start and self._paced(target) and not self._due(start, max_rows, max_bytes):
             return start  # not enough for a batch yet, and the last one was too recent: Spark asks again
         if end > start:
             with self._cv:
-                full = self._held_above(start) - self._held_above(end) >= self._full(max_rows)
+                full = (self._held_above(start) - self._held_above(end) >= self._full(max_rows)
+                        or self._bytes_full(start, max_bytes))
             self._pacing.went(time.monotonic(), full)
         if end > start or target is None:
             return end
@@ -1283,21 +1308,30 @@ class Ingestor:
 
     def _full(self, max_rows: int | None) -> int:
         """The messages that make a batch full: ``max_rows``, the ``max_ack_pending`` the server
-        stops at, and ``minMessagesPerTrigger``, whichever is least."""
+        stops at, and ``minMessagesPerTrigger``, whichever is least (or ``_bytes_full``)."""
         full = self.opts.max_ack_pending if max_rows is None else min(max_rows, self.opts.max_ack_pending)
         return full if self.opts.min_messages is None else min(full, self.opts.min_messages)
 
     def _held_above(self, start: int) -> int:
         return len(self._seqs) - bisect.bisect_right(self._seqs, start)
 
-    def _due(self, start: int, max_rows: int | None) -> bool:
-        with self._cv:
-            held = self._held_above(start)
-        return self._pacing.due(time.monotonic(), held >= self._full(max_rows))
+    def _bytes_full(self, start: int, max_bytes: int | None) -> bool:
+        """The messages held above ``start`` make a batch full by bytes: a job's pacing must not
+        hold back a batch of large messages until its interval because it has fewer than
+        ``max_ack_pending`` of them. (Under ``_cv``.)"""
+        i = bisect.bisect_right(self._seqs, start)
+        if max_bytes is None or i == len(self._seqs):
+            return False
+        return self._upto[-1] - (self._upto[i - 1] if i else self._bytes_base) >= max_bytes
 
-    def _linger(self, start: int, max_rows: int | None, target: int | None) -> None:
-        """Let a batch that has begun to arrive fill up: until it is full (``_full``), reaches
-        ``target``, or delivery pauses; at most ``LINGER_MAX``. Paced, a batch that is not due
+    def _due(self, start: int, max_rows: int | None, max_bytes: int | None) -> bool:
+        with self._cv:
+            full = self._held_above(start) >= self._full(max_rows) or self._bytes_full(start, max_bytes)
+        return self._pacing.due(time.monotonic(), full)
+
+    def _linger(self, start: int, max_rows: int | None, max_bytes: int | None, target: int | None) -> None:
+        """Let a batch that has begun to arrive fill up: until it is full (``_full``, ``_bytes_full``),
+        reaches ``target``, or delivery pauses; at most ``LINGER_MAX``. Paced, a batch that is not due
         yet does not stop at a pause, and an empty buffer is waited on too, for ``LINGER_MAX``
         before the first message and ``LINGER_MAX`` after it (Spark asks again at once; a call
         never takes longer, so a query stops promptly)."""
@@ -1309,7 +1343,8 @@ class Ingestor:
             while self._fatal is None:
                 now = time.monotonic()
                 held = self._held_above(start) if self._seqs and self._seqs[-1] > start else 0
-                if held >= full or (target is not None and self._highest >= target) or now >= deadline:
+                if (held >= full or (target is not None and self._highest >= target) or now >= deadline
+                        or self._bytes_full(start, max_bytes)):
                     return
                 if not held:
                     if not paced:
@@ -1321,7 +1356,7 @@ class Ingestor:
                     return
                 self._cv.wait(LINGER_IDLE / 2)
 
-    def _pick(self, start: int, max_rows: int | None, target: int | None) -> int:
+    def _pick(self, start: int, max_rows: int | None, max_bytes: int | None, target: int | None) -> int:
         with self._cv:
             self._check()
             self._flush()
@@ -1329,6 +1364,9 @@ class Ingestor:
             j = len(self._seqs) if max_rows is None else min(len(self._seqs), i + max_rows)
             if target is not None:
                 j = min(j, bisect.bisect_right(self._seqs, target))
+            if max_bytes is not None and j > i:  # a soft bound: one message larger than it still goes
+                before = self._upto[i - 1] if i else self._bytes_base
+                j = max(i + 1, bisect.bisect_right(self._upto, before + max_bytes, i, j))
             return self._seqs[j - 1] if j > i else start
 
     def flush_acks(self, timeout: float) -> bool:

@@ -41,6 +41,8 @@ import time
 from typing import Any
 
 from jsspark.datasource.partition import DataLossError
+from jsspark.engine.headers import encoded_len
+from jsspark.engine.schema import stored_size
 from jsspark.live import consumer as C
 from jsspark.live.ingestor import Ingestor, LiveSourceError, log, parse_ack_reply
 from jsspark.live.options import LiveReadOptions, redact
@@ -197,7 +199,7 @@ class LegacyIngestor(Ingestor):
                     continue
                 self._highest = sseq
                 self._rows.append(subject, sseq, ts, hdrs, data, None, None)
-                self._seqs.append(sseq)
+                self._hold([sseq], [stored_size(subject, encoded_len(hdrs), len(data))])
                 if len(self._rows) >= self.opts.chunk_rows:
                     self._flush()
             self._highest = max(self._highest, hi)

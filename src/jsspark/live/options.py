@@ -28,6 +28,11 @@ from jsspark.datasource.options import (
 )
 from jsspark.datasource.redaction import redact_urls, url_secrets
 
+# A micro-batch's stored bytes by default (``maxBytesPerTrigger``; at least one message): a job's
+# landing holds its batch in the driver's memory, several times over (200 messages of 4 MiB
+# in one batch peaked at 3.7-4.1 GiB there). As a republish batch's bound, and about one spill file's
+# worth (``ingestor.CHUNK_BYTES``).
+DEFAULT_MAX_BYTES = 64 << 20
 DEFAULT_CONSUMER_PREFIX = "jsspark_"  # a server-managed durable without option consumer: jsspark_<stream>
 CONNECTION_OPTIONS = (
     "servers", "user", "password", "token", "creds", "nkeySeed", "tlsCa", "tlsCert", "tlsKey",
@@ -35,8 +40,8 @@ CONNECTION_OPTIONS = (
 )
 READ_OPTIONS = (
     "stream", "consumer", "consumerMode", "deliverSubject", "deliverPolicy", "optStartSeq", "optStartTime",
-    "filterSubject", "filterSubjects", "headersOnly", "maxAckPending", "maxMessagesPerTrigger", "minMessagesPerTrigger",
-    "maxTriggerDelay", "spillDir", "chunkRows",
+    "filterSubject", "filterSubjects", "headersOnly", "maxAckPending", "maxMessagesPerTrigger", "maxBytesPerTrigger",
+    "minMessagesPerTrigger", "maxTriggerDelay", "spillDir", "chunkRows",
     "waitTimeout", "reportLatestOffset", "spillReferences", "failOnDataLoss",
 )
 # The lake source's option names (JetStream ConsumerConfig JSON) for the same settings.
@@ -273,6 +278,8 @@ class LiveReadOptions:
     # after a batch's commit, so at most this many messages land per trigger
     max_ack_pending: int = 200_000
     max_messages: int | None = None
+    # Delta's maxBytesPerTrigger: about this many stored bytes per batch, at least one message
+    max_bytes: int = DEFAULT_MAX_BYTES
     # Kafka's minOffsetsPerTrigger / maxTriggerDelay: a batch waits until it holds this many
     # messages or this long (seconds) has passed since the last batch (jobs: ``JobSpec`` pacing)
     min_messages: int | None = None
@@ -348,6 +355,7 @@ def parse_live_read_options(options: Mapping[str, str]) -> LiveReadOptions:
         headers_only=parse_bool("headersOnly", opts.get("headersOnly", "false")),
         max_ack_pending=_int(opts, "maxAckPending", LiveReadOptions.max_ack_pending, 1) or LiveReadOptions.max_ack_pending,
         max_messages=_int(opts, "maxMessagesPerTrigger", None, 1),
+        max_bytes=_int(opts, "maxBytesPerTrigger", DEFAULT_MAX_BYTES, 1) or DEFAULT_MAX_BYTES,
         min_messages=_int(opts, "minMessagesPerTrigger", None, 1),
         max_trigger_delay=delay,
         spill_dir=opts.get("spillDir"),

@@ -24,6 +24,7 @@ from jsspark.engine.schema import INDEX_COLUMNS, MAX_SEQ, MESSAGE_SCHEMA
 from jsspark.engine.subject_stats import SubjectGroups, SubjectStats
 
 INDEX_SCHEMA = pa.schema([MESSAGE_SCHEMA.field(c) for c in INDEX_COLUMNS])
+TAIL_WINDOW = 4096  # the newest rows ``positions_on`` reads first (then 4 times as many, and so on)
 
 
 def _groups(rows: pa.Table) -> SubjectGroups:
@@ -263,6 +264,27 @@ class MessageIndex:
             hi, window = lo, window * 4
         return pa.table({"subject": pa.array(list(out), pa.string()),
                          "last_seq": pa.array(list(out.values()), pa.int64())})
+
+    def positions_on(self, subjects: pa.Array) -> np.ndarray:
+        """Row positions (ascending) of every live message on the literal ``subjects``.
+
+        The subject stats say how many there are, so the rows are searched from the newest
+        back over growing windows until all are found: the cost follows how far back the
+        oldest of them lies, not the stream (a subject rolled up or replaced again and again
+        has its one message near the end; one never stored costs nothing)."""
+        names = pc.unique(subjects.cast(pa.string())).drop_null()
+        need = int(self.subjects().counts_of(names).sum()) if len(names) else 0
+        found: list[np.ndarray] = []
+        col = self.rows["subject"]
+        hi, window = self.rows.num_rows, TAIL_WINDOW
+        while need > 0 and hi > 0:
+            lo = max(0, hi - window)
+            hit = pc.is_in(col.slice(lo, hi - lo), value_set=names)
+            at = np.flatnonzero(hit.to_numpy(zero_copy_only=False)) + lo
+            found.append(at)
+            need -= len(at)
+            hi, window = lo, window * 4
+        return np.concatenate(found[::-1]) if found else np.zeros(0, np.int64)
 
     def last_msg_id(self) -> str:
         """The msg id of the newest stored message ('' if it had none, as the server compares)."""

@@ -10,12 +10,16 @@ rollup at its place (``Consumers.on_rollups``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from jsspark.engine.arrays import column, take_rows
+from jsspark.engine.index import MessageIndex
 
 SUBJECT, ALL = "sub", "all"
 
@@ -51,8 +55,10 @@ def purged_by(seqs: np.ndarray, subjects: pa.Array | pa.ChunkedArray, rollups: S
 
 NEVER = np.iinfo(np.int64).max  # a message no removal of the publish reached
 
+# (seqs, subjects) of the stream before a publish and what it stored -> ``RolledUp.moments``, ``.rolled``
+MomentsOf = Callable[[np.ndarray, pa.Array], tuple[np.ndarray, np.ndarray]]
 
-@dataclass(frozen=True)
+
 class RolledUp:
     """A publish's rollups and limit removals in the order the server makes them, for its
     consumers (``purgeLocked`` → ``consumer.purge``, a limit → ``decStreamPending``).
@@ -60,14 +66,98 @@ class RolledUp:
     ``seqs``/``subjects``: the stream's messages before the publish, then the ones it stored;
     ``moments``: per message, the seq of the published message by whose storing (a limit) or
     rollup (``rolled``) it went, 0 for an expiry, ``NEVER`` for one that stays; ``kept``: per
-    rollup, whether its message was stored (an interest stream purges to nothing when not)."""
+    rollup, whether its message was stored (an interest stream purges to nothing when not).
 
-    rollups: list[Rollup]
-    kept: list[bool]
-    seqs: np.ndarray
-    subjects: pa.Array
-    moments: np.ndarray
-    rolled: np.ndarray
+    All four are worked out from ``rows`` (``seq``, ``subject``) when first read, by
+    ``moments_of(seqs, subjects)`` giving ``moments`` and ``rolled``: only a stream with
+    consumers reads them, and they span the whole stream."""
+
+    def __init__(
+        self, rollups: list[Rollup], kept: list[bool], rows: pa.Table,
+        moments_of: MomentsOf,
+    ) -> None:
+        self.rollups, self.kept = rollups, kept
+        self._rows, self._moments_of = rows, moments_of
+
+    @cached_property
+    def seqs(self) -> np.ndarray:
+        return self._rows["seq"].to_numpy()
+
+    @cached_property
+    def subjects(self) -> pa.Array:
+        return column(self._rows, "subject")
+
+    @cached_property
+    def _when(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._moments_of(self.seqs, self.subjects)
+
+    @property
+    def moments(self) -> np.ndarray:
+        return self._when[0]
+
+    @property
+    def rolled(self) -> np.ndarray:
+        return self._when[1]
+
+
+def first_reached(
+    seqs: np.ndarray, subjects: pa.Array | pa.ChunkedArray, limited: np.ndarray, per_subject: int,
+    rollups: Sequence[Rollup],
+) -> tuple[np.ndarray, np.ndarray]:
+    """``RolledUp.moments`` and ``.rolled`` where limits and rollups remove the same in any
+    order (no discard-old totals): each message went by what reached it first, a limit
+    (``limited``) at the storing of the message ``per_subject`` later on its subject (0: an age
+    or a TTL, gone before the publish), or a rollup after it."""
+    by_limit = np.full(len(seqs), NEVER, dtype=np.int64)
+    if limited.any():
+        by_limit = np.where(limited, pushed_out_by(seqs, subjects, per_subject), NEVER)
+        by_limit[limited & (by_limit == NEVER)] = 0
+    by_rollup = rollup_moments(seqs, subjects, rollups)
+    return np.minimum(by_limit, by_rollup), by_rollup < by_limit
+
+
+class Reach:
+    """The messages a publish's rollups can purge, before (``index``) and in (``rows``) it:
+    those before its last rollup of all, found by sequence, and those on the subjects it
+    rolls up, found with the subject stats (``MessageIndex.positions_on``) instead of by
+    matching every stored subject. ``purged`` masks the index's rows followed by ``rows``."""
+
+    def __init__(self, index: MessageIndex, rows: pa.Table, rollups: Sequence[Rollup]) -> None:
+        self.n_old = index.rows.num_rows
+        self.index_seqs = index.rows["seq"]
+        self.new_seqs = rows["seq"].to_numpy()
+        subs = [r for r in rollups if r.kind == SUBJECT]
+        first_all = min((r.seq for r in rollups if r.kind == ALL), default=NEVER)
+        names = pa.array(sorted({r.subject for r in subs}), pa.string())
+        new_on = np.flatnonzero(pc.is_in(rows["subject"], value_set=names).to_numpy(zero_copy_only=False)) if len(
+            names) else np.zeros(0, np.int64)
+        # a stored message on a subject rolled up only after a rollup of all is gone by then
+        old_on = index.positions_on(names) if any(r.seq < first_all for r in subs) else np.zeros(0, np.int64)
+        self.on = np.concatenate([old_on, self.n_old + new_on])
+        old = take_rows(index.rows.select(["seq", "subject"]), old_on)
+        new = take_rows(rows.select(["seq", "subject"]), new_on).cast(old.schema)
+        self.seqs = np.concatenate([old["seq"].to_numpy(), new["seq"].to_numpy()])
+        self.subjects = pa.concat_arrays([column(old, "subject"), column(new, "subject")])
+
+    def below(self, seq: int) -> int:
+        """How many of the index's rows followed by ``rows`` have a seq below ``seq``."""
+        n_old = self.n_old
+        if n_old and seq > self.index_seqs[n_old - 1].as_py():
+            old = n_old
+        else:
+            old = int(pc.sum(pc.less(self.index_seqs, seq)).as_py() or 0)  # (sorted: the head)
+        return old + int(np.searchsorted(self.new_seqs, seq))
+
+    def purged(self, rollups: Sequence[Rollup]) -> np.ndarray:
+        """What ``rollups`` (some of those this reach was made for) purge: ``purged_by``."""
+        out = np.zeros(self.n_old + len(self.new_seqs), dtype=bool)
+        last_all = max((r.seq for r in rollups if r.kind == ALL), default=0)
+        if last_all:
+            out[: self.below(last_all)] = True
+        subs = [r for r in rollups if r.kind == SUBJECT]
+        if subs and len(self.on):
+            out[self.on] |= purged_by(self.seqs, self.subjects, subs)
+        return out
 
 
 def rollup_moments(seqs: np.ndarray, subjects: pa.Array | pa.ChunkedArray, rollups: Sequence[Rollup]) -> np.ndarray:

@@ -31,7 +31,7 @@ from jsspark.engine import header_rules as rules
 from jsspark.engine import headers as H
 from jsspark.engine import maintenance
 from jsspark.engine.api import BatchAck, SourceInfo, StreamState
-from jsspark.engine.arrays import column, data_column, subject_column, take_rows
+from jsspark.engine.arrays import data_column, subject_column, take_rows
 from jsspark.engine.dedup import DedupWindow, KnownIds
 from jsspark.engine.expiry import NEVER as TTL_NEVER
 from jsspark.engine.expiry import Expiries, expires_of, is_marker, marker_headers
@@ -40,7 +40,7 @@ from jsspark.engine.index_store import EXPIRY_COLUMNS, IndexStore
 from jsspark.engine.limits import SeqRemoval, expired, oldest_removals, removal_mask, seq_removal
 from jsspark.engine.partitioning import PartitionKey
 from jsspark.engine.rollups import ALL as ROLLUP_ALL
-from jsspark.engine.rollups import NEVER, RolledUp, Rollup, purged_by, pushed_out_by, rollup_moments
+from jsspark.engine.rollups import NEVER, MomentsOf, Reach, RolledUp, Rollup, first_reached
 from jsspark.engine.rollups import SUBJECT as ROLLUP_SUBJECT
 from jsspark.engine.schema import (
     INDEX_COLUMNS,
@@ -672,14 +672,13 @@ class LakeStream:
         n_old = index.rows.num_rows
         removed_mask, limited, rolled_up = None, None, None
         if removals is not None:
-            gone, rolled, moments = removals
-            if moments is not None:
+            gone, rolled, moments_of = removals
+            if moments_of is not None:
                 stored = set(rows["seq"].to_pylist()) if not store.all() else None
+                before = index.rows.select(["seq", "subject"])
                 rolled_up = RolledUp(
                     rollups, [stored is None or r.seq in stored for r in rollups],
-                    np.concatenate([index.seq_array(), rows["seq"].to_numpy()]),
-                    pa.concat_arrays([column(index.rows, "subject"), column(rows, "subject")]),
-                    moments, rolled,
+                    pa.concat_tables([before, rows.select(before.column_names).cast(before.schema)]), moments_of,
                 )
             if gone[n_old:].any():
                 rows = rows.filter(pa.array(~gone[n_old:]))
@@ -705,10 +704,11 @@ class LakeStream:
     def _removals(
         self, index: MessageIndex, rows: pa.Table, groups: SubjectGroups, rollups: list[Rollup], now: int,
         ttls: Expiries | None, track: bool = False,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    ) -> tuple[np.ndarray, np.ndarray, MomentsOf | None] | None:
         """What the limits and rollups remove once ``rows`` are stored: masks over the index's
         rows followed by ``rows``, of all removals and of those by rollups (None: nothing), and
-        with ``track`` when each went (``RolledUp.moments``, for the consumers).
+        with ``track`` when each went (``RolledUp.moments``, for the consumers, and their
+        ``rolled``: the rollups that reached first).
 
         The server stores each message (applying limits) and then rolls up. Per-subject limits,
         ages and rollups remove the same whatever the order, so one pass does; ``max_msgs`` and
@@ -728,6 +728,9 @@ class LakeStream:
                 expires = fresh  # the batch's; the stored messages' are added below where needed
         if not rollups and not self._has_limits() and expires is None:
             return None
+        totals = _v(cfg.discard) != "new" and (int(cfg.max_msgs) >= 0 or int(cfg.max_bytes) >= 0)
+        if rollups and not totals:
+            return self._limits_and_rollups(index, rows, groups, rollups, now, ttls, track)
         combined = pa.concat_tables([index.rows, rows.select(INDEX_COLUMNS).cast(index.rows.schema)])
         gone = np.zeros(combined.num_rows, dtype=bool)
         rolled = np.zeros(combined.num_rows, dtype=bool)
@@ -783,12 +786,12 @@ class LakeStream:
                 over_subjects=over,
             )]] = True
 
-        totals = _v(cfg.discard) != "new" and (int(cfg.max_msgs) >= 0 or int(cfg.max_bytes) >= 0)
         moments = np.full(len(seqs), NEVER, dtype=np.int64) if track else None
-        if rollups and totals:
+        if rollups:
+            reach = Reach(index, rows, rollups)
             for r in rollups:  # stored up to this rollup, limits applied, then rolled up
                 limits(int(np.searchsorted(seqs, r.seq, side="right")))
-                step = purged_by(seqs, combined["subject"], [r]) & ~gone
+                step = reach.purged([r]) & ~gone
                 if moments is not None:
                     moments[gone & (moments == NEVER)] = r.seq  # pushed out on the way to it
                     moments[step] = r.seq
@@ -796,19 +799,28 @@ class LakeStream:
                 gone |= rolled
         if self._has_limits() or expires is not None:
             limits(combined.num_rows)
-        if moments is not None and totals:
-            moments[gone & (moments == NEVER)] = int(seqs[-1]) if len(seqs) else 0
-        if rollups and not totals:
-            if moments is None:
-                rolled |= purged_by(seqs, combined["subject"], rollups) & ~gone
-            else:  # each went by what reached it first: a limit at a message's storing, or a rollup after it
-                by_limit = np.where(gone, pushed_out_by(seqs, combined["subject"], per_subject), NEVER)
-                by_limit[gone & (by_limit == NEVER)] = 0  # an age or a TTL: gone before the publish
-                by_rollup = rollup_moments(seqs, combined["subject"], rollups)
-                rolled = by_rollup < by_limit
-                moments[:] = np.minimum(by_limit, by_rollup)
-            gone |= rolled
-        return gone, rolled, moments
+        if moments is None:
+            return gone, rolled, None
+        moments[gone & (moments == NEVER)] = int(seqs[-1]) if len(seqs) else 0
+        return gone, rolled, lambda _seqs, _subjects: (moments, rolled)
+
+    def _limits_and_rollups(
+        self, index: MessageIndex, rows: pa.Table, groups: SubjectGroups, rollups: list[Rollup], now: int,
+        ttls: Expiries | None, track: bool,
+    ) -> tuple[np.ndarray, np.ndarray, MomentsOf | None]:
+        """``_removals`` without discard-old totals, where limits and rollups remove the same
+        in any order: the limits' removals as a publish without rollups finds them, and the
+        rollups' among the messages they can reach (``Reach``: the stored ones on their
+        subjects, not every stored subject). When each went, only consumers need, and
+        ``RolledUp`` works it out if one reads it (``first_reached``, over the whole stream)."""
+        limits = self._removals(index, rows, groups, [], now, ttls)
+        gone = limits[0] if limits is not None else np.zeros(index.rows.num_rows + rows.num_rows, dtype=bool)
+        rolled = Reach(index, rows, rollups).purged(rollups) & ~gone
+        when = None
+        if track:
+            limited, per_subject = gone.copy(), int(self.config.max_msgs_per_subject)
+            when = lambda seqs, subjects: first_reached(seqs, subjects, limited, per_subject, rollups)  # noqa: E731
+        return gone | rolled, rolled, when
 
     def _has_limits(self) -> bool:
         cfg = self.config
@@ -985,7 +997,7 @@ class LakeStream:
         per_subj, max_msgs, max_bytes = int(cfg.max_msgs_per_subject), int(cfg.max_msgs), int(cfg.max_bytes)
         subjects, sizes = rows["subject"].to_pylist(), rows["size"].to_pylist()
         touched = pa.array(sorted(set(subjects)), pa.string())
-        old = index.rows.filter(pc.is_in(index.rows["subject"], value_set=touched))
+        old = take_rows(index.rows.select(["subject", "size"]), index.positions_on(touched))
         queues: dict[str, deque[int]] = {s: deque() for s in touched.to_pylist()}  # sizes, oldest first
         for subj, size in zip(old["subject"].to_pylist(), old["size"].to_pylist(), strict=True):
             queues[subj].append(size)
@@ -1230,10 +1242,10 @@ class LakeStream:
             told.clear()
             if removals is None:
                 return np.zeros(0, np.int64)
-            gone, rolled, moments = removals
+            gone, rolled, moments_of = removals
             limited[:] = [index.rows.select(["seq", "subject"]).filter(pa.array(gone & ~rolled))]
-            if moments is not None:  # the landed rows are in the index already
-                told.append(RolledUp(rollups, kept, index.seq_array(), column(index.rows, "subject"), moments, rolled))
+            if moments_of is not None:  # the landed rows are in the index already
+                told.append(RolledUp(rollups, kept, index.rows.select(["seq", "subject"]), moments_of))
             return index.seq_array()[gone]
 
         removed = self.remove_seqs(choose)

@@ -1,7 +1,7 @@
-"""``Nats-Rollup: sub`` finds what it purges among the messages on its subject, not by matching
-every stored subject: compared with a real nats-server where those messages lie far back, among
-deleted ones, under limits, in a lake batch and after the lake is opened again; and how much of
-a large stream a rollup reads.
+"""``Nats-Rollup: sub`` and a purge filtered on one literal subject find what they remove among
+the messages on that subject, not by matching every stored subject: compared with a real
+nats-server where those messages lie far back, among deleted ones, under limits, in a lake batch
+and after the lake is opened again; and how much of a large stream each reads.
 
 The server purges the rolling message's subject down to it (``processJetStreamMsgWithRollup`` →
 ``purgeLocked``). The lake's subject stats say how many messages the subject has, and they are
@@ -28,6 +28,7 @@ from jsspark.engine import index_store, limits, rollups
 from jsspark.engine import stream as stream_module
 from jsspark.engine.lake import connect
 from tests.engine.backends import LakeBackend, ServerBackend
+from tests.engine.matching import count_matched
 from tests.engine.test_consumer_removals import _settle
 from tests.engine.test_differential import Pair, paired, subj
 
@@ -155,3 +156,52 @@ def test_a_rollup_reads_the_newest_rows_not_the_stream(
     state = lake.stream_info("L").state
     assert (state.messages, state.first_seq, state.last_seq, state.num_deleted) == (n + 2, 1, n + 6, 4)
     assert lake.get_msg("L", subject="l.again").data == b"last"
+
+
+@pytest.mark.parametrize(
+    "req",
+    [{"filter": "a"}, {"filter": "a", "keep": 1}, {"filter": "a", "keep": 9}, {"filter": "a", "seq": 16},
+     {"filter": "b", "seq": 9, "keep": 2}, {"filter": "n"}, {"filter": "*", "keep": 1}],
+)
+def test_a_purge_of_one_subject_purges_what_the_server_purges(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch, req: dict[str, Any]
+) -> None:
+    """A purge filtered on a literal subject takes its messages the same way as a rollup."""
+    monkeypatch.setattr(index_module, "TAIL_WINDOW", 2, raising=False)
+    s = pair.stream()
+    pair.consumer_create(s, {"durable_name": "ALL", "ack_policy": "none"})
+    _history(pair, s)
+    pair.fetch(s, "ALL", 6)
+    req = {**req, "filter": subj(s, req["filter"])}
+    server_req, lake_req = dict(req), {("subject" if k == "filter" else k): v for k, v in req.items()}
+    assert pair.server.purge(s, **server_req) == pair.lake.purge(s, **lake_req)
+    _settle(pair, s, "ALL")
+
+
+def test_a_purge_of_a_recent_subject_reads_the_newest_rows_not_the_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """20,000 messages, then three on one subject: purging it matches no stored subject and
+    looks up only its seqs. It matched all 20,003 subjects and sorted every seq (``np.isin``)."""
+    n = 20_000
+    lake = connect(tmp_path / "lake")
+    lake.add_stream(name="L", subjects=["l.>"])
+    lake.publish_batch("L", pa.table({"subject": [f"l.k{i % 50}" for i in range(n)],
+                                      "data": pa.array([b"x"] * n, pa.binary())}))
+    for i in range(3):
+        lake.publish("l.recent", b"%d" % i)
+    seen = _matched(monkeypatch)
+    filtered = count_matched(monkeypatch, stream_module)
+    isin: list[int] = []
+    real_isin = stream_module.np.isin
+
+    def counted_isin(a: Any, *rest: Any, **kw: Any) -> Any:
+        isin.append(len(a))
+        return real_isin(a, *rest, **kw)
+
+    monkeypatch.setattr(stream_module.np, "isin", counted_isin)
+    assert lake.purge("L", subject="l.recent", keep=1) == 2
+    assert filtered == [] and max(seen, default=0) <= getattr(index_module, "TAIL_WINDOW", 4096)
+    assert max(isin, default=0) < n // 4
+    state = lake.stream_info("L").state
+    assert (state.messages, state.first_seq, state.last_seq, state.num_deleted) == (n + 1, 1, n + 3, 2)

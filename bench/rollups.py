@@ -15,7 +15,8 @@ removes that subject's whole share of the stream):
   ``filter`` and ``seq`` (half of that subject's messages);
 
 then, with ``max_msgs_per_subject`` set to the per-subject count, a publish on a subject at its
-limit (pushes its oldest out) against a publish on a new subject on the same config, and last a
+limit (pushes its oldest out, stored at the start), one on a subject written again and again
+(its oldest is among the newest messages), and one on a new subject on the same config, and last a
 single ``Nats-Rollup: all`` publish (purges the whole stream down to it: its removal rewrites or
 drops every data file, so it grows with the stream whatever the planning costs). Printed: p50 and
 p99 of each, and p50 / the anchor's p50. A rollup of one subject removes about as many messages as
@@ -102,10 +103,12 @@ def main() -> None:
         # the per-subject limit: each subject holds ``per``; a publish on one pushes its oldest out
         lake.update_stream({**config, "max_msgs_per_subject": per})
         lake.publish("r.new.warm", payload)
-        at_limit, fresh = [], []
+        lake.publish_batch(STREAM, pa.table({"subject": ["r.hot"] * per, "data": pa.array([payload] * per, pa.binary())}))
+        at_limit, hot, fresh = [], [], []
         for k in range(args.ops):
             s = next(subjects)
             at_limit.append(timed(lambda s=s: lake.publish(s, payload)))
+            hot.append(timed(lambda: lake.publish("r.hot", payload)))
             fresh.append(timed(lambda k=k: lake.publish(f"r.new.{k}", payload)))
         assert lake.stream_info(STREAM, subjects_filter=s).state.subjects == {s: per}
         state = lake.stream_info(STREAM).state
@@ -119,6 +122,8 @@ def main() -> None:
             print(f"{label:42}{ms(xs, 50):9.1f}{ms(xs, 99):9.1f}{statistics.median(xs) / a50:12.2f}")
         print(f"{'max_msgs_per_subject: publish at the limit':42}{ms(at_limit, 50):9.1f}{ms(at_limit, 99):9.1f}"
               f"{statistics.median(at_limit) / a50:12.2f}")
+        print(f"{'  on a subject written again and again':42}{ms(hot, 50):9.1f}{ms(hot, 99):9.1f}"
+              f"{statistics.median(hot) / a50:12.2f}")
         print(f"{'max_msgs_per_subject: on a new subject':42}{ms(fresh, 50):9.1f}{ms(fresh, 99):9.1f}"
               f"{statistics.median(fresh) / a50:12.2f}")
         print(f"{'publish, Nats-Rollup: all (once)':42}{t_all * 1000:9.1f}{'':9}{t_all / a50:12.2f}"

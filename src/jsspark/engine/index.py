@@ -272,18 +272,30 @@ class MessageIndex:
         back over growing windows until all are found: the cost follows how far back the
         oldest of them lies, not the stream (a subject rolled up or replaced again and again
         has its one message near the end; one never stored costs nothing)."""
+        found = self._walk_back(subjects, 0)
+        assert found is not None
+        return found
+
+    def positions_among_newest(self, subjects: pa.Array) -> np.ndarray | None:
+        """``positions_on`` if every message on ``subjects`` is among the newest ``TAIL_WINDOW``
+        rows, else None."""
+        return self._walk_back(subjects, max(0, self.rows.num_rows - TAIL_WINDOW))
+
+    def _walk_back(self, subjects: pa.Array, stop: int) -> np.ndarray | None:
         names = pc.unique(subjects.cast(pa.string())).drop_null()
         need = int(self.subjects().counts_of(names).sum()) if len(names) else 0
         found: list[np.ndarray] = []
         col = self.rows["subject"]
         hi, window = self.rows.num_rows, TAIL_WINDOW
-        while need > 0 and hi > 0:
-            lo = max(0, hi - window)
+        while need > 0 and hi > stop:
+            lo = max(stop, hi - window)
             hit = pc.is_in(col.slice(lo, hi - lo), value_set=names)
             at = np.flatnonzero(hit.to_numpy(zero_copy_only=False)) + lo
             found.append(at)
             need -= len(at)
             hi, window = lo, window * 4
+        if need > 0:
+            return None
         return np.concatenate(found[::-1]) if found else np.zeros(0, np.int64)
 
     def last_msg_id(self) -> str:

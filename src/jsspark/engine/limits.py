@@ -51,6 +51,12 @@ def _ranks(codes: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def oldest_of_each(codes: np.ndarray, excess: np.ndarray) -> np.ndarray:
+    """Mask over rows in seq order whose ``codes`` say which subject each is on: the oldest
+    ``excess[code]`` of each subject (what ``max_msgs_per_subject`` pushes out of those over it)."""
+    return _ranks(codes) < excess[codes]
+
+
 def totals_excess(sizes: np.ndarray, max_msgs: int, max_bytes: int) -> np.ndarray:
     """Mask of the oldest messages to drop so the rest fit ``max_msgs`` and ``max_bytes``."""
     n = len(sizes)
@@ -144,7 +150,7 @@ def oldest_removals(
             codes = pc.fill_null(pc.index_in(part["subject"], value_set=over), -1).to_numpy()
             at = np.flatnonzero(codes >= 0)
             mine = codes[at]
-            drop[at[_ranks(mine) < excess[mine]]] = True
+            drop[at[oldest_of_each(mine, excess)]] = True
             complete = bool((np.bincount(mine, minlength=len(over)) >= excess).all())
         if complete and totals:
             alive = np.flatnonzero(~drop)

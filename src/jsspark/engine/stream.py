@@ -31,13 +31,20 @@ from jsspark.engine import header_rules as rules
 from jsspark.engine import headers as H
 from jsspark.engine import maintenance
 from jsspark.engine.api import BatchAck, SourceInfo, StreamState
-from jsspark.engine.arrays import data_column, subject_column, take_rows
+from jsspark.engine.arrays import column, data_column, subject_column, take_rows
 from jsspark.engine.dedup import DedupWindow, KnownIds
 from jsspark.engine.expiry import NEVER as TTL_NEVER
 from jsspark.engine.expiry import Expiries, expires_of, is_marker, marker_headers
 from jsspark.engine.index import INDEX_SCHEMA, MessageIndex
 from jsspark.engine.index_store import EXPIRY_COLUMNS, IndexStore
-from jsspark.engine.limits import SeqRemoval, expired, oldest_removals, removal_mask, seq_removal
+from jsspark.engine.limits import (
+    SeqRemoval,
+    expired,
+    oldest_of_each,
+    oldest_removals,
+    removal_mask,
+    seq_removal,
+)
 from jsspark.engine.partitioning import PartitionKey
 from jsspark.engine.rollups import ALL as ROLLUP_ALL
 from jsspark.engine.rollups import NEVER, MomentsOf, Reach, RolledUp, Rollup, first_reached
@@ -751,6 +758,13 @@ class LakeStream:
             gone[due[due >= 0]] = True
             gone[index.rows.num_rows + np.flatnonzero(expired(expires, 0, now, expires))] = True
             return gone, rolled, None
+        if not rollups and expires is None and not max_age and not totals and per_subject > 0 and over is not None:
+            # only the per-subject limit removes: the oldest of each subject over it, often among the newest
+            # rows (a key written again and again), which are read first
+            at = self._over_among_newest(index, rows, over, counts - per_subject)
+            if at is not None:
+                gone[at] = True
+                return gone, rolled, None
         if not rollups and expires is None and ordered and (per_subject <= 0 or over is not None):
             # what goes is the oldest of the subjects over their limit, the oldest of the rest, and the aged
             gone[
@@ -821,6 +835,23 @@ class LakeStream:
             limited, per_subject = gone.copy(), int(self.config.max_msgs_per_subject)
             when = lambda seqs, subjects: first_reached(seqs, subjects, limited, per_subject, rollups)  # noqa: E731
         return gone | rolled, rolled, when
+
+    @staticmethod
+    def _over_among_newest(
+        index: MessageIndex, rows: pa.Table, over: pa.Array, excess: np.ndarray
+    ) -> np.ndarray | None:
+        """Positions (over the index's rows followed by ``rows``) of the oldest ``excess`` messages
+        of each ``over`` subject, when all their stored ones are among the newest ``TAIL_WINDOW``
+        rows; None when not (``oldest_removals`` then reads from the head, where they are)."""
+        old = index.positions_among_newest(over)
+        if old is None:
+            return None
+        new = np.flatnonzero(pc.is_in(rows["subject"], value_set=over).to_numpy(zero_copy_only=False))
+        picked = pa.concat_arrays([column(take_rows(index.rows.select(["subject"]), old), "subject"),
+                                   column(take_rows(rows.select(["subject"]), new), "subject").cast(pa.string())])
+        codes = pc.index_in(picked, value_set=over).to_numpy(zero_copy_only=False)
+        at = np.concatenate([old, index.msgs + new])
+        return at[oldest_of_each(codes, excess)]
 
     def _has_limits(self) -> bool:
         cfg = self.config

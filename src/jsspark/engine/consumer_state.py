@@ -253,6 +253,15 @@ class StreamView:
         rows = pa.concat_tables([kept, back.filter(inside)]).sort_by("seq")
         return StreamView(rows, self.last, self.config)
 
+    def followed_by(self, later: StreamView) -> StreamView:
+        """These messages, then ``later``'s past this view's last: a view taken before a removal,
+        continued with what was published after it (seqs and subjects only)."""
+        head = self.rows.select(["seq", "subject"])
+        tail = later.rows.select(head.column_names).slice(int(np.searchsorted(later.seqs, self.last, side="right")))
+        view = StreamView(pa.concat_tables([head, tail.cast(head.schema)]), later.last, self.config)
+        view.first = self.first
+        return view
+
     def from_seq(self, seq: int) -> StreamView:
         """The messages at or after ``seq``, with the same first and last seq: what a position
         in the stream needs, matched without the messages before it."""

@@ -140,8 +140,8 @@ class Consumers:
         """``$JS.API.CONSUMER.LIST``: every consumer but the direct ones (``getPublicConsumers``)."""
         engine = self.lake.stream(stream)
         self.expire(stream)
-        view = StreamView.of(engine)
         listed = [c for c in self._all(stream) if not c.config.direct]
+        view = StreamView.of(engine)  # after the records: it holds every message they delivered
         # the num_pending of consumers without a skip list, counted together (their spans overlap)
         plain = [c for c in listed if not (c.state.resume or c.state.skipped_below)]
         counts = view.counts_from([(c.filters, c.state.delivered.stream_seq + 1) for c in plain])
@@ -471,8 +471,10 @@ class Consumers:
         acked: list[np.ndarray] = []
 
         def plan(records: dict[Key, Record]) -> list[Change]:
+            nonlocal view
             acked.clear()
             c = self._get(records, stream, name)
+            view = _covering(view, engine, [c])
             moves = floor_moves(c)
             if moves:
                 return moves
@@ -638,17 +640,25 @@ class Consumers:
             fseq = view.first
         now = time.time_ns()
 
+        purged_at = view  # the stream right after the purge; ``view`` may be a later one
+
         def alive(seqs: np.ndarray) -> np.ndarray:
-            return index.positions_of(seqs) >= 0  # (a few pending seqs: no pass over the stream's)
+            # (a few pending seqs: no pass over the stream's); one published after the purge stays
+            return (index.positions_of(seqs) >= 0) | (seqs > purged_at.last)
 
         def plan(records: dict[Key, Record]) -> list[Change]:
+            nonlocal view
             changes = []
             for c in self._all(stream, records):
-                target = _purge_target(c, subject, fseq, view.first)
+                target = _purge_target(c, subject, fseq, purged_at.first)
                 if target is None:
                     continue
                 st = c.state
-                moved, rest = _purged(st, before.pending(c.filters, st), *target, alive, view.last, now,
+                was = before
+                if _end(st) > before.last:  # it delivered what was published after the purge
+                    view = _covering(view, engine, [c])
+                    was = before.followed_by(view)
+                moved, rest = _purged(st, was.pending(c.filters, st), *target, alive, purged_at.last, now,
                                       c.config.ack_policy is not AckPolicy.EXPLICIT)
                 new = _settled(c, moved, view, rest)
                 if new != st:
@@ -727,13 +737,15 @@ class Consumers:
         acked: list[np.ndarray] = []
 
         def plan(records: dict[Key, Record]) -> list[Change]:
+            nonlocal view
             acked.clear()
             told = [c for c in self._all(stream, records) if _may_hold(c, seqs) or _may_skip(c, seqs)]
             if not told:
                 return []
+            view = _covering(view, engine, told)
             # below each floor (pending) and, during a skip list, below its entries not handed out
             above = min(min(c.state.ack_floor.stream_seq, c.state.skipped_to if c.state.resume else 2**63) for c in told)
-            ends = [max(c.state.delivered.stream_seq, c.state.resume, c.state.skipped_below) for c in told]
+            ends = [_end(c.state) for c in told]
             before = view.before_removal(seqs, subjects, above, max(ends))
             changes = []
             for c in told:
@@ -935,6 +947,21 @@ def _alive_after(rolled: RolledUp, seqs: np.ndarray, at: int) -> np.ndarray:
     out = np.zeros(len(seqs), dtype=bool)
     out[found] = rolled.moments[pos[found]] > at
     return out
+
+
+def _covering(view: StreamView, engine: LakeStream, consumers: Sequence[Consumer]) -> StreamView:
+    """``view``, or the stream as it is now when one of ``consumers`` delivered past its last
+    message: a change planned (again, after a concurrent one) on records read after ``view`` was
+    taken may find deliveries another process recorded of messages published meanwhile, and
+    pending acks derived from a view without them would take them as acked (the floor jumping
+    to the delivered position, a work queue dropping them)."""
+    end = max((_end(c.state) for c in consumers), default=0)
+    return view if end <= view.last else StreamView.of(engine)
+
+
+def _end(st: ConsumerState) -> int:
+    """The last seq a consumer's position or skip list reaches: what its pending acks span."""
+    return max(st.delivered.stream_seq, st.resume, st.skipped_below)
 
 
 def _settled(c: Consumer, st: ConsumerState, view: StreamView, rest: Pending) -> ConsumerState:

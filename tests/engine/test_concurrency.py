@@ -294,3 +294,29 @@ def test_a_held_engine_reads_a_config_another_writer_updated(tmp_path: Path) -> 
         engine.publish_batch(Incoming.one("S.a", b"late", None))
     assert refused.value.err_code == 10109
     assert other.stream_info("S").state.messages == 3
+
+
+def test_a_publish_whose_config_reread_sees_another_commit_plans_again(tmp_path: Path) -> None:
+    """A held engine that finds another writer's config update in the snapshot it is about to
+    plan on rereads the config, and opening the stream again refreshes the table it shares
+    with that snapshot. When a third commit landed in between (here another process's
+    publish), the publish planned on the older snapshot must not commit on top of it: it took
+    seq 2 a second time (two messages with seq 2). It plans again and takes seq 3."""
+    location = str(tmp_path / "lake")
+    mine, other = jsspark.connect(location), jsspark.connect(location)
+    mine.add_stream(name="S", subjects=["S.>"])
+    engine = mine.stream("S")
+    engine.publish_batch(Incoming.one("S.a", b"first", None))
+    other.update_stream(name="S", subjects=["S.>"], description="changed")
+    reread = engine.reread_config
+    assert reread is not None
+
+    def reread_after_another_publish() -> None:
+        assert other.publish("S.b", b"other").seq == 2
+        reread()
+
+    engine.reread_config = reread_after_another_publish
+    assert engine.publish_batch(Incoming.one("S.a", b"mine", None)).acks()[0].seq == 3
+    rows = jsspark.connect(location).stream("S").read(columns=["seq", "data"]).sort_by("seq")
+    assert rows["seq"].to_pylist() == [1, 2, 3]
+    assert rows["data"].to_pylist() == [b"first", b"other", b"mine"]

@@ -125,6 +125,15 @@ class ConcurrentCommit(Exception):
     """Another writer committed first; the caller re-plans on the new snapshot."""
 
 
+def _unmoved(snap: Snapshot) -> None:
+    """``ConcurrentCommit`` when ``snap``'s table handle was refreshed past ``snap`` since it was
+    taken (``MessageTable.snapshot`` refreshes the one handle in place, e.g. while a publish
+    rereads its config): delta-rs commits on the handle's version, so a commit planned on
+    ``snap`` would land on top of commits it never saw, with its own sequences again."""
+    if snap.table.version() != snap.version:
+        raise ConcurrentCommit(f"table moved from version {snap.version} to {snap.table.version()} while planning")
+
+
 @dataclass
 class Snapshot:
     """A pinned version of a stream table and the sequence counter it carries."""
@@ -403,6 +412,7 @@ class MessageTable:
         Raises ``ConcurrentCommit`` when another writer committed after ``snap``.
         Returns the version this commit made.
         """
+        _unmoved(snap)
         remove_predicate = removal.predicate if removal is not None else None
         wp = writer_properties(state, rows)
         data: pa.Table | pa.RecordBatchReader | None = None
@@ -500,6 +510,7 @@ class MessageTable:
         (``ConcurrentCommit``: no retries, delta-rs's conflict check). The handle is left at the
         version it made (or at ``snap`` when there was nothing to merge).
         """
+        _unmoved(snap)
         props = CommitProperties(
             app_transactions=[Transaction(SEQ_APP_ID, snap.last_seq)],
             custom_metadata={STATE_KEY: json.dumps(state)} if state is not None else None,

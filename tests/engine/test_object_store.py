@@ -13,7 +13,7 @@ import jsspark
 from jsspark.engine.catalog import Change
 from jsspark.engine.lake import Lake
 from jsspark.engine.table import MessageTable
-from jsspark.errors import StreamNotFoundError
+from jsspark.errors import LocationError, StreamNotFoundError
 
 
 def test_stream_lifecycle_on_s3(s3: dict[str, str]) -> None:
@@ -180,3 +180,12 @@ def test_a_lake_location_with_a_question_mark_or_hash_on_s3(s3: dict[str, str]) 
     assert {k.split("/")[1] for k in keys} == {"a#b", "a?c"}
     assert jsspark.connect("s3://lake/marks/a#b", storage_options=s3).delete_stream("S")
     assert not client.list_objects_v2(Bucket="lake", Prefix="marks/a#b/streams/").get("Contents")
+
+
+@pytest.mark.parametrize("key", ["AWS_S3_LOCKING_PROVIDER", "aws_s3_locking_provider"])
+def test_a_dynamodb_locking_provider_is_refused_naming_the_option(key: str) -> None:
+    """delta-rs 1.x has no DynamoDB log store: it logs an error and commits with conditional puts
+    as without the option, so a lake configured for DynamoDB locking (to make concurrent writers
+    safe on a store without conditional writes) would not be. Refused at connect, naming it."""
+    with pytest.raises(LocationError, match=rf"storage option {key} .* conditional put"):
+        jsspark.connect("s3://lake/locked", storage_options={key: "dynamodb", "AWS_REGION": "us-east-1"})

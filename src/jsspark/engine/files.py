@@ -87,6 +87,22 @@ def store_uri(uri: str) -> str:
     return uri.replace("?", "%3F").replace("#", "%23")
 
 
+def check_commit_options(location: str, storage_options: dict[str, str] | None) -> None:
+    """``LocationError`` for a storage option asking for commits delta-rs no longer makes: its
+    DynamoDB log store (``AWS_S3_LOCKING_PROVIDER``) is gone since delta-rs 1.0, which logs an
+    error and commits as without it, with a conditional put of each log entry (``If-None-Match:
+    *``, what keeps concurrent writers from overwriting each other's commits; AWS S3 honours it).
+    A lake configured for locking because its store has no conditional writes would take
+    concurrent writers unprotected."""
+    for key in storage_options or {}:
+        if key.upper() == "AWS_S3_LOCKING_PROVIDER":
+            raise LocationError(
+                f"lake location {location!r}: storage option {key} is not used by delta-rs 1.x (no DynamoDB "
+                "log store): commits are a conditional put of each log entry (If-None-Match), which AWS S3 "
+                "honours; remove the option. On a store that ignores conditional puts, concurrent writers "
+                "would overwrite each other's commits: use one writer per lake there")
+
+
 def local_filesystem(uri: str) -> pa_fs.FileSystem | None:
     """pyarrow's own filesystem rooted at a local lake place (``table_filesystem`` says why);
     ``None`` for an object store (``dataset_filesystem``)."""

@@ -48,7 +48,7 @@ from jsspark.engine.catalog import Catalog, Change, Key, Record
 from jsspark.engine.consumer_state import Consumer, StreamView
 from jsspark.engine.consumers import Consumers, purge_signal
 from jsspark.engine.directget import DirectGet, DirectReply
-from jsspark.engine.files import local_root, store_uri, table_filesystem
+from jsspark.engine.files import check_commit_options, local_root, store_uri, table_filesystem
 from jsspark.engine.partitioning import DEFAULT_PARTITION_KEY
 from jsspark.engine.stream import LAST_MSG_ID, Incoming, LakeStream, NoRespondersError, check_purge_request
 from jsspark.engine.table import MessageTable
@@ -118,6 +118,7 @@ def connect(location: str | Path, storage_options: dict[str, str] | None = None)
 
 class Lake:
     def __init__(self, location: str, storage_options: dict[str, str] | None = None) -> None:
+        check_commit_options(location, storage_options)
         self.location = store_uri(location.rstrip("/"))
         self.storage_options = storage_options
         self.catalog = Catalog(f"{self.location}/_catalog", storage_options)

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
@@ -320,3 +321,37 @@ def test_a_publish_whose_config_reread_sees_another_commit_plans_again(tmp_path:
     rows = jsspark.connect(location).stream("S").read(columns=["seq", "data"]).sort_by("seq")
     assert rows["seq"].to_pylist() == [1, 2, 3]
     assert rows["data"].to_pylist() == [b"first", b"other", b"mine"]
+
+
+def test_a_landing_planned_before_an_update_is_decided_on_the_updated_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A source's landing (``store_sourced``) planned while another process lowers the target's
+    ``max_msgs`` (discard new) conflicts with the update's config mark and plans again on the new
+    config, as a publish does: refused as a landing after the update is (10077, nothing stored),
+    where it stored all 10 messages over a limit of 3 for good (discard new never trims)."""
+    from jsspark.engine import ingest
+    from jsspark.engine.stream import LakeStream
+
+    location = str(tmp_path / "lake")
+    mine, other = jsspark.connect(location), jsspark.connect(location)
+    mine.add_stream(name="T", subjects=["t.>"], discard="new")
+    original, fired = LakeStream.landing, [False]
+
+    def landing(self: LakeStream, index: Any, rows: Any) -> Any:
+        if not fired[0]:
+            fired[0] = True
+            other.update_stream(name="T", subjects=["t.>"], discard="new", max_msgs=3)
+        return original(self, index, rows)
+
+    monkeypatch.setattr(LakeStream, "landing", landing)
+    rows = pa.table({"seq": pa.array(range(1, 11), pa.int64()), "subject": [f"o.{i}" for i in range(10)],
+                     "data": [b"x"] * 10})
+    with pytest.raises(APIError) as refused:
+        ingest.store_sourced(mine, "T", rows, origin="O")
+    assert refused.value.err_code == 10077
+    monkeypatch.undo()
+    assert jsspark.connect(location).stream_info("T").state.messages == 0
+    with pytest.raises(APIError) as after:  # the same landing once the update is in
+        ingest.store_sourced(jsspark.connect(location), "T", rows, origin="O")
+    assert after.value.to_dict() == refused.value.to_dict()

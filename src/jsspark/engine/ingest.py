@@ -92,6 +92,7 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: A
     Nothing to store and no mark to move: no commit."""
     for _ in range(MAX_ATTEMPTS):
         snap, index = ls._load()
+        ls.config_at(snap)  # an update committed since the batch began: its limits decide
         if txn is not None:
             done = snap.txn_version(txn[0])
             if done is not None and done >= txn[1]:

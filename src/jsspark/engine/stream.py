@@ -423,11 +423,7 @@ class LakeStream:
         for _ in range(MAX_ATTEMPTS):
             try:
                 snap, index = self._load()
-                if self._config_checked != (snap.table_id, snap.version):
-                    marked = snap.txn_version(CONFIG_APP_ID)
-                    if marked is not None and marked > self.config_rev and self.reread_config is not None:
-                        self.reread_config()
-                    self._config_checked = (snap.table_id, snap.version)
+                self.config_at(snap)
                 return attempt(snap, index)
             except ConcurrentCommit:
                 continue
@@ -436,6 +432,16 @@ class LakeStream:
                     self.reread_config()  # raises when the stream is gone
                 raise
         raise RuntimeError(f"stream {self.name}: gave up {what} after {MAX_ATTEMPTS} concurrent commits")
+
+    def config_at(self, snap: Snapshot) -> None:
+        """Reread the config when ``snap`` carries the mark of a newer one than this engine's
+        (``record_config``): what is planned on ``snap`` is decided on the config its writers
+        must use. Looked up once per snapshot version."""
+        if self._config_checked != (snap.table_id, snap.version):
+            marked = snap.txn_version(CONFIG_APP_ID)
+            if marked is not None and marked > self.config_rev and self.reread_config is not None:
+                self.reread_config()
+            self._config_checked = (snap.table_id, snap.version)
 
     def record_config(self) -> None:
         """Commit ``config_rev`` to the table once a config update is in the catalog, before

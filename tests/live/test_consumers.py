@@ -923,3 +923,40 @@ def test_a_restart_whose_request_goes_unanswered_sends_it_again(
     finally:
         ing.stop()
         nats.run(sub.unsubscribe())
+
+
+@pytest.mark.parametrize("start", [{"deliverPolicy": "new"}, {"deliverPolicy": "by_start_sequence", "optStartSeq": "3"},
+                                   {"deliverPolicy": "by_start_time", "optStartTime": "2020-01-01T00:00:00Z"}])
+def test_a_restart_with_other_start_options_resumes_the_durable(server: NatsServer, nats: SyncNats, tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture,
+                                                                start: dict[str, str]) -> None:
+    """A durable's start cannot be updated (the server's 10012 "deliver policy can not be
+    updated", "start sequence ...", "start time ..."), and it is moot for one that exists: it
+    resumes at its ack floor or the checkpoint. As Spark's Kafka source ignores startingOffsets
+    on a restart, the query restarted with other start options resumes, keeps the durable's start
+    and says so; another option it changes (maxAckPending) is applied. Before, the restart failed with the server's
+    10012 and no word of which option to drop."""
+    stream = "RS_" + start["deliverPolicy"].upper()
+    nats.add_stream(name=stream, subjects=[f"{stream.lower()}.>"])
+    fast_publish(nats, stream.lower(), 0, 10)
+    first = Ingestor(opts(server.url, stream, tmp_path, consumer="dur"))
+    first.start(None)
+    try:
+        committed, got = drain(first, first.floor, 6)
+        assert got == list(range(1, 7))
+        assert first.flush_acks(10)
+    finally:
+        first.stop()
+    caplog.set_level(logging.WARNING, "jsspark.live.consumer")
+    again = Ingestor(opts(server.url, stream, tmp_path, consumer="dur", maxAckPending="50", **start))
+    again.start(committed)  # from the checkpoint's offset
+    try:
+        _, got = drain(again, committed, 10)
+        assert got == [7, 8, 9, 10]
+    finally:
+        again.stop()
+    cfg = nats.api(f"CONSUMER.INFO.{stream}.dur")["config"]
+    assert (cfg["deliver_policy"], cfg.get("opt_start_seq"), cfg.get("opt_start_time"), cfg["max_ack_pending"]) == (
+        "all", None, None, 50)
+    assert any("durable 'dur' on stream " + stream in r.getMessage() and "deliverPolicy=all" in r.getMessage()
+               and "deliverPolicy=" + start["deliverPolicy"] in r.getMessage() for r in caplog.records)

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 from jsspark.errors import APIError, api_error
-from jsspark.live.options import Connection, LiveReadOptions
+from jsspark.live.options import CONSUMER_CONFIG_NAMES, Connection, LiveReadOptions
 
 HEARTBEAT_NS = 1_000_000_000
 REQUEST_TIMEOUT = 10.0
@@ -44,6 +45,8 @@ REQUEST_TIMEOUT = 10.0
 RESEND_SECONDS = 2.0
 # In a server-managed durable's metadata: jsspark created it, so it may update it (create_durable).
 OWNER_KEY, OWNER_VALUE = "jsspark", "live"
+
+log = logging.getLogger(__name__)
 
 
 def _raise_api(resp: dict[str, Any]) -> None:
@@ -197,8 +200,49 @@ async def create_durable(nc: Any, opts: LiveReadOptions, config: dict[str, Any] 
         raise NotOurDurable(f"{exists}: durable {opts.consumer!r} on stream {opts.stream} exists with another config and "
                             "was not created by jsspark's consumerMode server, so it is not changed to jsspark's; bind "
                             "it with consumerMode user (and its deliverSubject), or give option consumer another name")
+    config = kept_start(config, info.get("config") or {}, opts)
     return await js_request(nc, opts.conn, api, {"stream_name": opts.stream, "config": config, "action": "update"},
                             resend=True)
+
+
+START_KEYS = ("deliver_policy", "opt_start_seq", "opt_start_time")
+
+
+def kept_start(config: dict[str, Any], existing: dict[str, Any], opts: LiveReadOptions) -> dict[str, Any]:
+    """``config`` with the existing durable's start (``deliver_policy``, ``opt_start_seq``,
+    ``opt_start_time``), which the server never updates (``checkNewConsumerConfig``: "deliver
+    policy can not be updated"). The start only says where a new consumer begins: an existing
+    durable resumes at its ack floor (or the checkpoint's offset), so changed start options are
+    moot, as Spark's Kafka source ignores ``startingOffsets`` once a query has offsets. A warning
+    names them; a filter or ``maxAckPending`` change is still applied."""
+    kept = {k: existing[k] for k in START_KEYS if existing.get(k) is not None}
+    asked = {k: config[k] for k in START_KEYS if config.get(k) is not None}
+    if _same_start(kept, asked):
+        return config
+    log.warning(
+        "jetstream (live): durable %r on stream %s exists with start %s; the options ask for %s, which a durable's "
+        "start cannot be changed to: it resumes where it stands (give option consumer another name, or delete the "
+        "durable, to start elsewhere)", opts.consumer, opts.stream, _start_text(kept), _start_text(asked))
+    return {**{k: v for k, v in config.items() if k not in START_KEYS}, **kept}
+
+
+def _same_start(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """The server's comparison: times as instants, not as text."""
+    ta, tb = a.get("opt_start_time"), b.get("opt_start_time")
+    if (ta is None) != (tb is None) or (ta is not None and _instant(ta) != _instant(tb)):
+        return False
+    return a.get("deliver_policy") == b.get("deliver_policy") and a.get("opt_start_seq") == b.get("opt_start_seq")
+
+
+def _instant(text: str) -> tuple[Any, int]:
+    from jsspark.config.timestamps import UTCTime
+
+    u = UTCTime.parse(text)
+    return u, u.nanosecond
+
+
+def _start_text(start: dict[str, Any]) -> str:
+    return " ".join(f"{CONSUMER_CONFIG_NAMES[k]}={start[k]}" for k in START_KEYS if k in start) or "deliverPolicy=all"
 
 
 class NotOurDurable(RuntimeError):

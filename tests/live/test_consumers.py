@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 from jsspark.datasource.options import OptionError
+from jsspark.datasource.partition import DataLossError
 from jsspark.live import consumer as C
 from jsspark.live.ingestor import Ingestor, LiveSourceError
 from jsspark.live.options import parse_live_read_options
@@ -960,3 +961,45 @@ def test_a_restart_with_other_start_options_resumes_the_durable(server: NatsServ
         "all", None, None, 50)
     assert any("durable 'dur' on stream " + stream in r.getMessage() and "deliverPolicy=all" in r.getMessage()
                and "deliverPolicy=" + start["deliverPolicy"] in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("mode", ["ordered", "server"])
+def test_messages_removed_before_a_restart_read_them_are_data_loss(server: NatsServer, nats: SyncNats, tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture, mode: str) -> None:
+    """A query stopped while its Limits origin dropped messages it had not read (max_msgs here)
+    restarts from its checkpoint past them: the server starts the new or reset consumer at the
+    first stored message without a word. As the lake source and Spark's Kafka source (offsets
+    out of range): DataLossError naming them, or with failOnDataLoss=false a warning and the
+    rest. Before, both modes read on from the first stored message, silently (5 of 13 lost)."""
+    stream = f"GONE_{mode.upper()}"
+    nats.add_stream(name=stream, subjects=[f"{stream.lower()}.>"], max_msgs=5)
+    fast_publish(nats, stream.lower(), 0, 3)
+    more = {"consumerMode": mode, **({"consumer": "dur"} if mode == "server" else {})}
+    ing = Ingestor(opts(server.url, stream, tmp_path, **more))
+    ing.start(None)
+    try:
+        committed, got = drain(ing, ing.floor, 3)
+        assert got == [1, 2, 3]
+        assert ing.flush_acks(10)
+    finally:
+        ing.stop()
+    fast_publish(nats, stream.lower(), 3, 10)  # seqs 4..13, of which 9..13 stay
+    wait_for(lambda: nats.state(stream)["last_seq"] == 13, 10, "the 10 messages stored")
+    assert nats.state(stream)["first_seq"] == 9
+    ing = Ingestor(opts(server.url, stream, tmp_path, **more))
+    try:
+        with pytest.raises(DataLossError, match=rf"stream {stream}: messages 4\.\.8 were removed .*first sequence is "
+                                                r"now 9\. Set failOnDataLoss=false to skip them"):
+            ing.start(committed)
+    finally:
+        ing.stop()
+    caplog.set_level(logging.WARNING, "jsspark.live.ingestor")
+    ing = Ingestor(opts(server.url, stream, tmp_path, failOnDataLoss="false", **more))
+    ing.start(committed)
+    try:
+        _, got = drain(ing, committed, 13)
+        assert got == [9, 10, 11, 12, 13]
+    finally:
+        ing.stop()
+    assert any("messages 4..8 were removed" in r.getMessage() and "skipping them" in r.getMessage()
+               for r in caplog.records)

@@ -292,6 +292,7 @@ class Ingestor:
         self.ack_repairs = 0  # resets after an ack out of order or messages stranded (_check_acks)
         self._workqueue: bool | None = None  # the origin's retention is workqueue (asked once)
         self._retention: str | None = None  # the origin's retention, if STREAM.INFO told it (_learn_origin)
+        self._first_seq: int | None = None  # the origin's first seq at the last STREAM.INFO (_check_removed)
         self.origin = ""  # this reader's origin key for its offsets, once bound (_learn_origin)
         self._unbound = False  # the last restart of delivery failed: a dseq 1 now is no reset of ours
         self._from_consumer = False  # the next restart of delivery takes floor from the consumer (_bind)
@@ -504,6 +505,7 @@ class Ingestor:
                         "under this name fails the query with DataLossError, or with failOnDataLoss=false is "
                         "read from its start)", self.opts.stream)
             return False
+        self._first_seq = int((info.get("state") or {}).get("first_seq", 0)) or None
         new = self._origin_key(server_hash(str(info.get("created"))))
         if not same_stream(self.origin, new):
             with self._cv:
@@ -535,6 +537,7 @@ class Ingestor:
             except Exception:  # refused otherwise: the identity stays unknown
                 break
         if info is not None:
+            self._first_seq = int((info.get("state") or {}).get("first_seq", 0)) or None
             self._retention = str((info.get("config") or {}).get("retention", "limits"))
             self._workqueue = self._retention == "workqueue"
             if info.get("created"):
@@ -581,6 +584,7 @@ class Ingestor:
                 # A new inbox, as nats.go's ordered consumer takes: one the delete above missed
                 # (it outlives it while anything listens on its inbox) cannot reach us.
                 await self._subscribe(nc.new_inbox())
+                self._check_removed(0)
                 start = self._highest + 1 if self._highest else None
                 info = await C.create_ordered(nc, o, start, self._deliver)
                 self._consumer_name = info["name"]
@@ -592,6 +596,7 @@ class Ingestor:
                 else:
                     created = await C.consumer_info(nc, o.conn, o.stream, o.consumer)
                 C.check_bound(created, o)
+                self._check_removed(C.ack_floor(created))
                 start, floor = await self._orphans(created)
                 info = await C.reset_consumer(nc, o.conn, o.stream, o.consumer, start)
                 C.check_bound(info, o)
@@ -615,6 +620,31 @@ class Ingestor:
         finally:
             self._restarting = False
             self._restart_ended = time.monotonic()
+
+    def _check_removed(self, acked: int) -> None:
+        """Before delivery restarts above what the query holds (``_highest``, a checkpoint's offset
+        on a restart) or the durable acked (``acked``: committed by a landing sink): messages
+        after that and below the origin's first sequence (as ``STREAM.INFO`` told it just before)
+        were removed unread, by a limit, ``max_age``, a purge or a delete, and the new delivery
+        would start past them, as a server consumer does, without a word. As the lake source
+        (``planning._check_gap``) and Spark's Kafka source (offsets out of range):
+        ``DataLossError`` naming them, or with ``failOnDataLoss=false`` a warning. A query's first
+        bind starts where its consumer starts (nothing held yet); with a filter the removed
+        messages' subjects are unknown (the server keeps none), so they are not checked."""
+        from jsspark.live.snapshot import filters_of
+
+        first = self._first_seq
+        if first is None or self._from_consumer or filters_of(self.opts):
+            return
+        with self._cv:
+            held = max(self._highest, acked)
+        if held == 0 or held + 1 >= first:
+            return
+        what = (f"jetstream (live): stream {self.opts.stream}: messages {held + 1}..{first - 1} were removed (purged, "
+                f"deleted or expired by a limit) before this query read them; the stream's first sequence is now {first}")
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{what}. Set failOnDataLoss=false to skip them.")
+        log.warning("%s; failOnDataLoss=false: skipping them", what)
 
     async def _orphans(self, info: dict[str, Any] | None) -> tuple[int | None, dict[str, Any]]:
         """On a WorkQueue origin, where the reset should restart delivery: the durable's oldest

@@ -1003,3 +1003,70 @@ def test_messages_removed_before_a_restart_read_them_are_data_loss(server: NatsS
         ing.stop()
     assert any("messages 4..8 were removed" in r.getMessage() and "skipping them" in r.getMessage()
                for r in caplog.records)
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_messages_removed_while_a_durable_waits_for_its_ack_are_data_loss(server: NatsServer, nats: SyncNats,
+                                                                         tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                                         fail: bool) -> None:
+    """A running query's durable waits at maxAckPending for Spark's commit while its Limits origin
+    removes what it has not delivered yet (max_msgs here): once acked, the server delivers from
+    the first stored message on, without a word. The jump in delivered sequences is checked
+    against the origin's first sequence: DataLossError naming the messages, or with
+    failOnDataLoss=false a warning and the rest. Before, the query read on past them silently."""
+    stream = f"LAG_{fail}".upper()
+    nats.add_stream(name=stream, subjects=[f"{stream.lower()}.>"], max_msgs=5)
+    fast_publish(nats, stream.lower(), 0, 2)
+    more = {} if fail else {"failOnDataLoss": "false"}
+    caplog.set_level(logging.WARNING, "jsspark.live.ingestor")
+    ing = Ingestor(opts(server.url, stream, tmp_path, consumer="dur", maxAckPending="2", **more))
+    ing.start(None)
+    try:
+        end = ing.latest(ing.floor, None, None)
+        assert read_range(ing, 0, end) == [1, 2]
+        fast_publish(nats, stream.lower(), 2, 10)  # seqs 3..12, of which 8..12 stay
+        wait_for(lambda: nats.state(stream)["first_seq"] == 8, 10, "the limit to remove 1..7")
+        if fail:
+            deadline = time.monotonic() + 20
+            with pytest.raises(DataLossError, match=rf"stream {stream}: messages 3\.\.7 were removed .*first sequence "
+                                                    r"is now 8\. Set failOnDataLoss=false to skip them"):
+                while time.monotonic() < deadline:
+                    end = ing.latest(end, None, None)  # commits the batch: the durable delivers on
+            return
+        _, got = drain(ing, end, 12)
+        assert got == [8, 9, 10, 11, 12]
+    finally:
+        ing.stop()
+    assert any("messages 3..7 were removed" in r.getMessage() and "skipping them" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_a_batch_a_landing_sink_acked_before_a_crash_is_no_data_loss(server: NatsServer, nats: SyncNats,
+                                                                     tmp_path: Path) -> None:
+    """A WorkQueue origin removes the batch a landing sink acked after its Delta commit, before
+    Spark's commit log: the driver dies there, and the new one resumes at the checkpoint (100)
+    while delivery goes on after the durable's ack floor (200). That jump over removed messages is
+    no loss: they are in the lake. (The crash test's workqueue-job run met it as a DataLossError
+    over the acked batch, when the jump check compared only with what the reader held.)"""
+    nats.add_stream(name="LMJ", subjects=["lmj.>"], retention="workqueue")
+    fast_publish(nats, "lmj", 0, 300)
+    o = opts(server.url, "LMJ", tmp_path, consumer="lake", maxAckPending="100", spillReferences="true")
+    ing = Ingestor(o)
+    ing.start(None)
+    try:
+        wait_for(lambda: ing.latest(0, None, None) >= 100, 20, "a full window buffered")
+        assert ing.latest(0, None, None) == 100
+        wait_for(lambda: ing.latest(100, None, None) >= 200, 20, "the next window, once Spark committed 100")
+        refs = [p.to_json() for p in ing.plan(100, 200, by_reference=True)]
+        mark_landed(refs)  # the sink's Delta commit holds (100, 200]; Spark has not committed it
+        wait_for(lambda: nats.state("LMJ")["first_seq"] == 201, 10, "the landed batch acked")
+    finally:
+        ing.stop()
+    again = Ingestor(o)
+    again.start(100)  # the checkpoint: Spark runs (100, 200] again
+    try:
+        assert again.plan(100, 200) == []
+        _, rest = drain(again, 200, 300)
+        assert rest == list(range(201, 301))
+    finally:
+        again.stop()

@@ -293,6 +293,9 @@ class Ingestor:
         self._workqueue: bool | None = None  # the origin's retention is workqueue (asked once)
         self._retention: str | None = None  # the origin's retention, if STREAM.INFO told it (_learn_origin)
         self._first_seq: int | None = None  # the origin's first seq at the last STREAM.INFO (_check_removed)
+        self._gaps: list[tuple[int, int]] = []  # (held, next delivered) origin seqs to check (_check_gaps)
+        self._gap_check = False  # a _check_gaps is under way (loop thread)
+        self._server_acked = 0  # the durable's ack floor at the last restart of delivery: committed (_check_removed)
         self.origin = ""  # this reader's origin key for its offsets, once bound (_learn_origin)
         self._unbound = False  # the last restart of delivery failed: a dseq 1 now is no reset of ours
         self._from_consumer = False  # the next restart of delivery takes floor from the consumer (_bind)
@@ -472,7 +475,7 @@ class Ingestor:
         with self._cv:
             done = [c.path for c in self._chunks]
             self._chunks, self._puts, self._rows, self._seqs, self._upto = [], {}, Pending(), [], []
-            self.floor = self._highest = self._landed = 0
+            self.floor = self._highest = self._landed = self._server_acked = 0
             self._landed_off = True
             self._awaiting = True
             self._cv.notify_all()
@@ -596,7 +599,8 @@ class Ingestor:
                 else:
                     created = await C.consumer_info(nc, o.conn, o.stream, o.consumer)
                 C.check_bound(created, o)
-                self._check_removed(C.ack_floor(created))
+                self._server_acked = C.ack_floor(created)
+                self._check_removed(self._server_acked)
                 start, floor = await self._orphans(created)
                 info = await C.reset_consumer(nc, o.conn, o.stream, o.consumer, start)
                 C.check_bound(info, o)
@@ -621,7 +625,7 @@ class Ingestor:
             self._restarting = False
             self._restart_ended = time.monotonic()
 
-    def _check_removed(self, acked: int) -> None:
+    def _check_removed(self, acked: int, gap: tuple[int, int] | None = None) -> None:
         """Before delivery restarts above what the query holds (``_highest``, a checkpoint's offset
         on a restart) or the durable acked (``acked``: committed by a landing sink): messages
         after that and below the origin's first sequence (as ``STREAM.INFO`` told it just before)
@@ -630,21 +634,76 @@ class Ingestor:
         (``planning._check_gap``) and Spark's Kafka source (offsets out of range):
         ``DataLossError`` naming them, or with ``failOnDataLoss=false`` a warning. A query's first
         bind starts where its consumer starts (nothing held yet); with a filter the removed
-        messages' subjects are unknown (the server keeps none), so they are not checked."""
-        from jsspark.live.snapshot import filters_of
+        messages' subjects are unknown (the server keeps none), so they are not checked, nor a
+        ``last_per_subject`` consumer's, which passes over older messages of a subject.
 
+        ``gap``: (held, last missing) origin seqs of a jump in a running delivery (``_note_gap``): the
+        messages in between that lie below the first sequence were removed before the server
+        delivered them (a durable waiting at ``max_ack_pending`` for Spark's commit, while a limit
+        went on removing); one deleted from inside the stream is skipped, as a server consumer
+        skips it."""
         first = self._first_seq
-        if first is None or self._from_consumer or filters_of(self.opts):
+        if first is None or self._from_consumer or not self._gaps_matter():
             return
-        with self._cv:
-            held = max(self._highest, acked)
-        if held == 0 or held + 1 >= first:
+        with self._cv:  # what a durable's acks cover was committed (a landing sink acks before Spark's commit log)
+            committed = max(acked, self._server_acked, self._acks_flushed)
+        if gap is not None:
+            held, upto = max(gap[0], committed), gap[1]
+        else:
+            with self._cv:
+                held = max(self._highest, committed)
+            upto = first - 1
+        upto = min(upto, first - 1)
+        if held == 0 or held >= upto:
             return
-        what = (f"jetstream (live): stream {self.opts.stream}: messages {held + 1}..{first - 1} were removed (purged, "
+        what = (f"jetstream (live): stream {self.opts.stream}: messages {held + 1}..{upto} were removed (purged, "
                 f"deleted or expired by a limit) before this query read them; the stream's first sequence is now {first}")
         if self.opts.fail_on_data_loss:
             raise DataLossError(f"{what}. Set failOnDataLoss=false to skip them.")
         log.warning("%s; failOnDataLoss=false: skipping them", what)
+
+    def _gaps_matter(self) -> bool:
+        """Whether a jump in delivered origin seqs can be loss: without a filter and not
+        ``last_per_subject``, every message after the start is delivered."""
+        from jsspark.live.snapshot import filters_of
+
+        return not filters_of(self.opts) and self.opts.deliver_policy != "last_per_subject"
+
+    def _note_gap(self, held: int, nxt: int) -> None:
+        """Delivery jumped from origin seq ``held`` to ``nxt`` (loop thread, under ``_cv``):
+        ``_check_gaps`` asks whether what lies between was removed below the first sequence."""
+        if not self._gaps_matter():
+            return
+        self._gaps.append((held, nxt - 1))
+        if not self._gap_check:
+            self._gap_check = True
+            self._spawn(self._check_gaps())
+
+    async def _check_gaps(self) -> None:
+        """``STREAM.INFO`` after delivery jumped; ``_check_removed`` for each jump. Asked after the
+        jump was delivered, so the first sequence it tells was past the missing messages before
+        the server could deliver them no later than now. Unanswered: not known, not checked."""
+        try:
+            while True:
+                with self._cv:
+                    gaps, self._gaps = self._gaps, []
+                if not gaps:
+                    return
+                try:
+                    info = await C.stream_info(self._nc, self.opts.conn, self.opts.stream, LOOKUP_TIMEOUT)
+                except Exception:
+                    continue
+                self._first_seq = int((info.get("state") or {}).get("first_seq", 0)) or None
+                for gap in gaps:
+                    try:
+                        self._check_removed(0, gap)
+                    except DataLossError as e:
+                        with self._cv:
+                            self._fatal = e
+                            self._cv.notify_all()
+                        return
+        finally:
+            self._gap_check = False
 
     async def _orphans(self, info: dict[str, Any] | None) -> tuple[int | None, dict[str, Any]]:
         """On a WorkQueue origin, where the reset should restart delivery: the durable's oldest
@@ -915,6 +974,9 @@ class Ingestor:
             # each origin seq once: only what is above everything held (a reset back re-delivers what we have)
             prior = np.maximum.accumulate(np.concatenate(([self._highest], sseqs[:-1])))
             keep = sseqs > prior
+            jump = np.flatnonzero(keep & (sseqs > prior + 1))
+            if len(jump) and prior[jump[0]] > 0:
+                self._note_gap(int(prior[jump[0]]), int(sseqs[jump[0]]))
             if keep.any():
                 payloads = f.payloads
                 if not keep.all():
@@ -966,6 +1028,8 @@ class Ingestor:
             self._gen_count += 1
             if sseq <= self._highest:
                 return
+            if sseq > self._highest + 1 and self._highest > 0:
+                self._note_gap(self._highest, sseq)
             self._highest = sseq
             self._last_msg = self._last_heard
             self._rows.append(subject, sseq, ts, hdr, payload, dseq, pending)

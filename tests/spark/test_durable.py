@@ -397,3 +397,37 @@ def test_a_paused_durable_reads_nothing_until_resumed(spark: Any, tmp_path: Path
         q.stop()
     info = lake.consumer_info("SRC", "MIRROR")
     assert (info.delivered.stream_seq, info.ack_floor.stream_seq) == (5, 5)
+
+
+def test_a_batch_left_planned_is_replayed_after_its_durable_was_deleted(spark: Any, tmp_path: Path) -> None:
+    """A query failed (or was stopped) in a batch it had planned, and its durable was deleted
+    while it was stopped (by hand, or by its inactive_threshold): the restart replays that batch
+    before it plans anything, so the durable is created again at the checkpoint there, and the
+    query reads on with nothing lost or twice. Before, the replay asked for the durable first and
+    failed 'deleted while the query used it; restart the query to create it again', at every
+    restart."""
+    loc, lake = _lake(tmp_path)
+    _publish(lake, 0, 6)
+    ck, got = tmp_path / "ck", []
+
+    def failing(df: Any, batch_id: int) -> None:
+        if batch_id == 1:
+            raise RuntimeError("sink down")
+        got.extend(r.seq for r in df.select("seq").collect())
+
+    def reader() -> Any:
+        return (spark.readStream.format("jetstream").option("stream", "SRC").option("durable_name", "D")
+                .option("ack_policy", "explicit").option("maxMessagesPerTrigger", 3).load(loc))
+
+    q = reader().writeStream.foreachBatch(failing).option("checkpointLocation", str(ck)).trigger(
+        availableNow=True).start()
+    with pytest.raises(Exception, match="sink down"):
+        q.awaitTermination(120)
+    assert got == [1, 2, 3]
+    lake.delete_consumer("SRC", "D")
+    q = reader().writeStream.foreachBatch(lambda df, _: got.extend(r.seq for r in df.select("seq").collect())).option(
+        "checkpointLocation", str(ck)).trigger(availableNow=True).start()
+    q.awaitTermination(120)
+    assert q.exception() is None
+    assert sorted(got) == [1, 2, 3, 4, 5, 6]
+    assert lake.consumer_info("SRC", "D").delivered.stream_seq == 6

@@ -724,6 +724,10 @@ class Planner:
     def partitions(self, start: Cursor, end: Cursor | None) -> list[ReadPartition]:
         """Split ``(start, end]`` (``end=None``: everything now stored) into tasks over one
         pinned version; checks that no planned message has disappeared."""
+        if end is not None and end.durable is not None and self.durable is not None and not self._planned:
+            # a restart replays the batch it had planned (stopped before its commit) before it plans
+            # anything: a durable deleted while it was stopped is created again at ``start`` first
+            self._restore(replace(start, gen=end.gen if end.gen is not None else start.gen))
         if end is not None and end.base is not None:
             start = end.base  # the first batch after a reset starts where the reset put the consumer
         snap = self.snapshot()

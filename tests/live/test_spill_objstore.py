@@ -252,7 +252,7 @@ def test_a_run_of_deliveries_spills_in_files_of_chunk_rows(store: str, tmp_path:
             monkeypatch.setattr(S.SpillDir, "write", real)
         else:
             _deliver_run(ing, range(1, 26))
-        assert ing._pick(0, None, None) == 25
+        assert ing._pick(0, None, None, None) == 25
         assert [(c.first, c.last, c.count) for c in ing._chunks] == [(1, 10, 10), (11, 20, 10), (21, 25, 5)]
         assert _planned_rows(ing, 25) == list(range(1, 26))  # each once (on S3: once every put landed)
         if store == "s3":

@@ -308,6 +308,32 @@ def test_upkeep_with_two_writers_loses_and_doubles_nothing(tmp_path: Path, often
     assert _files(a, "W") <= 8 * (1 + 10)
 
 
+def test_files_of_large_messages_hold_each_payload_once(tmp_path: Path) -> None:
+    """Payloads carry no Parquet statistics: delta-rs kept every row group's min and max payload
+    untruncated in the footer, so a file of incompressible 1 MiB messages was 3 times their
+    size (and its writer held the copies in memory to the end: a landing's peak memory was 6
+    times its batch). The other columns keep theirs: a get by sequence still prunes by ``seq``."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    lake = jsspark.connect(str(tmp_path / "lake"))
+    lake.add_stream(name="L", subjects=["l.>"])
+    payloads = [os.urandom(1 << 20) for _ in range(12)]
+    lake.publish_batch("L", pa.table({"subject": ["l.k"] * 12, "data": payloads}))
+    lake.compact("L")  # the rewrite too
+    paths = [p.removeprefix("file://") for p in lake.stream("L").table.snapshot().table.file_uris()]
+    assert sum(os.path.getsize(p) for p in paths) < 1.1 * sum(map(len, payloads))
+    for path in paths:
+        meta = pq.ParquetFile(path).metadata
+        names = meta.schema.names
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            assert group.column(names.index("data")).statistics is None
+            assert group.column(names.index("seq")).statistics.has_min_max
+    assert lake.get_msg("L", seq=7).data == payloads[6]
+
+
 def test_row_groups_of_large_messages_hold_few_rows(tmp_path: Path) -> None:
     """A get by sequence decodes one row group, so a group is kept small in bytes too (about
     ``ROW_GROUP_BYTES`` of the batch's, or when compacting the stream's, average message),

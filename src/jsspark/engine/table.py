@@ -58,6 +58,12 @@ STATE_KEY = "jsspark.state"
 # payloads all compress to nothing: 4.6 MB of files -> 44 KB, written in 0.05 CPU-s, not 0.07).
 # Spark's Parquet reader (vectorized or not) reads DELTA_BINARY_PACKED since 3.3.
 _ASCENDING = ColumnProperties(dictionary_enabled=False, encoding="DELTA_BINARY_PACKED")
+# No Parquet statistics on the payloads: delta-rs's writer keeps min and max values untruncated,
+# so each row group's footer (and page index) held two more copies of its largest payloads,
+# nothing reads them (no query prunes by payload), and the writer held them all in memory until
+# the footer: a file of 4 MiB messages was 3 times their size, and its landing's peak
+# memory 6 times (bench/landing.py).
+_PAYLOAD = ColumnProperties(statistics_enabled="NONE")
 ROW_GROUP_ROWS = 16_384
 # ... and small in bytes too: a group of 16,384 messages of 1 MiB would be 16 GiB, all decoded
 # for a get of one of them, so large messages get fewer rows per group (a power of two)
@@ -68,7 +74,7 @@ ROW_GROUP_BYTES = 4 << 20
 def _writer_properties(rows: int) -> WriterProperties:
     return WriterProperties(
         max_row_group_size=rows, compression="SNAPPY",
-        column_properties={"seq": _ASCENDING, "ts_ns": _ASCENDING, "time": _ASCENDING},
+        column_properties={"seq": _ASCENDING, "ts_ns": _ASCENDING, "time": _ASCENDING, "data": _PAYLOAD},
     )
 
 

@@ -534,9 +534,12 @@ class MessageTable:
         """``upkeep`` (``maintenance.py``) right after this process committed ``snap``, whose
         recorded state is ``state``. Returns the version the table is at afterwards when only
         upkeep's own commits followed ``snap`` (an index of ``snap`` is still exact there), else
-        None. Raises ``ConcurrentCommit`` when another writer's commit came before compaction's."""
+        None. Raises ``ConcurrentCommit`` when another writer's commit came before compaction's
+        and conflicts with it; delta-rs commits a compaction above appends it does not conflict
+        with (they touch none of its files), and then the index of ``snap`` lacks their rows."""
         dt = snap.table
         self.compact(snap, state, upkeep.target_size)
+        followed = dt.version() in (snap.version, snap.version + 1)  # nothing to merge, or merged next
         dt.cleanup_metadata()  # the log older than the table's logRetentionDuration, to a checkpoint
         if upkeep.vacuum:
             before = dt.version()
@@ -546,7 +549,7 @@ class MessageTable:
                       post_commithook_properties=HOOKS)
             if dt.version() not in (before, before + 2):  # its start and end commits, or none
                 return None
-        return dt.version()
+        return dt.version() if followed else None
 
     def vacuum(self, retention_hours: int = 168) -> list[str]:
         """Delete files no version within ``retention_hours`` needs, and files of lost commits

@@ -390,3 +390,61 @@ def test_an_upkeep_compaction_committed_above_another_writers_appends_leaves_no_
     state = mine.stream_info("S").state
     assert (state.messages, state.last_seq) == (stored.num_rows, 10) == (10, 10)
 
+
+def _lose_the_next_race(monkeypatch: pytest.MonkeyPatch, other: Any, subject: str, n: int) -> list[int]:
+    """Make this process's next commit lose: ``other`` publishes ``n`` messages first."""
+    original, lost = MessageTable.commit, [0]
+
+    def raced(self: MessageTable, *args: Any, **kwargs: Any) -> int:
+        if not lost[0]:
+            lost[0] = 1
+            for i in range(n):
+                other.publish(subject, b"other%d" % i)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(MessageTable, "commit", raced)
+    return lost
+
+
+def test_a_writer_that_lost_the_race_reads_only_what_the_winners_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publish whose commit lost to other writers' plans again on the new version with its
+    index carried forward by the files those commits added and removed (read from the Delta
+    log), not by reading every file of the table again as a new process does: the winners
+    update theirs by their own commits, so a loser that rebuilt lost again and again (8
+    processes: waits of up to 17 s and 63 attempts, ``bench/contention.py``)."""
+    from deltalake import DeltaTable
+
+    from tests.engine.log_reads import count_txn_lookups
+
+    location = str(tmp_path / "lake")
+    mine, other = jsspark.connect(location), jsspark.connect(location)
+    mine.add_stream(name="S", subjects=["s.>"], max_msgs_per_subject=2, duplicate_window=60.0)
+    for i in range(20):
+        mine.publish(f"s.{i % 10}", b"mine%d" % i, headers={"Nats-Msg-Id": f"m{i}"})
+    other.publish("s.0", b"other-first", headers={"Nats-Msg-Id": "o1"})
+    full_reads: list[int] = []
+    reads, datasets = MessageTable.read, DeltaTable.to_pyarrow_dataset
+    monkeypatch.setattr(MessageTable, "read", lambda self, *a, **k: full_reads.append(1) or reads(self, *a, **k))
+    monkeypatch.setattr(DeltaTable, "to_pyarrow_dataset",
+                        lambda self, *a, **k: full_reads.append(2) or datasets(self, *a, **k))
+    looked = count_txn_lookups(monkeypatch)
+    ack = mine.publish("s.2", b"dup", headers={"Nats-Msg-Id": "o1"})
+    assert (ack.seq, ack.duplicate) == (21, True)  # the other writer's id, known once caught up
+    lost = _lose_the_next_race(monkeypatch, other, "s.1", 3)  # each removes the oldest message of s.1
+    ack = mine.publish("s.2", b"mine-last", headers={"Nats-Msg-Id": "m-last"})
+    assert lost == [1]
+    assert (ack.seq, bool(ack.duplicate)) == (25, False)
+    assert (full_reads, looked) == ([], [])
+    monkeypatch.undo()
+    fresh = jsspark.connect(location)
+    rows = fresh.stream("S").read(columns=["seq", "subject"]).sort_by("seq")
+    per_subject: dict[str, int] = {}
+    for s in rows["subject"].to_pylist():
+        per_subject[s] = per_subject.get(s, 0) + 1
+    assert max(per_subject.values()) == 2
+    state = mine.stream_info("S").state
+    assert (state.messages, state.last_seq, state.num_subjects) == (rows.num_rows, 25, len(per_subject))
+    assert mine.stream("S")._load()[1].rows.equals(fresh.stream("S")._load()[1].rows)
+

@@ -5,8 +5,9 @@ headers), sorted by sequence, as of one table version, plus per-subject counts a
 sequences. Publishing needs it for what the server answers from memory: the last sequence of
 a subject, per-subject counts, the dedup window's message ids, which messages a limit
 removes. It is built once per process from the table's narrow columns and then kept current
-with each commit this process makes (in time proportional to the commit, not the stream); a
-commit by another writer makes it rebuild.
+with each commit this process makes (in time proportional to the commit, not the stream); after
+commits by other writers it is carried forward by the files their log entries added and removed
+(``IndexStore.caught_up``), and rebuilt only when the log cannot tell.
 """
 
 from __future__ import annotations
@@ -140,6 +141,10 @@ class MessageIndex:
         ts = added["ts_ns"].to_numpy()
         after = not rows.num_rows or int(ts[0]) >= int(rows["ts_ns"][rows.num_rows - 1].as_py())
         return after and bool((ts[1:] >= ts[:-1]).all())
+
+    def subjects_if_known(self) -> SubjectStats | None:
+        """The per-subject stats when computed (None: ``subjects`` would build them)."""
+        return self._subjects
 
     def subjects(self) -> SubjectStats:
         """Per-subject counts and last sequences, built once and then kept current."""

@@ -222,6 +222,22 @@ class IndexStore:
             self.save_if_large(index, snap)  # the next process replays less
         return index
 
+    def caught_up(self, index: MessageIndex, snap: Snapshot) -> MessageIndex | None:
+        """``index`` (exact at its version of the table ``snap`` is of) carried to ``snap`` by the
+        data files the commits since added and removed (``MessageTable.files_since``), as a
+        snapshot is replayed: what a writer that lost a race to another's commit reads, rather
+        than every file again. None when the log cannot tell or a removed file is gone."""
+        changed = self.table.files_since(index.version, snap.version) if index.version < snap.version else None
+        if changed is None:
+            return None
+        added, gone = changed
+        try:
+            fresh = self.table.read_files(added, INDEX_SCHEMA).sort_by("seq")
+            removed_seqs = np.sort(self.table.read_files(gone, pa.schema([INDEX_SCHEMA.field("seq")]))["seq"].to_numpy())
+        except (OSError, pa.ArrowException):  # vacuumed, or written in another form
+            return None
+        return _replayed(index.rows, snap.version, index.subjects_if_known(), removed_seqs if gone else None, fresh)
+
     def load_expiries(self, snap: Snapshot, msgs: int) -> Expiries | None:
         """The TTL expiries (``expiry.py``) at ``snap`` from the newest usable snapshot of them
         plus the headers of the data files added since, or None when there is none (the caller

@@ -245,7 +245,11 @@ class LakeStream:
     def _load(self) -> tuple[Snapshot, MessageIndex]:
         snap = self.table.snapshot()
         if self._index is None or self._index.version != snap.version or self._index_table != snap.table_id:
-            index = self._store.load(snap)  # a persisted snapshot and the data files since
+            index = None
+            if self._index is not None and self._index_table == snap.table_id:
+                index = self._store.caught_up(self._index, snap)  # the files other writers' commits changed
+            if index is None:
+                index = self._store.load(snap)  # a persisted snapshot and the data files since
             if index is None:
                 index = MessageIndex(self.table.read(snap, columns=INDEX_COLUMNS), snap.version)
                 self._store.save_if_large(index, snap)  # the next process loads instead of rebuilding

@@ -105,6 +105,9 @@ NO_CHANGE = ("VACUUM START", "VACUUM END")  # commits that change no message and
 # ``recorded_state`` looks past for the newest state: beyond, the state is derived.
 LOOK_PAST = 32
 VACUUM_ATTEMPTS = 20
+# How many versions a writer behind the newest reads from the log to catch up (its txn marks,
+# its index: ``log_since``); further behind, it reads the table's state afresh.
+CATCH_UP_VERSIONS = 100
 
 
 def unique_app_transactions(txns: list[Transaction]) -> list[Transaction]:
@@ -182,6 +185,7 @@ class MessageTable:
         # GETs on an object store)
         self._txns_at: tuple[int, dict[str, int | None]] | None = None
         self._fs: Any = None
+        self._log: dict[int, list[dict[str, Any]]] = {}  # commit entries read (``log_since``)
 
     # -- lifecycle ---------------------------------------------------------------------------
     @classmethod
@@ -235,14 +239,91 @@ class MessageTable:
         assert self._dt is not None
         version = self._dt.version()
         if self._txns_at is None or self._txns_at[0] != version:
-            self._txns_at = (version, {})
+            self._txns_at = (version, self._txns_carried(version))
         known = self._txns_at[1]
         if SEQ_APP_ID not in known:
             known[SEQ_APP_ID] = self._dt.transaction_version(SEQ_APP_ID)
         return Snapshot(self._dt, version, known[SEQ_APP_ID] or 0, known)
 
+    def _txns_carried(self, version: int) -> dict[str, int | None]:
+        """The txn versions known at ``version``: those known at an older version, with the
+        ``txn`` actions of the commits since (``log_since``), so a writer that lost a race does
+        not look them up through the whole log again. Empty when they cannot be carried."""
+        if self._txns_at is None or self._txns_at[0] >= version or not self._txns_at[1]:
+            return {}
+        entries = self.log_since(self._txns_at[0], version)
+        if entries is None:
+            return {}
+        known = dict(self._txns_at[1])
+        for actions in entries:
+            for a in actions:
+                txn = a.get("txn")
+                if txn is not None and txn.get("appId") in known:
+                    known[txn["appId"]] = int(txn["version"])
+        return known
+
+    def log_since(self, version: int, upto: int) -> list[list[dict[str, Any]]] | None:
+        """The actions of each commit ``version + 1 .. upto`` of the held table, read from its
+        log entries (each once per table: an entry is never rewritten); None when there are more
+        than ``CATCH_UP_VERSIONS`` or one is gone (log cleanup)."""
+        if not 0 <= upto - version <= CATCH_UP_VERSIONS or self.as_of is not None:
+            return None
+        if self._fs is None:
+            self._fs = table_filesystem(self.uri, self.storage_options)
+        entries = []
+        for v in range(version + 1, upto + 1):
+            actions = self._log.get(v)
+            if actions is None:
+                try:
+                    with self._fs.open_input_stream(f"_delta_log/{v:020d}.json") as f:
+                        actions = [json.loads(line) for line in f.read().decode().splitlines() if line.strip()]
+                except (FileNotFoundError, OSError):
+                    return None
+                self._log[v] = actions
+            entries.append(actions)
+        for v in [v for v in self._log if v <= upto - CATCH_UP_VERSIONS]:
+            del self._log[v]
+        return entries
+
+    def files_since(self, version: int, upto: int) -> tuple[list[str], list[str]] | None:
+        """The data files the commits ``version + 1 .. upto`` added and removed, net: a file
+        both added and removed in between is in neither, so the rows of ``upto`` are those of
+        ``version`` less the removed files' plus the added files' (a row in both was moved by a
+        rewrite). None when the log cannot tell (``log_since``), or a file has a deletion vector."""
+        entries = self.log_since(version, upto)
+        if entries is None:
+            return None
+        added: dict[str, None] = {}
+        removed: list[str] = []
+        for actions in entries:
+            for a in actions:
+                for kind in ("add", "remove"):
+                    f = a.get(kind)
+                    if f is None:
+                        continue
+                    if f.get("deletionVector"):
+                        return None
+                    path = unquote(f["path"])
+                    if kind == "add":
+                        added[path] = None
+                    elif path in added:
+                        del added[path]
+                    else:
+                        removed.append(path)
+        return list(added), removed
+
+    def read_files(self, paths: list[str], schema: pa.Schema) -> pa.Table:
+        """The ``schema`` columns of data files of the table (live or removed) by path.
+        ``FileNotFoundError`` when one was vacuumed."""
+        if self._fs is None:
+            self._fs = table_filesystem(self.uri, self.storage_options)
+        if not paths:
+            return schema.empty_table()
+        return ds.dataset(paths, schema=schema, format="parquet", filesystem=self._fs).to_table()
+
     def _open(self) -> None:
         self._txns_at = None  # a table loaded afresh may be another one (deleted and created again)
+        self._log = {}
         try:
             self._dt = DeltaTable(self.uri, storage_options=self.storage_options)
         except TableNotFoundError:
@@ -322,6 +403,12 @@ class MessageTable:
         that change no data (table properties, protocol, a Spark OPTIMIZE: its files are
         ``dataChange=false``); they would otherwise lose what only the record holds (the last
         msg id and time across deletes, which the server keeps)."""
+        # the newest commit's entry when ``log_since`` read it (of the held table: ``_open`` forgets them)
+        newest = self._log.get(snap.version) if snap.table is self._dt else None
+        info = next((a["commitInfo"] for a in newest or () if "commitInfo" in a), None)
+        if info is not None and info.get(STATE_KEY) is not None:
+            state = json.loads(info[STATE_KEY])
+            return state if state.get("last_seq") == snap.last_seq else None
         limit = 1 + len(NO_CHANGE)
         while True:
             entries = snap.table.history(limit)

@@ -448,3 +448,30 @@ def test_a_writer_that_lost_the_race_reads_only_what_the_winners_committed(
     assert (state.messages, state.last_seq, state.num_subjects) == (rows.num_rows, 25, len(per_subject))
     assert mine.stream("S")._load()[1].rows.equals(fresh.stream("S")._load()[1].rows)
 
+
+def test_a_publish_that_loses_every_race_gives_up_in_time_naming_the_stream_and_attempts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Losing the race for the next version is retried (after a random wait that grows) until
+    ``GIVE_UP_SECONDS``, a bound on the caller's wait whatever an attempt costs; then the error
+    names the stream, what it did and how many attempts it made."""
+    from jsspark.engine import contention
+    from jsspark.engine.table import ConcurrentCommit
+
+    location = str(tmp_path / "lake")
+    lake = jsspark.connect(location)
+    lake.add_stream(name="S", subjects=["s.>"])
+    attempts = [0]
+
+    def always_lost(self: MessageTable, *args: Any, **kwargs: Any) -> int:
+        attempts[0] += 1
+        raise ConcurrentCommit("another writer committed first")
+
+    monkeypatch.setattr(MessageTable, "commit", always_lost)
+    monkeypatch.setattr(contention, "GIVE_UP_SECONDS", 0.5)
+    with pytest.raises(contention.GaveUp, match=r"^stream S: gave up publishing after \d+ attempts in \d+s: ") as gave_up:
+        lake.publish("s.a", b"x")
+    assert f"after {attempts[0]} attempts" in str(gave_up.value)
+    assert attempts[0] > 1
+    monkeypatch.undo()
+    assert lake.stream_info("S").state.messages == 0

@@ -44,10 +44,11 @@ from jsspark.engine import header_rules as rules
 from jsspark.engine import headers as H
 from jsspark.engine.api import BatchAck
 from jsspark.engine.arrays import column
+from jsspark.engine.contention import Retries
 from jsspark.engine.lake import Lake
 from jsspark.engine.schema import INDEX_COLUMNS, MESSAGE_SCHEMA, PARTITION_COLUMN, column_stored_size
 from jsspark.engine.sourcing import Origin, identity_number
-from jsspark.engine.stream import MAX_ATTEMPTS, LakeStream
+from jsspark.engine.stream import LakeStream
 from jsspark.engine.subject_stats import SubjectGroups
 from jsspark.engine.table import ConcurrentCommit
 from jsspark.errors import APIError
@@ -90,7 +91,8 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: A
     """Load, build rows against the snapshot, commit with ``txn`` and the origin ``marks`` (a
     list, or a function of the snapshot and the rows stored); retry on a concurrent commit.
     Nothing to store and no mark to move: no commit."""
-    for _ in range(MAX_ATTEMPTS):
+    retries = Retries(ls.name, "storing")
+    while True:
         snap, index = ls._load()
         ls.config_at(snap)  # an update committed since the batch began: its limits decide
         if txn is not None:
@@ -115,13 +117,13 @@ def _commit(ls: LakeStream, build: object, txn: tuple[str, int] | None, marks: A
                 + list((marks(snap, rows) if callable(marks) else marks) or []),
             )
         except ConcurrentCommit:
+            retries.lost()
             continue
         ls._after_commit(index, snap, version, rows, None, state, groups)
         ls._remember_stored(rows)
         seqs = rows["seq"].to_numpy()
         ls.settle_landed(rows, skipped=skipped)
         return BatchAck(ls.name, seqs, np.zeros(len(seqs), bool), rows.num_rows)
-    raise RuntimeError(f"stream {ls.name}: gave up storing after {MAX_ATTEMPTS} concurrent commits")
 
 
 def _partitioned(ls: LakeStream, index: Any, rows: pa.Table) -> tuple[pa.Table, SubjectGroups]:

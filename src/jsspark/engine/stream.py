@@ -32,6 +32,7 @@ from jsspark.engine import headers as H
 from jsspark.engine import maintenance
 from jsspark.engine.api import BatchAck, SourceInfo, StreamState
 from jsspark.engine.arrays import column, data_column, subject_column, take_rows
+from jsspark.engine.contention import Retries
 from jsspark.engine.dedup import DedupWindow, KnownIds
 from jsspark.engine.expiry import NEVER as TTL_NEVER
 from jsspark.engine.expiry import Expiries, expires_of, is_marker, marker_headers
@@ -75,7 +76,6 @@ from jsspark.subjects.vectorized import check_sendable_subjects
 
 log = logging.getLogger(__name__)
 MAX_HEADER_BYTES = 65535
-MAX_ATTEMPTS = 100
 T = TypeVar("T")
 _EMPTY_INDEX_ROWS = INDEX_SCHEMA.empty_table()
 LAST_MSG_ID = "last_msg_id"
@@ -424,18 +424,18 @@ class LakeStream:
         a commit raising ``ConcurrentCommit`` (another writer got there first) is planned again,
         on the config the snapshot's writers must use (``record_config``). A table that fails
         to read because the stream was deleted meanwhile answers the server's stream not found."""
-        for _ in range(MAX_ATTEMPTS):
+        retries = Retries(self.name, what)
+        while True:
             try:
                 snap, index = self._load()
                 self.config_at(snap)
                 return attempt(snap, index)
             except ConcurrentCommit:
-                continue
+                retries.lost()
             except (DeltaError, OSError):
                 if self.reread_config is not None:
                     self.reread_config()  # raises when the stream is gone
                 raise
-        raise RuntimeError(f"stream {self.name}: gave up {what} after {MAX_ATTEMPTS} concurrent commits")
 
     def config_at(self, snap: Snapshot) -> None:
         """Reread the config when ``snap`` carries the mark of a newer one than this engine's

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.fs as pa_fs
+import pytest
 
 import jsspark
 from jsspark.engine.files import table_filesystem
@@ -52,6 +53,35 @@ def test_a_script_that_reads_a_table_exits_cleanly(tmp_path: Path) -> None:
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
         assert (out.returncode, out.stdout.strip()) == (0, "read"), out.stderr
         assert "terminate" not in out.stderr
+
+
+def test_nothing_on_a_local_lake_is_read_through_a_python_filesystem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``jsspark stream ls`` on a local lake exited with SIGABRT ("terminate called without an
+    active exception") in about one run of 250 on a loaded machine. The core: an Arrow CPU
+    thread, tearing down the catalog's scan after ``to_table`` had returned, released a
+    ``PyBuffer`` the parquet read cache held (``PyGILState_Ensure`` during ``Py_FinalizeEx`` ->
+    ``pthread_exit`` through a noexcept frame). The catalog was read with delta-rs's default
+    store, a Python filesystem to Arrow even on the local disk. No read of a local lake, by the
+    CLI or a script, may open a file through it: its buffers are Python objects."""
+    from deltalake.fs import DeltaStorageHandler
+
+    from jsspark.cli.main import main
+
+    opened: list[str] = []
+    for name in ("open_input_file", "open_input_stream"):
+        real = getattr(DeltaStorageHandler, name)
+        monkeypatch.setattr(DeltaStorageHandler, name,
+                            lambda self, path, *a, real=real: (opened.append(path), real(self, path, *a))[1])
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    lake = _lake(tmp_path)
+    assert lake.stream("S").read(columns=["seq"]).num_rows == 30  # type: ignore[attr-defined]
+    assert jsspark.connect(str(tmp_path / "lake")).stream_names() == ["S"]  # type: ignore[attr-defined]
+    capsys.readouterr()
+    assert main(["--location", str(tmp_path / "lake"), "stream", "ls"]) == 0
+    assert "│ S " in capsys.readouterr().out
+    assert opened == []
 
 
 def test_an_object_store_file_arrow_holds_is_waited_for_at_exit(s3: dict[str, str]) -> None:

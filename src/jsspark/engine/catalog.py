@@ -31,6 +31,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
+from jsspark.engine.files import dataset_filesystem
 from jsspark.engine.maintenance import HOOKS
 
 CATALOG_APP_ID = "jsspark.catalog"
@@ -118,7 +119,10 @@ class Catalog:
         if self._cache and self._cache[0] == version:
             return self._cache[1]
         live: dict[Key, Record] = {}
-        rows = dt.to_pyarrow_table().sort_by("rev").to_pylist()
+        # read as the streams are (``dataset_filesystem``): delta-rs's default store is a Python
+        # filesystem to Arrow even on the local disk, whose buffers an Arrow thread tearing the
+        # scan down after it returned released at exit without the GIL (SIGABRT, exit 134)
+        rows = dt.to_pyarrow_table(filesystem=dataset_filesystem(self.uri, dt)).sort_by("rev").to_pylist()
         for r in rows:
             key = (r["kind"], r["stream"], r["name"])
             if r["deleted"]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import threading
 import time
 from pathlib import Path
@@ -1021,24 +1022,36 @@ def test_messages_removed_while_a_durable_waits_for_its_ack_are_data_loss(server
     caplog.set_level(logging.WARNING, "jsspark.live.ingestor")
     ing = Ingestor(opts(server.url, stream, tmp_path, consumer="dur", maxAckPending="2", **more))
     ing.start(None)
+    removed = re.compile(rf"stream {stream}: messages (\d+)\.\.(\d+) were removed .*first sequence is now (\d+)")
     try:
         end = ing.latest(ing.floor, None, None)
         assert read_range(ing, 0, end) == [1, 2]
-        fast_publish(nats, stream.lower(), 2, 10)  # seqs 3..12, of which 8..12 stay
+        # seqs 3..12, of which 8..12 stay. Which of 3..7 the server delivers before the limit
+        # removes them depends on timing (a pending message the limit removes frees its slot:
+        # seen in CI as 3 and 5 delivered, 4 reported), so what is asserted is that none goes
+        # unsaid: each is delivered or named as removed
+        fast_publish(nats, stream.lower(), 2, 10)
         wait_for(lambda: nats.state(stream)["first_seq"] == 8, 10, "the limit to remove 1..7")
         if fail:
             deadline = time.monotonic() + 20
-            with pytest.raises(DataLossError, match=rf"stream {stream}: messages 3\.\.7 were removed .*first sequence "
-                                                    r"is now 8\. Set failOnDataLoss=false to skip them"):
+            with pytest.raises(DataLossError, match=r"Set failOnDataLoss=false to skip them") as raised:
                 while time.monotonic() < deadline:
                     end = ing.latest(end, None, None)  # commits the batch: the durable delivers on
+            lo, hi, first = map(int, removed.search(str(raised.value)).groups())  # type: ignore[union-attr]
+            assert 3 <= lo <= hi <= 7 and hi < first <= 8
             return
         _, got = drain(ing, end, 12)
-        assert got == [8, 9, 10, 11, 12]
     finally:
         ing.stop()
-    assert any("messages 3..7 were removed" in r.getMessage() and "skipping them" in r.getMessage()
-               for r in caplog.records)
+    assert got == sorted(set(got)) and set(got) >= {8, 9, 10, 11, 12} and set(got) <= set(range(3, 13))
+    said: set[int] = set()
+    for r in caplog.records:
+        m = removed.search(r.getMessage())
+        if m and "skipping them" in r.getMessage():
+            lo, hi, first = map(int, m.groups())
+            assert hi < first <= 8, r.getMessage()
+            said |= set(range(lo, hi + 1))
+    assert said and set(range(3, 8)) - set(got) == said
 
 
 def test_a_batch_a_landing_sink_acked_before_a_crash_is_no_data_loss(server: NatsServer, nats: SyncNats,

@@ -648,7 +648,7 @@ class Ingestor:
         with self._cv:  # what a durable's acks cover was committed (a landing sink acks before Spark's commit log)
             committed = max(acked, self._server_acked, self._acks_flushed)
         if gap is not None:
-            held, upto = max(gap[0], committed), gap[1]
+            held, upto = gap  # committed as of the jump (_note_gap): acks since may cover what it skipped
         else:
             with self._cv:
                 held = max(self._highest, committed)
@@ -674,7 +674,9 @@ class Ingestor:
         ``_check_gaps`` asks whether what lies between was removed below the first sequence."""
         if not self._gaps_matter():
             return
-        self._gaps.append((held, nxt - 1))
+        # what was committed when delivery jumped: an ack flushed later covers the jump itself,
+        # not the messages it skipped
+        self._gaps.append((max(held, self._server_acked, self._acks_flushed), nxt - 1))
         if not self._gap_check:
             self._gap_check = True
             self._spawn(self._check_gaps())
@@ -975,8 +977,9 @@ class Ingestor:
             prior = np.maximum.accumulate(np.concatenate(([self._highest], sseqs[:-1])))
             keep = sseqs > prior
             jump = np.flatnonzero(keep & (sseqs > prior + 1))
-            if len(jump) and prior[jump[0]] > 0:
-                self._note_gap(int(prior[jump[0]]), int(sseqs[jump[0]]))
+            for j in jump:  # every jump of the run, not only its first
+                if prior[j] > 0:
+                    self._note_gap(int(prior[j]), int(sseqs[j]))
             if keep.any():
                 payloads = f.payloads
                 if not keep.all():

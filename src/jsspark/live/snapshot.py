@@ -242,8 +242,8 @@ async def probe_batches(nc: Any, conn: Connection, stream: str, seq: int) -> boo
     except CutShort:
         _cut_warning(conn, stream)
         return False
-    except Exception:
-        pass
+    except Exception:  # not about imports: the tasks meet it again and report it as the read's error
+        return True
     finally:
         await sub.unsubscribe()
     return True

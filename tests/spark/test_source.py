@@ -273,6 +273,9 @@ def test_paced_batches_wait_for_enough_messages_or_the_delay(tmp_path: Path) -> 
     options = {"path": loc, "stream": "ORDERS", "minMessagesPerTrigger": "10", "maxTriggerDelay": f"{int(delay)} seconds"}
     reader = JetStreamDataSource(options).streamReader(spark_schema())
     limit = reader.getDefaultReadLimit()
+    # the delay counts from the batch's own time, read inside latestOffset: no earlier than
+    # ``before``, and possibly earlier than ``last`` by however long the thread waited for the CPU
+    before = time.monotonic()
     first = reader.latestOffset(reader.initialOffset(), limit)
     assert first["seq"] == 5  # the first batch goes at once
     last = time.monotonic()
@@ -280,7 +283,7 @@ def test_paced_batches_wait_for_enough_messages_or_the_delay(tmp_path: Path) -> 
     assert reader.latestOffset(first, limit) == first and time.monotonic() - last < delay  # 3 < 10, too soon
     ends: list[dict[str, Any]] = []
     wait_for(lambda: ends.append(reader.latestOffset(first, limit)) or ends[-1] != first, delay + 10, "the delay to pass")
-    assert ends[-1]["seq"] == 8 and time.monotonic() - last >= delay
+    assert ends[-1]["seq"] == 8 and time.monotonic() - before >= delay
     last = time.monotonic()
     _publish(lake, "ORDERS", 8, 12)
     full = reader.latestOffset(ends[-1], limit)

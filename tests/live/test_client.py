@@ -212,3 +212,56 @@ def test_tls_wanted_and_not_offered_sends_nothing(run: Any, tmp_path: Any, tls: 
     sent = b"".join(received)
     assert b"CONNECT" not in sent and b"s3cr3t-token" not in sent, sent
     assert "SecureConnWanted" in outcome and "does not offer TLS" in outcome and "127.0.0.1:" in outcome, outcome
+
+
+@pytest.mark.parametrize("answers", [True, False], ids=["answering", "stalled"])
+def test_a_server_ping_before_the_connect_pong_leaves_a_working_connection(run: Any, answers: bool) -> None:
+    """A server may send its first RTT PING ahead of the PONG that answers the client's connect
+    PING (nats-io/nats-server#1174; nats-io/nats.py#93). nats-py takes that PING for the end of
+    the handshake and leaves the client "connecting": its flusher stops at once, and every
+    ``flush()`` returns without waiting for a PONG, so an at-most-once batch sent to a stalled
+    server counted as delivered (seen once in CI). A server that answers: the PUB reaches it
+    ahead of the flush's PING, and its PING gets the client's PONG. A stalled one (answers
+    nothing after the handshake): the flush times out."""
+    import asyncio
+
+    got: list[bytes] = []
+
+    async def server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b'INFO {"server_id":"FAKE","version":"2.15.1","proto":1,"headers":true,'
+                     b'"max_payload":1048576}\r\n')
+        await writer.drain()
+        assert (await reader.readline()).startswith(b"CONNECT ")
+        assert await reader.readline() == b"PING\r\n"
+        writer.write(b"PING\r\nPONG\r\n")  # its own PING first, then the connect PING's PONG
+        await writer.drain()
+        while line := await reader.readline():
+            got.append(line)
+            if line == b"PING\r\n" and answers:
+                writer.write(b"PONG\r\n")
+                await writer.drain()
+
+    async def scenario() -> tuple[bool, bool]:
+        srv = await asyncio.start_server(server, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        nc = client_class()()
+        try:
+            await nc.connect(f"nats://127.0.0.1:{port}", allow_reconnect=False)
+            connected = nc.is_connected
+            await nc.publish("a", b"x")
+            try:
+                await nc.flush(timeout=1)
+                flushed = True
+            except TimeoutError:
+                flushed = False
+            return connected, flushed
+        finally:
+            await nc.close()
+            srv.close()
+
+    connected, flushed = run(scenario())
+    assert connected
+    assert flushed == answers
+    assert b"PONG\r\n" in got  # the server's PING answered
+    pub = next(i for i, line in enumerate(got) if line.startswith(b"PUB a "))
+    assert pub < got.index(b"PING\r\n")

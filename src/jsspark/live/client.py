@@ -13,6 +13,11 @@ client's ``connectTimeout`` ends the wait) fails as soon as that happens, saying
 a server without it fails saying so too. Once connected, the connection reconnects forever as before
 (``Connection.connect_kwargs``), which the live source relies on across server restarts.
 
+**A server PING ahead of the connect PONG** (nats-io/nats-server#1174): nats-py then leaves the
+client "connecting", with its flusher stopped and every ``flush()`` returning without a PONG
+(nats-io/nats.py#93); the client class answers that PING and goes on connected
+(``_process_connect_init``).
+
 **Publishing headers.** nats-py's ``publish`` takes headers as a dict (one value per key, values
 stripped). jsspark publishes a row's headers exactly (every value of a repeated key, in order),
 so it builds the header block itself (``HeaderBlock``) and a client subclass sends it through
@@ -128,9 +133,22 @@ class _RawHeaders(dict):  # type: ignore[type-arg]
 @functools.cache
 def client_class() -> type:
     """The nats-py ``Client`` subclass every jsspark connection uses (see the module docstring)."""
-    from nats.aio.client import PING_PROTO, Client
+    from nats.aio.client import PING_PROTO, PONG_PROTO, Client
 
     class RawHeaderClient(Client):  # type: ignore[misc]
+        async def _process_connect_init(self) -> None:
+            """A server may send its first RTT PING ahead of the PONG that answers the connect
+            PING (nats-io/nats-server#1174). nats-py reads one line for that PONG and, given the
+            PING, leaves the client "connecting" (nats-io/nats.py#93): its flusher stops at once
+            and every ``flush()`` returns without a PONG, so a stalled server looks like one that
+            took everything. An ``-ERR`` has raised by then, so CONNECT was taken: answer the
+            PING, let the PONG still to come answer the connect PING, and go on connected."""
+            await super()._process_connect_init()
+            if self._status == Client.CONNECTING:
+                self._pongs.append(asyncio.get_running_loop().create_future())
+                self._transport.write(PONG_PROTO)
+                self._status = Client.CONNECTED
+
         def _connect_command(self) -> bytes:
             """Refuse to send CONNECT in plaintext when TLS is wanted (module docstring)."""
             server = getattr(self, "_current_server", None)

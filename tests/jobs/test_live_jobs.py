@@ -297,7 +297,8 @@ def _same_sourcing(nats: SyncNats, lake: Any, want: int) -> None:
 class RemovalWatch:
     """Samples the WorkQueue origin, then the lake, while a job runs: whatever the origin had
     removed at the first read must be in the lake at the second (a sound check: the lake only
-    grows). A WorkQueue with one consumer removes in order, so removed = below ``first_seq``."""
+    grows). The lake lands in origin order, so what is removed must lie at or below what it holds
+    (``SyncNats.removed_upto``: interior deletes count, since an ack removes its newest message first)."""
 
     def __init__(self, nats: SyncNats, lake: Any, origin: str, target: str, source: dict[str, Any]) -> None:
         self.nats, self.lake, self.origin, self.target, self.source = nats, lake, origin, target, source
@@ -306,13 +307,9 @@ class RemovalWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _removed_upto(self) -> int:
-        st = self.nats.state(self.origin)
-        return st["last_seq"] if st["messages"] == 0 else st["first_seq"] - 1
-
     def _run(self) -> None:
         while not self._stop.is_set():
-            removed = self._removed_upto()
+            removed = self.nats.removed_upto(self.origin)
             try:
                 landed = sourced_seq(self.lake, self.target, self.source)
             except Exception:  # the target not created yet
@@ -400,7 +397,7 @@ def test_the_landing_sink_acks_the_origin_before_spark_commits_the_batch(
     lake.add_stream(name="WQB", subjects=["wqb.>"], sources=[source])
 
     def acked_past(seq: int) -> bool:
-        return nats.state("WQA")["first_seq"] > seq  # a WorkQueue with one consumer removes in order
+        return nats.state("WQA")["first_seq"] > seq  # everything up to seq removed
 
     checked = None
     with RemovalWatch(nats, lake, "WQA", "WQB", source) as watch:

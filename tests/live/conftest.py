@@ -53,6 +53,16 @@ class SyncNats:
         assert "error" not in resp, resp
         return resp["state"]
 
+    def removed_upto(self, stream: str) -> int:
+        """The highest seq the stream no longer holds: below ``first_seq``, or an interior delete
+        (an ack that covers a range removes its newest message first: ``processAckMsgLocked``)."""
+        resp = self.api(f"STREAM.INFO.{stream}", {"deleted_details": True})
+        assert "error" not in resp, resp
+        st = resp["state"]
+        if st["messages"] == 0:
+            return int(st["last_seq"])
+        return max([int(st["first_seq"]) - 1, *(st.get("deleted") or [])])
+
     def publish_many(self, items: list[tuple[str, bytes, dict[str, str] | None]], window: int = 500) -> list[int]:
         """JetStream publishes with a bounded window of outstanding acks; returns the seqs."""
 

@@ -46,15 +46,15 @@ def start_query(spark: Any, url: str, stream: str, lake_dir: Path, target: str, 
 
     def batch(df: Any, batch_id: int) -> None:
         tbl = df.toArrow()
-        origin = nats.state(stream)
+        removed = nats.removed_upto(stream)
         held = lake.stream_info(target).state.last_seq
-        # a WorkQueue with one consumer removes in sequence order, so first_seq is its floor:
         # nothing of this batch may be gone yet, and nothing gone may be missing from the lake
-        if tbl.num_rows and origin["first_seq"] > min(tbl.column("seq").to_pylist()):
-            violations.append(f"batch {batch_id}: origin removed a message of this batch before the lake "
-                              f"committed it ({origin})")
-        if origin["first_seq"] - 1 > held:
-            violations.append(f"batch {batch_id}: origin first_seq {origin['first_seq']} but lake holds up to {held}")
+        # (removed_upto counts interior deletes too: an ack removes its newest message first)
+        if tbl.num_rows and removed >= min(tbl.column("seq").to_pylist()):
+            violations.append(f"batch {batch_id}: origin removed up to seq {removed}, a message of this batch, "
+                              f"before the lake committed it")
+        if removed > held:
+            violations.append(f"batch {batch_id}: origin removed up to seq {removed} but lake holds up to {held}")
         land_batch(lake, target, tbl, form="mirror", txn=(app_id, batch_id))
 
     reader = spark.readStream.format("jetstream").option("servers", url).option("stream", stream)

@@ -494,6 +494,8 @@ def test_bulk_sends_what_rows_one_at_a_time_send(second_server: NatsServer, tmp_
             # at most once, the server drops the message whose expectation fails there, as it drops a
             # server's own republish of it
             n = 4 if acked else 3
+            # PubAcks say stored; core publishes are stored from the stream's queue after the flush
+            wait_for(lambda: api.state(name)["messages"] >= n, 10, f"{n} stored")
             assert api.state(name)["messages"] == n
             return [api.api(f"STREAM.MSG.GET.{name}", {"seq": s})["message"] for s in range(1, n + 1)]
 

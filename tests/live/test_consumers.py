@@ -461,6 +461,7 @@ def test_ordered_mode_is_refused_where_acks_remove_messages(server: NatsServer, 
     assert "error" not in nats.api(f"CONSUMER.CREATE.{name}.ops", {"stream_name": name, "config": {
         "durable_name": "ops", "ack_policy": "explicit"}})
     fast_publish(nats, name.lower(), 0, 20)
+    wait_for(lambda: nats.state(name)["messages"] == 20, 10, "the 20 stored")  # core publishes: stored from a queue
     ing = Ingestor(opts(server.url, name, tmp_path, consumerMode="ordered"))
     try:
         with pytest.raises(OptionError, match=f"consumerMode ordered .* stream {name} has retention {retention}"):

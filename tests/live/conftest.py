@@ -48,17 +48,15 @@ class SyncNats:
         assert "error" not in resp, resp
         return resp
 
-    def state(self, stream: str) -> dict[str, Any]:
-        resp = self.api(f"STREAM.INFO.{stream}")
+    def state(self, stream: str, deleted_details: bool = False) -> dict[str, Any]:
+        resp = self.api(f"STREAM.INFO.{stream}", {"deleted_details": True} if deleted_details else None)
         assert "error" not in resp, resp
         return resp["state"]
 
     def removed_upto(self, stream: str) -> int:
         """The highest seq the stream no longer holds: below ``first_seq``, or an interior delete
         (an ack that covers a range removes its newest message first: ``processAckMsgLocked``)."""
-        resp = self.api(f"STREAM.INFO.{stream}", {"deleted_details": True})
-        assert "error" not in resp, resp
-        st = resp["state"]
+        st = self.state(stream, deleted_details=True)
         if st["messages"] == 0:
             return int(st["last_seq"])
         return max([int(st["first_seq"]) - 1, *(st.get("deleted") or [])])

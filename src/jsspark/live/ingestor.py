@@ -645,13 +645,11 @@ class Ingestor:
         first = self._first_seq
         if first is None or self._from_consumer or not self._gaps_matter():
             return
-        with self._cv:  # what a durable's acks cover was committed (a landing sink acks before Spark's commit log)
-            committed = max(acked, self._server_acked, self._acks_flushed)
         if gap is not None:
             held, upto = gap  # committed as of the jump (_note_gap): acks since may cover what it skipped
         else:
             with self._cv:
-                held = max(self._highest, committed)
+                held = max(self._highest, acked, self._acked_through())
             upto = first - 1
         upto = min(upto, first - 1)
         if held == 0 or held >= upto:
@@ -669,6 +667,11 @@ class Ingestor:
 
         return not filters_of(self.opts) and self.opts.deliver_policy != "last_per_subject"
 
+    def _acked_through(self) -> int:
+        """The highest origin seq the durable's acks cover (under ``_cv``): committed, since a
+        landing sink acks a batch before Spark's commit log holds it."""
+        return max(self._server_acked, self._acks_flushed)
+
     def _note_gap(self, held: int, nxt: int) -> None:
         """Delivery jumped from origin seq ``held`` to ``nxt`` (loop thread, under ``_cv``):
         ``_check_gaps`` asks whether what lies between was removed below the first sequence."""
@@ -676,7 +679,7 @@ class Ingestor:
             return
         # what was committed when delivery jumped: an ack flushed later covers the jump itself,
         # not the messages it skipped
-        self._gaps.append((max(held, self._server_acked, self._acks_flushed), nxt - 1))
+        self._gaps.append((max(held, self._acked_through()), nxt - 1))
         if not self._gap_check:
             self._gap_check = True
             self._spawn(self._check_gaps())
